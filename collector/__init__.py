@@ -1,0 +1,1 @@
+"""wattbit: the CLI, configuration, HTTP endpoint and processes (agent, collector)."""

@@ -1,0 +1,90 @@
+"""`wattbit agent`: the host agent serving blockio (and later nic) metrics on /metrics."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
+
+from exporters.base import Exporter, ExportersCollector
+from exporters.blockio.exporter import BlockioExporter
+from exporters.blockio.model import BackendUnavailable
+
+from .config import AgentConfig, parse_listen
+from .httpserver import landing_page, start_server
+from .webconfig import WebConfig
+
+log = logging.getLogger("wattbit.agent")
+
+DEFAULT_PORT = 9731
+
+
+class StartupError(Exception):
+    """The agent cannot start (exit code 1): a requested backend is missing, the port is taken."""
+
+
+def build_exporters(cfg: AgentConfig, sys_root: Path = Path("/sys")) -> list[Exporter]:
+    """The exporters the configuration enables."""
+    exporters: list[Exporter] = []
+    if cfg.blockio.enabled:
+        try:
+            exporters.append(
+                BlockioExporter(
+                    backend=cfg.blockio.backend,
+                    exclude=cfg.blockio.exclude,
+                    max_inflight=cfg.blockio.max_inflight,
+                    topology_refresh=cfg.blockio.topology_refresh,
+                    sys_root=sys_root,
+                )
+            )
+        except BackendUnavailable as exc:
+            raise StartupError(f"blockio: backend 'bcc' was requested but {exc.detail}") from exc
+    return exporters
+
+
+def build_registry(exporters: list[Exporter]) -> CollectorRegistry:
+    """A registry with the exporters, their health, and this process's own resource use."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ExportersCollector(exporters))
+    ProcessCollector(registry=registry)
+    return registry
+
+
+def run(cfg: AgentConfig, web: WebConfig | None, stop: threading.Event | None = None) -> int:
+    """Start the exporters and the endpoint, serve until SIGINT/SIGTERM (or stop is set)."""
+    host, port = parse_listen(cfg.listen, DEFAULT_PORT)
+    exporters = build_exporters(cfg)
+    try:
+        registry = build_registry(exporters)
+        routes = {
+            "/metrics": make_wsgi_app(registry),
+            "/": landing_page("wattbit agent", ["/metrics"]),
+        }
+        try:
+            server = start_server(host, port, routes, web)
+        except OSError as exc:
+            raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+        for e in exporters:
+            if isinstance(e, BlockioExporter):
+                log.info(
+                    "blockio backend: %s%s",
+                    e.backend.name,
+                    f" ({e.reason})" if e.reason else "",
+                )
+        log.info("serving %s/metrics", server.url)
+        stop = stop or threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda *_: stop.set())
+        stop.wait()
+        log.info("stopping")
+        server.shutdown()
+    finally:
+        for e in exporters:
+            close = getattr(e, "close", None)
+            if close:
+                close()
+    return 0

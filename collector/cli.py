@@ -1,0 +1,90 @@
+"""The `wattbit` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from .errors import ConfigError
+
+
+def _agent(args: argparse.Namespace) -> int:
+    from . import agent
+    from .config import AgentConfig, load_model, parse_listen
+    from .webconfig import load_web_config
+
+    cfg = load_model(AgentConfig, args.config)
+    updates: dict[str, object] = {}
+    if args.listen:
+        try:
+            parse_listen(args.listen, agent.DEFAULT_PORT)
+        except ValueError as exc:
+            raise ConfigError("--listen", "listen", str(exc)) from exc
+        updates["listen"] = args.listen
+    if args.web_config:
+        updates["web_config"] = args.web_config
+    cfg = cfg.model_copy(update=updates)
+    web = load_web_config(cfg.web_config) if cfg.web_config else None
+    _logging(args.log_level or cfg.log_level)
+    try:
+        return agent.run(cfg, web)
+    except agent.StartupError as exc:
+        print(f"wattbit agent: {exc}", file=sys.stderr)
+        return 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from . import demo
+
+    _logging(args.log_level or "warning")
+    return demo.main(duration=args.duration, disks=args.disks)
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    p = argparse.ArgumentParser(
+        prog="wattbit", description="Watts per gigabit: disk, NIC and PDU telemetry."
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    a = sub.add_parser("agent", help="host agent: serve block I/O metrics on /metrics")
+    a.add_argument("--config", help="agent YAML configuration (default: built-in defaults)")
+    a.add_argument("--listen", help="HOST:PORT to serve on (default :9731)")
+    a.add_argument(
+        "--web-config",
+        help="TLS and basic-auth file, in node_exporter's web-config format",
+    )
+    a.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    a.set_defaults(func=_agent)
+
+    d = sub.add_parser("demo", help="one-machine demo on loop disks (root)")
+    d.add_argument("--duration", type=float, default=30.0, help="seconds of load (default 30)")
+    d.add_argument("--disks", type=int, default=4, help="number of loop disks (default 4)")
+    d.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    d.set_defaults(func=_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `wattbit` console script."""
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"wattbit: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

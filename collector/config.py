@@ -1,0 +1,134 @@
+"""Configuration files: YAML validated by pydantic, every error naming file, key and reason."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+
+from exporters.blockio.exporter import DEFAULT_EXCLUDE
+
+from .errors import ConfigError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from '10s', '500ms', '1m', '2h' or a bare number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration like 10s, 500ms or 1m")
+    if isinstance(value, int | float):
+        return float(value)
+    m = _DURATION.match(str(value))
+    if not m:
+        raise ValueError(f"expected a duration like 10s, 500ms or 1m, got {value!r}")
+    return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def parse_listen(value: str, default_port: int) -> tuple[str, int]:
+    """(host, port) from 'HOST:PORT', '[v6]:PORT', ':PORT' or 'HOST'."""
+    value = value.strip()
+    m = re.match(r"^\[([0-9a-fA-F:.]+)\](?::(\d+))?$", value)
+    if m:
+        host, port = m.group(1), m.group(2)
+    elif value.count(":") == 1:
+        host, port = value.split(":")
+    elif value.count(":") == 0:
+        host, port = value, None
+    else:
+        raise ValueError(f"expected HOST:PORT or [IPv6]:PORT, got {value!r}")
+    if port is None or port == "":
+        port_n = default_port
+    elif port.isdigit() and 0 <= int(port) <= 65535:
+        port_n = int(port)
+    else:
+        raise ValueError(f"port must be 0-65535, got {port!r}")
+    return host or "0.0.0.0", port_n
+
+
+class Strict(BaseModel):
+    """Base of every config section: unknown keys are errors (typos must not pass silently)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}") from exc
+    return value
+
+
+Regex = Annotated[str, BeforeValidator(lambda v: _regex(str(v)))]
+
+
+class BlockioConfig(Strict):
+    """The blockio exporter's settings."""
+
+    enabled: bool = True
+    backend: Literal["auto", "bcc", "diskstats"] = "auto"
+    exclude: Regex = DEFAULT_EXCLUDE
+    max_inflight: int = Field(default=65536, ge=1024, le=1 << 22)
+    topology_refresh: Duration = 60.0
+
+
+class AgentConfig(Strict):
+    """`wattbit agent` configuration."""
+
+    listen: str = ":9731"
+    web_config: Path | None = None
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    blockio: BlockioConfig = BlockioConfig()
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        parse_listen(v, 9731)
+        return v
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _key(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def load_model(model: type[M], path: str | Path | None) -> M:
+    """Load and validate a YAML file (None: all defaults); raise ConfigError on any problem."""
+    if path is None:
+        return model()
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(path, "", f"cannot read: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(
+            path, "", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}"
+        ) from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(path, "", "expected a mapping of keys at the top level")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        reason = err["msg"]
+        if err["type"] == "extra_forbidden":
+            reason = "unknown key"
+        # Never echo the input value: it may be a secret (communities, keys, tokens).
+        raise ConfigError(path, _key(err["loc"]), reason) from exc

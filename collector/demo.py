@@ -1,0 +1,1 @@
+"""`wattbit demo`: placeholder replaced below."""

@@ -1,0 +1,398 @@
+"""The web config file (TLS, basic auth, headers) in Prometheus exporter-toolkit's format.
+
+The format is the one `node_exporter --web.config.file` reads, documented in
+prometheus/exporter-toolkit docs/web-configuration.md, so one file can serve both.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    StrictBool,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+from collector.errors import ConfigError
+
+__all__ = [
+    "ClientAuthType",
+    "HTTPServerConfig",
+    "TLSServerConfig",
+    "TLSVersionName",
+    "WebConfig",
+    "load_web_config",
+]
+
+ClientAuthType = Literal[
+    "NoClientCert",
+    "RequestClientCert",
+    "RequireAnyClientCert",
+    "VerifyClientCertIfGiven",
+    "RequireAndVerifyClientCert",
+]
+TLSVersionName = Literal["TLS10", "TLS11", "TLS12", "TLS13"]
+
+_TLS_VERSIONS: dict[str, ssl.TLSVersion] = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
+
+# exporter-toolkit only lets these headers be set, some only to fixed values, so that every
+# Prometheus exporter behaves the same; an empty list means "any value".
+_ALLOWED_HEADERS: dict[str, tuple[str, ...]] = {
+    "Strict-Transport-Security": (),
+    "X-Content-Type-Options": ("nosniff",),
+    "X-Frame-Options": ("deny", "sameorigin"),
+    "X-XSS-Protection": (),
+    "Content-Security-Policy": (),
+}
+
+# Keys exporter-toolkit knows but wattbit does not implement. They are rejected rather than
+# ignored, because silently dropping e.g. client_allowed_sans or cipher_suites would quietly
+# weaken what the operator asked for; the distinct message says it is not a typo.
+_UNSUPPORTED_KEYS = frozenset(
+    {
+        "tls_server_config.cert",
+        "tls_server_config.key",
+        "tls_server_config.client_ca",
+        "tls_server_config.client_allowed_sans",
+        "tls_server_config.cipher_suites",
+        "tls_server_config.prefer_server_cipher_suites",
+        "tls_server_config.curve_preferences",
+        "rate_limit",
+    }
+)
+
+# A bcrypt hash in modular crypt format: version, two-digit cost 04..31, then 22 characters
+# of salt and 31 of checksum in bcrypt's base64 alphabet. Checked by shape rather than by a
+# trial bcrypt.checkpw, which would cost 2**cost rounds per user at every start.
+_BCRYPT_RE = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
+# Anything that merely looks like the start of a bcrypt hash, for scrubbing error text.
+_HASHLIKE_RE = re.compile(r"\$2[a-z]?\$[^\s'\",]{3,}")
+
+
+def _redact(text: str) -> str:
+    """Replace anything shaped like a bcrypt hash so error text can never carry one."""
+    return _HASHLIKE_RE.sub("<redacted>", text)
+
+
+def _check_bcrypt(value: SecretStr) -> SecretStr:
+    """Accept only a well-formed $2a$/$2b$/$2y$ bcrypt hash."""
+    # The message must not echo the value: it is a password hash.
+    if not _BCRYPT_RE.fullmatch(value.get_secret_value()):
+        raise ValueError("not a bcrypt hash (expected $2a$, $2b$ or $2y$, cost 04-31, 60 chars)")
+    return value
+
+
+BcryptHash = Annotated[SecretStr, AfterValidator(_check_bcrypt)]
+
+
+class _Section(BaseModel):
+    """Common settings: unknown keys are errors, as with exporter-toolkit's strict YAML."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TLSServerConfig(_Section):
+    """The `tls_server_config` section: server certificate and client-certificate policy."""
+
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    client_auth_type: ClientAuthType = "NoClientCert"
+    client_ca_file: Path | None = None
+    min_version: TLSVersionName = "TLS12"
+    max_version: TLSVersionName = "TLS13"
+
+    @field_validator("cert_file", "key_file", "client_ca_file", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        """Treat an empty path as not set, as exporter-toolkit does."""
+        return None if value == "" else value
+
+    @field_validator("cert_file", "key_file", "client_ca_file", mode="after")
+    @classmethod
+    def _resolve(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        """Make a relative path relative to the web config file's directory."""
+        # exporter-toolkit joins relative paths with the config file's directory (not the
+        # working directory), so a config moved together with its certs keeps working.
+        base = info.context.get("base_dir") if isinstance(info.context, dict) else None
+        if value is None or value.is_absolute() or base is None:
+            return value
+        return Path(base) / value
+
+    @field_validator("client_auth_type", mode="before")
+    @classmethod
+    def _empty_auth_type(cls, value: Any) -> Any:
+        """Treat an empty client_auth_type as NoClientCert, as exporter-toolkit does."""
+        return "NoClientCert" if value == "" else value
+
+
+class HTTPServerConfig(_Section):
+    """The `http_server_config` section: extra response headers; `http2` is accepted."""
+
+    # Accepted for compatibility and ignored: the wsgiref server only speaks HTTP/1.x.
+    http2: StrictBool = True
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("headers", mode="after")
+    @classmethod
+    def _check_headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        """Allow only the headers (and values) exporter-toolkit allows."""
+        for name, value in headers.items():
+            allowed = _ALLOWED_HEADERS.get(name)
+            if allowed is None:
+                raise ValueError(
+                    f"header {name!r} can not be configured "
+                    f"(allowed: {', '.join(sorted(_ALLOWED_HEADERS))})"
+                )
+            if allowed and value not in allowed:
+                raise ValueError(f"invalid value for header {name!r}, expected one of {allowed}")
+            # A CR or LF would let the value split the response into extra headers.
+            if "\r" in value or "\n" in value:
+                raise ValueError(f"value of header {name!r} contains a line break")
+        return headers
+
+
+def _none_to_empty(value: Any) -> Any:
+    """Map a YAML null section to an empty mapping, like Go's zero value."""
+    return {} if value is None else value
+
+
+class WebConfig(_Section):
+    """A whole web config file: TLS, HTTP headers and basic-auth users."""
+
+    tls_server_config: TLSServerConfig | None = None
+    http_server_config: HTTPServerConfig = Field(default_factory=HTTPServerConfig)
+    basic_auth_users: dict[str, BcryptHash] = Field(default_factory=dict)
+
+    _source: Path | None = PrivateAttr(default=None)
+
+    @field_validator("http_server_config", "basic_auth_users", mode="before")
+    @classmethod
+    def _null_section(cls, value: Any) -> Any:
+        """Accept an empty (null) section as its default."""
+        return _none_to_empty(value)
+
+    @property
+    def source(self) -> Path | None:
+        """The file this config was loaded from, if any."""
+        return self._source
+
+    @property
+    def tls_enabled(self) -> bool:
+        """Whether the endpoint serves HTTPS."""
+        # An empty or null section means plain HTTP, as in exporter-toolkit. Any key in it
+        # (even only min_version) means TLS was intended, so cert_file/key_file are then
+        # required instead of quietly serving plain text.
+        tls = self.tls_server_config
+        return tls is not None and bool(tls.model_fields_set)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """Build the server-side SSL context, or None when TLS is not configured."""
+        if not self.tls_enabled or self.tls_server_config is None:
+            return None
+        return _build_ssl_context(self.tls_server_config, self._source)
+
+
+class _PassphraseRequiredError(Exception):
+    """Raised from the key password callback: encrypted keys are not supported."""
+
+
+def _refuse_passphrase() -> bytes:
+    """Refuse to decrypt a key, instead of OpenSSL prompting on the terminal."""
+    raise _PassphraseRequiredError
+
+
+def _readable(path: Path, key: str, source: Path | None) -> None:
+    """Fail with the key and file name unless `path` can be opened and read."""
+    try:
+        with path.open("rb") as fh:
+            fh.read(1)
+    except OSError as exc:
+        reason = f"cannot read file '{path}': {exc.strerror or type(exc).__name__}"
+        raise ConfigError(source or "", key, reason) from None
+
+
+def _build_ssl_context(tls: TLSServerConfig, source: Path | None) -> ssl.SSLContext:
+    """Check the TLS section and its files, and build a server-side SSL context."""
+    src: str | Path = source or ""
+    section = "tls_server_config"
+    if tls.cert_file is None:
+        raise ConfigError(src, f"{section}.cert_file", "required when TLS is configured")
+    if tls.key_file is None:
+        raise ConfigError(src, f"{section}.key_file", "required together with cert_file")
+
+    min_v, max_v = _TLS_VERSIONS[tls.min_version], _TLS_VERSIONS[tls.max_version]
+    if min_v > max_v:
+        raise ConfigError(src, f"{section}.max_version", f"{tls.max_version} is below min_version")
+
+    auth = tls.client_auth_type
+    if auth == "RequireAnyClientCert":
+        # Go can demand a certificate without verifying it; Python's ssl module cannot (it
+        # always verifies a requested certificate against the loaded CAs), and guessing
+        # stricter or looser semantics would surprise someone either way.
+        raise ConfigError(
+            src,
+            f"{section}.client_auth_type",
+            "RequireAnyClientCert cannot be enforced by Python's ssl module; "
+            "use RequireAndVerifyClientCert with client_ca_file",
+        )
+    if tls.client_ca_file is not None and auth == "NoClientCert":
+        # Same rule as exporter-toolkit: a CA without a policy is almost surely a mistake.
+        raise ConfigError(
+            src, f"{section}.client_ca_file", "set without a client_auth_type that uses it"
+        )
+    verifying = auth in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
+    if verifying and tls.client_ca_file is None:
+        # Go would fall back to the system roots, i.e. accept any publicly issued
+        # certificate as a client credential; require an explicit CA instead.
+        raise ConfigError(src, f"{section}.client_ca_file", f"required by {auth}")
+
+    _readable(tls.cert_file, f"{section}.cert_file", source)
+    _readable(tls.key_file, f"{section}.key_file", source)
+    if tls.client_ca_file is not None:
+        _readable(tls.client_ca_file, f"{section}.client_ca_file", source)
+
+    # A scratch context tells a bad certificate apart from a bad or mismatched key, which a
+    # single load_cert_chain() reports alike as "PEM lib".
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        probe.load_verify_locations(cafile=str(tls.cert_file))
+    except ssl.SSLError:
+        raise ConfigError(
+            src, f"{section}.cert_file", f"no PEM certificate found in '{tls.cert_file}'"
+        ) from None
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = min_v
+    ctx.maximum_version = max_v
+    # Client-initiated renegotiation only costs the server CPU; nothing here needs it.
+    ctx.options |= ssl.OP_NO_RENEGOTIATION
+    try:
+        ctx.load_cert_chain(str(tls.cert_file), str(tls.key_file), password=_refuse_passphrase)
+    except _PassphraseRequiredError:
+        raise ConfigError(
+            src, f"{section}.key_file", f"'{tls.key_file}' is encrypted; passphrases unsupported"
+        ) from None
+    except ssl.SSLError:
+        raise ConfigError(
+            src,
+            f"{section}.key_file",
+            f"'{tls.key_file}' is not a private key matching cert_file '{tls.cert_file}'",
+        ) from None
+
+    if tls.client_ca_file is not None:
+        try:
+            ctx.load_verify_locations(cafile=str(tls.client_ca_file))
+        except ssl.SSLError:
+            raise ConfigError(
+                src,
+                f"{section}.client_ca_file",
+                f"no PEM certificate found in '{tls.client_ca_file}'",
+            ) from None
+
+    # RequestClientCert asks for a certificate but never checks or uses it; not asking at
+    # all grants exactly the same access, and Python cannot ask without verifying.
+    ctx.verify_mode = {
+        "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+        "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+    }.get(auth, ssl.CERT_NONE)
+    # Advertise only HTTP/1.1 so a client offering h2 does not expect it (http2 is ignored).
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A safe YAML loader that rejects duplicate mapping keys, as Go's strict YAML does."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """Construct a mapping, failing on a key that appears twice."""
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:
+                continue  # unhashable: the base class reports it properly
+            if duplicate:
+                # Only the position: the key itself is user text and could be anything.
+                raise yaml.constructor.ConstructorError(
+                    None, None, "duplicate key", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_reason(exc: yaml.YAMLError) -> str:
+    """Describe a YAML error by position only, never quoting the file's text."""
+    # str(exc) includes a snippet of the offending line, which may hold a password hash.
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or "syntax error"
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return _redact(f"invalid YAML{where}: {problem}")
+
+
+def _validation_error(path: Path, exc: ValidationError) -> ConfigError:
+    """Turn the first pydantic error into a ConfigError naming only the key."""
+    err = exc.errors(include_input=False, include_url=False)[0]
+    key = ".".join(str(part) for part in err["loc"])
+    if err["type"] == "extra_forbidden":
+        if key in _UNSUPPORTED_KEYS:
+            reason = "exporter-toolkit option not supported by wattbit"
+        else:
+            reason = "unknown key"
+    elif err["type"] == "missing":
+        reason = "required key is missing"
+    elif err["type"] in ("dict_type", "model_type", "model_attributes_type"):
+        reason = "must be a mapping"
+    elif err["type"] == "value_error":
+        reason = str(err.get("ctx", {}).get("error", err["msg"]))
+    else:
+        # pydantic's messages describe the expected type or values, not the input.
+        reason = err["msg"]
+    return ConfigError(path, _redact(key), _redact(reason))
+
+
+def load_web_config(path: str | Path) -> WebConfig:
+    """Read, validate and check (including cert/key files) a web config file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(path, "", f"cannot read: {exc.strerror or type(exc).__name__}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(path, "", "not valid UTF-8") from None
+
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
+    except yaml.YAMLError as exc:
+        raise ConfigError(path, "", _yaml_reason(exc)) from None
+    if data is None:
+        data = {}  # an empty file is valid: plain HTTP, no auth, as in exporter-toolkit
+    if not isinstance(data, dict):
+        raise ConfigError(path, "", "the top level must be a mapping")
+
+    try:
+        config = WebConfig.model_validate(data, context={"base_dir": path.absolute().parent})
+    except ValidationError as exc:
+        # `from None`: the chained ValidationError's text quotes input values (hashes).
+        raise _validation_error(path, exc) from None
+    config._source = path
+    # Build the SSL context once now so a missing or bad cert fails before anything starts.
+    config.ssl_context()
+    return config

@@ -1,0 +1,1 @@
+"""Metric sources; each sub-package is one source. Never imports ``collector``."""

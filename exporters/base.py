@@ -1,0 +1,71 @@
+"""The tiny protocol every metric source implements, and the health wrapper around them."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Protocol
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+log = logging.getLogger(__name__)
+
+
+class Exporter(Protocol):
+    """A metric source: a name and a collect() that yields finished metric families."""
+
+    name: str
+
+    def collect(self) -> Iterable[Metric]:
+        """Read the source and yield its metric families."""
+        ...
+
+
+class ExportersCollector:
+    """Runs every exporter on each scrape and reports each one's up and duration."""
+
+    def __init__(
+        self, exporters: Sequence[Exporter], clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.exporters = list(exporters)
+        self._clock = clock
+        self._failing: set[str] = set()
+
+    def describe(self) -> list[Metric]:
+        """Nothing to pre-declare: keeps registration from running a first collection."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """Collect every exporter; one failing exporter never hides another's metrics."""
+        up = GaugeMetricFamily(
+            "wattbit_exporter_up",
+            "1 if the exporter's last collection succeeded.",
+            labels=["exporter"],
+        )
+        duration = GaugeMetricFamily(
+            "wattbit_exporter_duration_seconds",
+            "Time the exporter's last collection took.",
+            labels=["exporter"],
+        )
+        for exporter in self.exporters:
+            start = self._clock()
+            try:
+                families = list(exporter.collect())
+                ok = 1.0
+                if exporter.name in self._failing:
+                    self._failing.discard(exporter.name)
+                    log.info("exporter %s recovered", exporter.name)
+            except Exception:
+                families = []
+                ok = 0.0
+                # Log the traceback once per failure streak, not on every scrape.
+                if exporter.name not in self._failing:
+                    self._failing.add(exporter.name)
+                    log.exception("exporter %s failed; its metrics are absent", exporter.name)
+            up.add_metric([exporter.name], ok)
+            duration.add_metric([exporter.name], self._clock() - start)
+            yield from families
+        yield up
+        yield duration

@@ -1,0 +1,1 @@
+"""Per-disk block I/O telemetry: eBPF on the block-layer tracepoints, /proc/diskstats fallback."""

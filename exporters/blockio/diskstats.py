@@ -1,0 +1,87 @@
+"""The /proc/diskstats fallback: every counter the kernel keeps, without BPF.
+
+Field layout: Documentation/admin-guide/iostats.rst. Kernels >= 4.18 add discard fields,
+>= 5.5 add flush fields; older rows simply lack those ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .model import DeviceStats, OpStats
+
+SECTOR = 512
+
+
+@dataclass(frozen=True)
+class DiskstatsRow:
+    """One /proc/diskstats line."""
+
+    major: int
+    minor: int
+    name: str
+    fields: tuple[int, ...]  # the counters after the name, in iostats.rst order
+
+    def get(self, index: int) -> int | None:
+        """Counter number index (1-based as in iostats.rst), None if this kernel lacks it."""
+        return self.fields[index - 1] if len(self.fields) >= index else None
+
+
+def parse_diskstats(text: str) -> dict[str, DiskstatsRow]:
+    """Parse /proc/diskstats text; malformed lines are ignored."""
+    rows: dict[str, DiskstatsRow] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 14:
+            continue
+        try:
+            major, minor = int(parts[0]), int(parts[1])
+            fields = tuple(int(p) for p in parts[3:])
+        except ValueError:
+            continue
+        rows[parts[2]] = DiskstatsRow(major, minor, parts[2], fields)
+    return rows
+
+
+# (op, ios completed, sectors, ms spent): 1-based field numbers of iostats.rst
+_OP_FIELDS = (
+    ("read", 1, 3, 4),
+    ("write", 5, 7, 8),
+    ("discard", 12, 14, 15),
+    ("flush", 16, None, 17),
+)
+
+
+def device_stats(row: DiskstatsRow) -> DeviceStats:
+    """The counters of one row as the backend-neutral model."""
+    dev = DeviceStats(busy_seconds=(row.get(10) or 0) / 1000.0, inflight=row.get(9) or 0)
+    for op, ios_f, sectors_f, ms_f in _OP_FIELDS:
+        ios = row.get(ios_f)
+        if ios is None:
+            continue
+        sectors = row.get(sectors_f) if sectors_f else 0
+        ms = row.get(ms_f)
+        dev.ops[op] = OpStats(
+            ios=ios,
+            bytes=(sectors or 0) * SECTOR,
+            time_seconds=None if ms is None else ms / 1000.0,
+        )
+    return dev
+
+
+class DiskstatsBackend:
+    """Reads /proc/diskstats on every scrape."""
+
+    name = "diskstats"
+
+    def __init__(self, proc_root: Path = Path("/proc")) -> None:
+        self.path = proc_root / "diskstats"
+
+    def read(self) -> dict[str, DeviceStats]:
+        """Counters of every device the kernel lists, by kernel name."""
+        rows = parse_diskstats(self.path.read_text())
+        return {name: device_stats(row) for name, row in rows.items()}
+
+    def close(self) -> None:
+        """Nothing to release."""

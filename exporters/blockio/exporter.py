@@ -1,0 +1,238 @@
+"""The blockio exporter: picks a backend, joins it with the /sys topology, renders the metrics."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Protocol
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
+from prometheus_client.metrics_core import Metric
+from prometheus_client.utils import floatToGoString
+
+from .diskstats import DiskstatsBackend
+from .model import (
+    LAT_BOUNDS_SECONDS,
+    OPS,
+    SIZE_BOUNDS_BYTES,
+    BackendUnavailable,
+    DeviceStats,
+)
+from .topology import DiskInfo, disk_info_metric, read_topology
+
+log = logging.getLogger(__name__)
+
+# ram/zram are memory, fd/sr are floppies and optical drives: never the disks a data mover
+# streams from, and their idle series only cost.
+DEFAULT_EXCLUDE = r"^(ram|zram|fd|sr)\d+$"
+
+_LAT_LE = [floatToGoString(b) for b in LAT_BOUNDS_SECONDS] + ["+Inf"]
+_SIZE_LE = [floatToGoString(b) for b in SIZE_BOUNDS_BYTES] + ["+Inf"]
+
+
+class Backend(Protocol):
+    """Where the per-device counts come from."""
+
+    name: str
+
+    def read(self) -> dict[str, DeviceStats]:
+        """Cumulative per-device counts by kernel device name."""
+        ...
+
+    def close(self) -> None:
+        """Release kernel resources."""
+        ...
+
+
+def open_backend(
+    choice: str, max_inflight: int, sys_root: Path, proc_root: Path
+) -> tuple[Backend, str]:
+    """The backend to run and why: bcc when it loads, else diskstats with the reason."""
+    if choice in ("auto", "bcc"):
+        try:
+            from .bcc_backend import BccBackend
+
+            return BccBackend(max_inflight, sys_root, proc_root), ""
+        except BackendUnavailable as exc:
+            if choice == "bcc":
+                raise
+            log.warning(
+                "blockio: eBPF unavailable, falling back to /proc/diskstats: %s", exc.detail
+            )
+            return DiskstatsBackend(proc_root), exc.reason
+    return DiskstatsBackend(proc_root), "configured"
+
+
+def _cumulative(slots: list[int], le: list[str]) -> list[tuple[str, float]]:
+    total = 0
+    out = []
+    for bound, n in zip(le, slots, strict=True):
+        total += n
+        out.append((bound, float(total)))
+    return out
+
+
+class TopologyCache:
+    """/sys topology, re-read when stale or when a device we have not seen appears."""
+
+    def __init__(self, sys_root: Path, ttl: float, clock: Callable[[], float]) -> None:
+        self.sys_root = sys_root
+        self.ttl = ttl
+        self._clock = clock
+        self._at = float("-inf")
+        self.infos: dict[str, DiskInfo] = {}
+
+    def get(self, active: set[str]) -> dict[str, DiskInfo]:
+        """The topology, fresh enough to describe every device in active (which did I/O)."""
+        now = self._clock()
+        # A device doing I/O that we have not seen, or saw unbound (a loop device attached
+        # since), means /sys changed: re-read it now rather than at the next refresh.
+        stale = any(n not in self.infos or self.infos[n].size_bytes == 0 for n in active)
+        if now - self._at > self.ttl or stale:
+            self.infos = read_topology(self.sys_root)
+            self._at = now
+        return self.infos
+
+
+class BlockioExporter:
+    """Per-disk latency and size histograms, bytes, I/Os, errors, busy time, topology."""
+
+    name = "blockio"
+
+    def __init__(
+        self,
+        backend: str = "auto",
+        exclude: str = DEFAULT_EXCLUDE,
+        max_inflight: int = 65536,
+        topology_refresh: float = 60.0,
+        sys_root: Path = Path("/sys"),
+        proc_root: Path = Path("/proc"),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.backend, self.reason = open_backend(backend, max_inflight, sys_root, proc_root)
+        self.exclude = re.compile(exclude)
+        self.topology = TopologyCache(sys_root, topology_refresh, clock)
+        # Devices still without a size after a fresh read (e.g. gone): don't re-read for them
+        # on every scrape.
+        self._unsized: set[str] = set()
+
+    def close(self) -> None:
+        """Detach BPF programs, if any."""
+        self.backend.close()
+
+    def _included(self, name: str, info: DiskInfo | None) -> bool:
+        if self.exclude.search(name):
+            return False
+        if info is None:
+            return True  # seen by the tracer: it is a real device even if /sys lags behind
+        # Partitions carry no I/O of their own in either backend (request tracepoints report
+        # the whole disk); unbound loop devices (size 0) are noise.
+        return not info.parent and info.size_bytes > 0
+
+    def collect(self) -> Iterator[Metric]:
+        """Read the backend and yield every blockio metric family."""
+        stats = self.backend.read()
+        active = {n for n, d in stats.items() if any(o.ios or o.bytes for o in d.ops.values())}
+        infos = self.topology.get(active - self._unsized)
+        self._unsized = {n for n in active if n not in infos or infos[n].size_bytes == 0}
+        devices = {
+            name: dev for name, dev in stats.items() if self._included(name, infos.get(name))
+        }
+        missed = getattr(self.backend, "missed_events", None)
+        yield from render(devices, self.backend.name, self.reason, missed() if missed else None)
+        yield disk_info_metric(
+            info
+            for name, info in infos.items()
+            if info.size_bytes > 0
+            and not self.exclude.search(name)
+            and not (info.parent and self.exclude.search(info.parent))
+        )
+
+
+def render(
+    devices: dict[str, DeviceStats],
+    backend: str,
+    reason: str,
+    missed: dict[str, int] | None = None,
+) -> Iterator[Metric]:
+    """The metric families of a set of device statistics (pure: used by tests and bench)."""
+    labels = ["device", "op"]
+    lat = HistogramMetricFamily(
+        "wattbit_disk_io_latency_seconds",
+        "Block I/O latency from issue to the device until completion.",
+        labels=labels,
+    )
+    size = HistogramMetricFamily(
+        "wattbit_disk_io_size_bytes", "Size of block I/O requests.", labels=labels
+    )
+    nbytes = CounterMetricFamily(
+        "wattbit_disk_io_bytes", "Bytes completed by the device.", labels=labels
+    )
+    ios = CounterMetricFamily(
+        "wattbit_disk_ios", "Requests completed by the device.", labels=labels
+    )
+    errors = CounterMetricFamily(
+        "wattbit_disk_io_errors", "Requests completed with an error.", labels=labels
+    )
+    io_time = CounterMetricFamily(
+        "wattbit_disk_io_time_seconds",
+        "Summed time requests spent, from /proc/diskstats (fallback backend only).",
+        labels=labels,
+    )
+    busy = CounterMetricFamily(
+        "wattbit_disk_busy_seconds",
+        "Time with at least one request in flight on the device.",
+        labels=["device"],
+    )
+    inflight = GaugeMetricFamily(
+        "wattbit_disk_inflight_requests",
+        "Requests issued and not yet completed.",
+        labels=["device"],
+    )
+    for name in sorted(devices):
+        dev = devices[name]
+        busy.add_metric([name], dev.busy_seconds)
+        inflight.add_metric([name], float(dev.inflight))
+        for op in OPS:
+            s = dev.ops.get(op)
+            # An op a device never did has no series: 48 disks x 4 ops of zeros cost
+            # thousands of series for nothing.
+            if s is None or (s.ios == 0 and s.bytes == 0 and not s.errors):
+                continue
+            lv = [name, op]
+            nbytes.add_metric(lv, float(s.bytes))
+            ios.add_metric(lv, float(s.ios))
+            if s.errors is not None:
+                errors.add_metric(lv, float(s.errors))
+            if s.time_seconds is not None:
+                io_time.add_metric(lv, s.time_seconds)
+            if s.lat_slots is not None:
+                lat.add_metric(lv, _cumulative(s.lat_slots, _LAT_LE), s.lat_sum_seconds)
+            if s.size_slots is not None:
+                size.add_metric(lv, _cumulative(s.size_slots, _SIZE_LE), float(s.size_sum_bytes))
+    backend_info = GaugeMetricFamily(
+        "wattbit_blockio_backend_info",
+        "The blockio backend in use (bcc or diskstats) and why eBPF is not used, if it is not.",
+        labels=["backend", "reason"],
+    )
+    backend_info.add_metric([backend, reason], 1.0)
+    yield from (lat, size, nbytes, ios, errors, busy, inflight, backend_info)
+    if missed is not None:
+        m = CounterMetricFamily(
+            "wattbit_blockio_bpf_missed_events",
+            "Tracepoint events the kernel skipped because another BPF program was running on "
+            "the CPU (the program's recursion_misses).",
+            labels=["event"],
+        )
+        for event in sorted(missed):
+            m.add_metric([event], float(missed[event]))
+        yield m
+    if io_time.samples:
+        yield io_time

@@ -1,0 +1,310 @@
+"""Block-device topology from a /sys tree: model, serial, host controller and its NUMA node.
+
+Everything here is a pure function of the tree under ``sys_root`` (no global state, no caching),
+so it is tested on captured and reconstructed trees under tests/fixtures/sys/.
+
+Symlinks are resolved *inside* ``sys_root`` by :func:`_resolve` rather than by the OS: a captured
+tree must never lead the parser into the real /sys of the machine running the tests. sysfs only
+creates relative links (fs/sysfs/symlink.c via kernfs), so an absolute link, or one climbing
+above ``sys_root``, means a foreign or broken tree and is treated as missing.
+
+Kernel references:
+  Documentation/ABI/stable/sysfs-block      dev, size, partition, hidden, queue/rotational
+  Documentation/ABI/testing/sysfs-bus-pci   numa_node
+  drivers/scsi/scsi_sysfs.c                 model, wwid, vpd_pg80 of SCSI/ATA devices
+  drivers/nvme/host/sysfs.c                 model/serial of controllers and subsystems,
+                                            the "multipath" group of namespace heads
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.core import GaugeMetricFamily
+
+# Kernel PCI device names are "%04x:%02x:%02x.%d" (domain:bus:device.function). The domain is
+# printed with %04x, so it can be wider than four digits: Intel VMD puts the NVMe drives behind
+# it in domains 10000 and up. Matching only four digits would blame the VMD endpoint instead.
+_PCI_ADDR = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_NVME_CTRL = re.compile(r"^nvme\d+$")
+_MAX_SYMLINKS = 40  # the same bound as the kernel's own path walk (MAXSYMLINKS)
+_MAX_READ = 1 << 16  # attribute files are at most a page; vpd pages are < 64 KiB by spec
+_STRIP = " \t\r\n\x00"
+
+INFO_METRIC = "wattbit_disk_info"
+INFO_LABELS = ("device", "model", "serial", "controller", "numa_node", "rotational", "parent")
+
+_Rel = tuple[str, ...]  # a path relative to sys_root, one component per item
+
+
+@dataclass(frozen=True)
+class DiskInfo:
+    """What sysfs says about one block device (whole disk or partition)."""
+
+    device: str  # kernel name: sda, sda1, nvme0n1, nvme0n1p2, loop3, vda, dm-0 ...
+    major: int
+    minor: int
+    model: str  # "" when unknown
+    serial: str  # "" when unknown
+    controller: str  # PCI address of the host controller, "" if none (virtual devices)
+    numa_node: str  # that controller's numa_node ("-1" unknown); "" when no controller
+    rotational: str  # "0"/"1" from queue/rotational ("" if absent); partitions take their parent's
+    parent: str  # for a partition, the whole disk's name; "" for a whole disk
+    size_bytes: int  # size * 512
+
+
+def read_topology(sys_root: Path = Path("/sys")) -> dict[str, DiskInfo]:
+    """Describe every block device under sys_root/class/block, keyed and sorted by kernel name."""
+    root = Path(sys_root)
+    out: dict[str, DiskInfo] = {}
+    for name, path in _block_entries(root):
+        devt = _parse_devt(_read_text(root, path, "dev"))
+        # No dev_t: the device vanished during the scan, or it is a hidden NVMe path device
+        # (nvmeXcYnZ) which the kernel registers without one. Older kernels gave hidden disks a
+        # dev_t, hence the explicit "hidden" check too: they cannot be opened, and the head
+        # node nvmeXnY already stands for them.
+        if devt is None or _read_text(root, path, "hidden") == "1":
+            continue
+        # A partition is a child directory of its disk and has a "partition" file; it has no
+        # device link and no queue/ of its own, so everything physical comes from the disk.
+        is_partition = len(path) >= 2 and _is_file(root, path, "partition")
+        disk = path[:-1] if is_partition else path
+        model, serial, controller, numa_node, rotational = _disk_attrs(root, disk)
+        out[name] = DiskInfo(
+            device=name,
+            major=devt[0],
+            minor=devt[1],
+            model=model,
+            serial=serial,
+            controller=controller,
+            numa_node=numa_node,
+            rotational=rotational,
+            parent=disk[-1] if is_partition else "",
+            size_bytes=_parse_int(_read_text(root, path, "size")) * 512,  # always 512 B units
+        )
+    return out
+
+
+def devt_names(sys_root: Path = Path("/sys")) -> dict[tuple[int, int], str]:
+    """Map (major, minor) to the kernel name, from sys_root/class/block/*/dev."""
+    root = Path(sys_root)
+    out: dict[tuple[int, int], str] = {}
+    for name, path in _block_entries(root):
+        devt = _parse_devt(_read_text(root, path, "dev"))
+        if devt is not None:
+            out[devt] = name
+    return out
+
+
+def disk_info_metric(infos: Iterable[DiskInfo]) -> GaugeMetricFamily:
+    """The wattbit_disk_info family (value 1), one series per device, sorted by device name."""
+    # A gauge named *_info rather than InfoMetricFamily("wattbit_disk"): the family name is the
+    # series name, and both text formats render the same "wattbit_disk_info{...} 1.0".
+    family = GaugeMetricFamily(
+        INFO_METRIC,
+        "Block device topology: model, serial, host controller PCI address and its NUMA node.",
+        labels=list(INFO_LABELS),
+    )
+    for info in sorted(infos, key=lambda i: i.device):
+        family.add_metric(
+            [
+                info.device,
+                info.model,
+                info.serial,
+                info.controller,
+                info.numa_node,
+                info.rotational,
+                info.parent,
+            ],
+            1.0,
+        )
+    return family
+
+
+# --- the tree -------------------------------------------------------------------------------
+
+
+def _block_entries(root: Path) -> Iterator[tuple[str, _Rel]]:
+    """(kernel name, resolved device directory) of each sys_root/class/block entry, by name."""
+    cls = _resolve(root, ("class", "block"))
+    if cls is None:
+        return
+    try:
+        names = sorted(os.listdir(root.joinpath(*cls)))
+    except OSError:
+        return
+    for name in names:
+        path = _resolve(root, (name,), cls)
+        if path is not None:
+            yield name, path
+
+
+def _resolve(root: Path, rel: Sequence[str], base: _Rel = ()) -> _Rel | None:
+    """Resolve base/rel inside root like realpath(3) under chroot; None if missing or escaping.
+
+    base must already be resolved. Every component of the result exists and is not a symlink.
+    """
+    current = list(base)
+    pending = list(reversed(rel))
+    links = 0
+    while pending:
+        part = pending.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not current:
+                return None  # climbing above sys_root
+            current.pop()
+            continue
+        candidate = root.joinpath(*current, part)
+        try:
+            target = os.readlink(candidate)
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:  # exists and is not a symlink
+                current.append(part)
+                continue
+            return None  # missing, not a directory, unreadable
+        links += 1
+        if links > _MAX_SYMLINKS or os.path.isabs(target):
+            return None
+        pending.extend(reversed(target.split("/")))
+    return tuple(current)
+
+
+def _read_bytes(root: Path, base: _Rel, *rel: str) -> bytes | None:
+    """The content of base/rel, None when it is missing or unreadable."""
+    path = _resolve(root, rel, base)
+    if path is None:
+        return None
+    try:
+        with open(root.joinpath(*path), "rb") as f:
+            return f.read(_MAX_READ)
+    except OSError:  # missing, a directory, EACCES, or EIO from an attribute's show()
+        return None
+
+
+def _read_text(root: Path, base: _Rel, *rel: str) -> str:
+    """The stripped text of base/rel, "" when it is missing or unreadable."""
+    data = _read_bytes(root, base, *rel)
+    return "" if data is None else data.decode("utf-8", "replace").strip(_STRIP)
+
+
+def _is_file(root: Path, base: _Rel, *rel: str) -> bool:
+    path = _resolve(root, rel, base)
+    return path is not None and root.joinpath(*path).is_file()
+
+
+def _listdir(root: Path, base: _Rel, *rel: str) -> list[str]:
+    path = _resolve(root, rel, base)
+    if path is None:
+        return []
+    try:
+        return os.listdir(root.joinpath(*path))
+    except OSError:
+        return []
+
+
+# --- attributes -----------------------------------------------------------------------------
+
+
+def _disk_attrs(root: Path, disk: _Rel) -> tuple[str, str, str, str, str]:
+    """(model, serial, controller, numa_node, rotational) of the whole disk at disk."""
+    # device/model: SCSI/ATA (16 space-padded bytes, truncated ATA model), NVMe controller or
+    # subsystem. dm's dm/name and md's md/ are names of volumes, not models: never read them.
+    model = _read_text(root, disk, "device", "model")
+    controller = ""
+    numa_node = ""
+    pci = _controller_dir(root, disk)
+    if pci is not None:
+        controller = pci[-1]
+        # numa_node is -1 when the firmware gave no affinity; a kernel without CONFIG_NUMA has
+        # no such file at all, which is just as unknown.
+        numa_node = (
+            _read_text(root, pci, "numa_node")
+            or _read_text(root, ("bus", "pci", "devices", controller), "numa_node")
+            or "-1"
+        )
+    rotational = _read_text(root, disk, "queue", "rotational")
+    return model, _serial(root, disk), controller, numa_node, rotational
+
+
+def _serial(root: Path, disk: _Rel) -> str:
+    """The serial number: NVMe device/serial, virtio serial, SCSI VPD page 0x80, else wwid."""
+    for rel in (("device", "serial"), ("serial",)):
+        value = _read_text(root, disk, *rel)
+        if value:
+            return value
+    # VPD page 0x80 (Unit Serial Number, SPC-4 7.8.15): byte 1 is the page code, bytes 2-3 the
+    # big-endian length of the ASCII serial that follows. libata emulates it from IDENTIFY,
+    # whose serial is space-padded on either side depending on the vendor.
+    page = _read_bytes(root, disk, "device", "vpd_pg80")
+    if page is not None and len(page) > 4 and page[1] == 0x80:
+        length = int.from_bytes(page[2:4], "big")
+        value = page[4 : 4 + length].decode("ascii", "replace").strip(_STRIP)
+        if value:
+            return value
+    # wwid (from VPD page 0x83) names the unit uniquely: the best stand-in on older kernels
+    # without the vpd_pg80 attribute, or devices that do not implement page 0x80.
+    return _read_text(root, disk, "device", "wwid")
+
+
+def _controller_dir(root: Path, disk: _Rel) -> _Rel | None:
+    """The resolved directory of the PCI function the disk hangs off, None for virtual disks."""
+    own = _last_pci(disk)
+    if own is not None:
+        return own
+    # NVMe native multipath: the head nvmeXnY lives under devices/virtual/nvme-subsystem/ and
+    # I/O goes to whichever path the iopolicy picks, so no single controller is "the" one. Take
+    # the first path in natural order, which keeps the label stable across scrapes:
+    #  1. <head>/multipath/nvmeXcYnZ links to the path devices (recent kernels, live paths only),
+    #  2. else nvmeN links in the subsystem directory (<head>/device) to its controllers.
+    # Paths over fabrics (devices/virtual/nvme-fabrics/) have no PCI function and are skipped.
+    for name in sorted(_listdir(root, disk, "multipath"), key=_natural):
+        found = _last_pci(_resolve(root, ("multipath", name), disk))
+        if found is not None:
+            return found
+    subsystem = _resolve(root, ("device",), disk)
+    if subsystem is None or len(subsystem) < 2 or subsystem[-2] != "nvme-subsystem":
+        return None  # dm, md, loop, zram ...: deliberately no controller (slaves not followed)
+    for name in sorted(filter(_NVME_CTRL.match, _listdir(root, subsystem)), key=_natural):
+        found = _last_pci(_resolve(root, (name,), subsystem))
+        if found is not None:
+            return found
+    return None
+
+
+def _last_pci(path: _Rel | None) -> _Rel | None:
+    """path cut after its last PCI-address component (the endpoint, not bridges above it)."""
+    if path is None:
+        return None
+    for i in range(len(path) - 1, -1, -1):
+        if _PCI_ADDR.match(path[i]):
+            return path[: i + 1]
+    return None
+
+
+def _parse_devt(text: str) -> tuple[int, int] | None:
+    major, sep, minor = text.partition(":")
+    if not sep:
+        return None
+    try:
+        return int(major), int(minor)
+    except ValueError:
+        return None
+
+
+def _parse_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
+def _natural(name: str) -> list[str | int]:
+    """Sort key putting nvme2 before nvme10."""
+    return [int(tok) if tok.isdigit() else tok for tok in re.split(r"(\d+)", name)]

@@ -1,0 +1,87 @@
+"""Without BPF the agent still starts, serves /proc/diskstats counters and says why."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import require
+from realparts import Agent, LoopDisk, diskstats, fio, have, is_root, loop_disks, sample
+
+READS = 3001  # prime
+
+
+@pytest.fixture
+def world_readable_tmp() -> Iterator[Path]:
+    # The unprivileged agent must read its config: pytest's tmp_path is root-only.
+    d = Path(tempfile.mkdtemp(prefix="wattbit-fallback-"))
+    d.chmod(0o755)
+    yield d
+    for f in d.iterdir():
+        f.unlink()
+    d.rmdir()
+
+
+def _check_counts(agent: Agent, disk: LoopDisk) -> None:
+    s0, k0 = agent.scrape(), diskstats()[disk.name]
+    fio(
+        [
+            "--name=r",
+            f"--filename={disk.device}",
+            "--rw=randread",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=psync",
+            f"--io_size={READS * 4096}",
+        ]
+    )
+    s1, k1 = agent.scrape(), diskstats()[disk.name]
+
+    def delta(metric: str, **labels: str) -> float:
+        return sample(s1, metric, **labels) - sample(s0, metric, **labels)
+
+    assert delta("wattbit_disk_ios_total", device=disk.name, op="read") == k1[0] - k0[0] == READS
+    assert delta("wattbit_disk_io_bytes_total", device=disk.name, op="read") == READS * 4096
+    busy = delta("wattbit_disk_busy_seconds_total", device=disk.name)
+    assert busy == pytest.approx((k1[9] - k0[9]) / 1000.0, abs=0.0011)
+    assert delta("wattbit_disk_io_time_seconds_total", device=disk.name, op="read") > 0
+    # No histogram without BPF: absent, never a fake one.
+    assert not any(k[0].startswith("wattbit_disk_io_latency_seconds") for k in s1)
+    assert not any(k[0] == "wattbit_disk_io_errors_total" for k in s1)
+    assert sample(s1, "wattbit_exporter_up", exporter="blockio") == 1.0
+
+
+def test_unprivileged_agent_falls_back_to_diskstats(world_readable_tmp: Path) -> None:
+    require(is_root(), "needs root to create loop devices and drop privileges")
+    require(have("fio") and have("setpriv"), "needs fio and setpriv")
+    with loop_disks(1) as (disk,):
+        agent = Agent("blockio:\n  backend: auto\n", world_readable_tmp, user="65534")
+        try:
+            agent.wait_ready()
+            s = agent.scrape()
+            assert (
+                sample(s, "wattbit_blockio_backend_info", backend="diskstats", reason="not root")
+                == 1.0
+            )
+            _check_counts(agent, disk)
+        finally:
+            agent.stop()
+        assert "falling back to /proc/diskstats" in agent.log.read_text()
+
+
+def test_configured_diskstats_backend(world_readable_tmp: Path) -> None:
+    require(is_root() and have("fio"), "needs root and fio")
+    with loop_disks(1) as (disk,):
+        agent = Agent("blockio:\n  backend: diskstats\n", world_readable_tmp)
+        try:
+            agent.wait_ready()
+            s = agent.scrape()
+            assert (
+                sample(s, "wattbit_blockio_backend_info", backend="diskstats", reason="configured")
+                == 1.0
+            )
+            _check_counts(agent, disk)
+        finally:
+            agent.stop()

@@ -1,0 +1,184 @@
+"""The blockio exporter on real loop devices, cross-checked against /proc/diskstats and fio."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import require
+from realparts import (
+    Agent,
+    LoopDisk,
+    bcc_importable,
+    diskstats,
+    fio,
+    have,
+    histogram_quantile,
+    is_root,
+    loop_disks,
+    sample,
+)
+
+pytestmark = [pytest.mark.root, pytest.mark.bpf]
+
+# Prime I/O counts: an off-by-one anywhere (a lost or doubled event) cannot hide behind a
+# round number. Reads and writes differ so a swapped op shows too.
+READS = 40009
+WRITES = 30011
+BS = 16384
+
+
+def _need_real_parts() -> None:
+    require(is_root(), "needs root for loop devices and BPF")
+    require(have("fio"), "fio is not installed")
+    require(have("losetup"), "losetup is not installed")
+
+
+@pytest.fixture
+def disks() -> Iterator[list[LoopDisk]]:
+    _need_real_parts()
+    with loop_disks(4, size_mb=128) as d:
+        yield d
+
+
+@pytest.fixture
+def bcc_agent(tmp_path: Path) -> Iterator[Agent]:
+    _need_real_parts()
+    require(bcc_importable(), "bcc (python3-bpfcc) is not importable")
+    # backend: bcc, not auto: if eBPF cannot load, this test must fail, not silently fall back.
+    agent = Agent("blockio:\n  backend: bcc\n", tmp_path)
+    try:
+        agent.wait_ready()
+        yield agent
+    finally:
+        agent.stop()
+
+
+def _fio_jobs(disks: list[LoopDisk], rw: str, n: int) -> dict:
+    args = ["--ioengine=libaio", "--direct=1", f"--bs={BS}", "--iodepth=16", "--size=100%"]
+    args += [f"--rw={rw}", f"--io_size={n * BS}", "--randrepeat=0", "--group_reporting=0"]
+    for d in disks:
+        args += [f"--name={d.name}", f"--filename={d.device}"]
+    report = fio(args)
+    return {job["jobname"]: job for job in report["jobs"]}
+
+
+def _hist(samples: dict, device: str, op: str) -> list[tuple[float, float]]:
+    buckets = []
+    for (name, labels), value in samples.items():
+        lab = dict(labels)
+        if name == "wattbit_disk_io_latency_seconds_bucket" and (
+            lab.get("device"),
+            lab.get("op"),
+        ) == (device, op):
+            buckets.append((float(lab["le"]), value))
+    return sorted(buckets)
+
+
+def test_counts_bytes_busy_and_latency_match_the_kernel_and_fio(
+    disks: list[LoopDisk], bcc_agent: Agent
+) -> None:
+    s0, k0 = bcc_agent.scrape(), diskstats()
+    assert sample(s0, "wattbit_blockio_backend_info", backend="bcc", reason="") == 1.0
+    reads = _fio_jobs(disks, "randread", READS)
+    writes = _fio_jobs(disks, "randwrite", WRITES)
+    s1, k1 = bcc_agent.scrape(), diskstats()
+
+    for d in disks:
+        kd = [b - a for a, b in zip(k0[d.name], k1[d.name], strict=True)]
+        for op, n, fio_job, ios_f, sectors_f in (
+            ("read", READS, reads[d.name]["read"], 0, 2),
+            ("write", WRITES, writes[d.name]["write"], 4, 6),
+        ):
+
+            def delta(metric: str, op: str = op, dev: str = d.name) -> float:
+                return sample(s1, metric, device=dev, op=op) - sample(s0, metric, device=dev, op=op)
+
+            ios = delta("wattbit_disk_ios_total")
+            count = delta("wattbit_disk_io_latency_seconds_count")
+            nbytes = delta("wattbit_disk_io_bytes_total")
+            assert fio_job["total_ios"] == n, "fio itself did not do the I/Os we asked for"
+            assert kd[ios_f] == n, f"{d.name} {op}: kernel completed {kd[ios_f]}, not {n}"
+            # Completions the kernel skipped (another BPF program on the CPU) are reported;
+            # the deficit, if any, must be no more than what the agent says it missed.
+            missed = sample(s1, "wattbit_blockio_bpf_missed_events_total", event="complete")
+            missed -= sample(s0, "wattbit_blockio_bpf_missed_events_total", event="complete")
+            assert kd[ios_f] - missed <= ios <= kd[ios_f], f"{d.name} {op}: {ios} vs {kd[ios_f]}"
+            assert ios >= kd[ios_f] * 0.995
+            # The histograms time requests paired by (dev, sector); two requests in flight
+            # for one sector (likely here: 16 deep over only 8192 blocks) time only one.
+            assert kd[ios_f] * 0.995 <= count <= ios
+            assert nbytes == pytest.approx(kd[sectors_f] * 512, rel=0.01)
+            assert nbytes == ios * BS  # every completion counted is one whole request
+            assert delta("wattbit_disk_io_size_bytes_sum") == count * BS
+
+            # Latency: the histogram median against fio's completion-latency median.
+            h0, h1 = _hist(s0, d.name, op), _hist(s1, d.name, op)
+            h = [(le, c1 - dict(h0).get(le, 0.0)) for le, c1 in h1]
+            ours = histogram_quantile(0.5, h)
+            theirs = fio_job["clat_ns"]["percentile"]["50.000000"] / 1e9
+            assert theirs / 2 <= ours <= theirs * 2, f"{d.name} {op}: p50 {ours} vs fio {theirs}"
+            mean = delta("wattbit_disk_io_latency_seconds_sum") / count
+            assert 0 < mean < 1.0
+
+        busy = sample(s1, "wattbit_disk_busy_seconds_total", device=d.name) - sample(
+            s0, "wattbit_disk_busy_seconds_total", device=d.name
+        )
+        io_ticks = kd[9] / 1000.0
+        assert busy == pytest.approx(io_ticks, rel=0.02), f"{d.name}: busy {busy} vs {io_ticks}"
+        # ...and against fio's own clock: 16 requests deep, the disk is busy for most of the
+        # time fio spent on it, 4 jobs sharing 2 cores (busy is the kernel's accounting).
+        runtime = (reads[d.name]["read"]["runtime"] + writes[d.name]["write"]["runtime"]) / 1e3
+        assert 0.6 * runtime <= busy <= 1.05 * runtime + 0.01, f"{d.name}: {busy} vs {runtime}"
+        assert sample(s1, "wattbit_disk_inflight_requests", device=d.name) == 0
+        assert sample(s1, "wattbit_disk_io_errors_total", device=d.name, op="write") == 0
+
+
+def test_info_and_no_partition_io(disks: list[LoopDisk], bcc_agent: Agent) -> None:
+    text = bcc_agent.scrape_text()
+    for d in disks:
+        assert f'wattbit_disk_info{{controller="",device="{d.name}"' in text
+    assert 'wattbit_exporter_up{exporter="blockio"} 1.0' in text
+
+
+def test_io_errors_counted_from_completions(tmp_path: Path, bcc_agent: Agent) -> None:
+    """Writes past a full tmpfs fail with ENOSPC inside loop: real block-layer errors."""
+    mnt = Path(tempfile.mkdtemp(prefix="wattbit-full-"))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], check=True)
+    try:
+        # Fill the file system so every page the loop device writes must fail with ENOSPC.
+        subprocess.run(
+            ["dd", "if=/dev/zero", f"of={mnt / 'filler'}", "bs=64k", "status=none"],
+            capture_output=True,
+            check=False,
+        )
+        with loop_disks(1, size_mb=64, directory=mnt) as (disk,):
+            s0 = bcc_agent.scrape()
+            failing = 13  # prime, each a separate direct write far past the 1 MiB of space
+            for i in range(failing):
+                failed = subprocess.run(
+                    [
+                        "dd",
+                        "if=/dev/zero",
+                        f"of={disk.device}",
+                        "bs=4096",
+                        "count=1",
+                        f"seek={4096 + i * 64}",
+                        "oflag=direct",
+                        "status=none",
+                    ],
+                    capture_output=True,
+                    check=False,
+                )
+                assert failed.returncode != 0, "the write was expected to fail"
+            s1 = bcc_agent.scrape()
+            errs = sample(
+                s1, "wattbit_disk_io_errors_total", device=disk.name, op="write"
+            ) - sample(s0, "wattbit_disk_io_errors_total", device=disk.name, op="write")
+            assert errs == failing
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        mnt.rmdir()

@@ -1,0 +1,188 @@
+"""Real parts for integration tests: loop disks on tmpfs, a running agent, scraping, fio."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def is_root() -> bool:
+    """True when running as root."""
+    return os.geteuid() == 0
+
+
+def have(cmd: str) -> bool:
+    """True when cmd is on PATH."""
+    return shutil.which(cmd) is not None
+
+
+def bcc_importable() -> bool:
+    """True when Debian's bcc is importable from this interpreter."""
+    try:
+        import bcc  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass
+class LoopDisk:
+    """A loop device over a file."""
+
+    device: str  # /dev/loopN
+    backing: Path
+
+    @property
+    def name(self) -> str:
+        """Kernel name, e.g. loop3."""
+        return Path(self.device).name
+
+
+@contextlib.contextmanager
+def loop_disks(
+    n: int, size_mb: int = 64, directory: Path | None = None, nomerges: bool = True
+) -> Iterator[list[LoopDisk]]:
+    """n loop devices over sparse files (in tmpfs by default); always detached afterwards."""
+    own_dir = directory is None
+    d = Path(tempfile.mkdtemp(prefix="wattbit-disks-", dir="/dev/shm")) if own_dir else directory
+    assert d is not None
+    disks: list[LoopDisk] = []
+    try:
+        for i in range(n):
+            f = d / f"disk{i}.img"
+            with open(f, "wb") as fh:
+                fh.truncate(size_mb * 2**20)
+            dev = subprocess.run(
+                ["losetup", "--find", "--show", str(f)], check=True, capture_output=True, text=True
+            ).stdout.strip()
+            disks.append(LoopDisk(dev, f))
+            if nomerges:
+                # 2 = no merging at all: one fio I/O is exactly one block request.
+                Path(f"/sys/block/{Path(dev).name}/queue/nomerges").write_text("2")
+        yield disks
+    finally:
+        for disk in disks:
+            subprocess.run(["losetup", "-d", disk.device], check=False, capture_output=True)
+        if own_dir:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Agent:
+    """A `wattbit agent` subprocess on 127.0.0.1."""
+
+    def __init__(self, config: str, tmp: Path, user: str | None = None) -> None:
+        self.port = free_port()
+        cfg = tmp / "agent.yml"
+        cfg.write_text(config)
+        cfg.chmod(0o644)
+        cmd = [sys.executable, "-m", "collector.cli", "agent", "--config", str(cfg)]
+        cmd += ["--listen", f"127.0.0.1:{self.port}"]
+        if user:
+            cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+        self.log = tmp / "agent.log"
+        self._log = open(self.log, "wb")  # noqa: SIM115 - closed in stop()
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        self.url = f"http://127.0.0.1:{self.port}/metrics"
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait until /metrics answers (bcc compiles the program first: a few seconds)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"agent exited {self.proc.returncode}: {self.log.read_text()}")
+            try:
+                self.scrape_text()
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise TimeoutError(f"agent not ready: {self.log.read_text()}")
+
+    def scrape_text(self) -> str:
+        """The raw /metrics text."""
+        with urllib.request.urlopen(self.url, timeout=10) as r:
+            return str(r.read().decode())
+
+    def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """/metrics as {(sample name, sorted labels): value}."""
+        return parse_samples(self.scrape_text())
+
+    def stop(self) -> None:
+        """SIGTERM, then wait; kill if it hangs."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def parse_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Exposition text as {(sample name, sorted labels): value}."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def sample(samples: dict, name: str, **labels: str) -> float:
+    """One sample's value, 0 when absent."""
+    return float(samples.get((name, tuple(sorted(labels.items()))), 0.0))
+
+
+def diskstats() -> dict[str, list[int]]:
+    """The kernel's /proc/diskstats counters by device name."""
+    out = {}
+    for line in Path("/proc/diskstats").read_text().splitlines():
+        p = line.split()
+        out[p[2]] = [int(x) for x in p[3:]]
+    return out
+
+
+def fio(args: list[str]) -> dict:
+    """Run fio with JSON output and return the parsed report."""
+    r = subprocess.run(
+        ["fio", "--output-format=json", *args], capture_output=True, text=True, timeout=600
+    )
+    if r.returncode != 0:
+        raise RuntimeError(f"fio failed: {r.stderr}")
+    return dict(json.loads(r.stdout[r.stdout.index("{") :]))
+
+
+def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
+    """Prometheus' histogram_quantile over cumulative (le, count) pairs, +Inf last."""
+    total = buckets[-1][1]
+    rank = q * total
+    prev_le, prev_count = 0.0, 0.0
+    for le, count in buckets:
+        if count >= rank:
+            if le == float("inf"):
+                return prev_le
+            return prev_le + (le - prev_le) * (rank - prev_count) / max(count - prev_count, 1e-9)
+        prev_le, prev_count = le, count
+    return prev_le
