@@ -7,13 +7,14 @@ import signal
 import threading
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from exporters.base import Exporter, ExportersCollector
 from exporters.blockio.exporter import BlockioExporter
 from exporters.blockio.model import BackendUnavailable
 
 from .config import AgentConfig, parse_listen
+from .exposition import metrics_app
 from .httpserver import landing_page, start_server
 from .webconfig import WebConfig
 
@@ -60,7 +61,7 @@ def run(cfg: AgentConfig, web: WebConfig | None, stop: threading.Event | None = 
     try:
         registry = build_registry(exporters)
         routes = {
-            "/metrics": make_wsgi_app(registry),
+            "/metrics": metrics_app(registry),
             "/": landing_page("wattbit agent", ["/metrics"]),
         }
         try:

@@ -182,3 +182,12 @@ def test_io_errors_counted_from_completions(tmp_path: Path, bcc_agent: Agent) ->
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
         mnt.rmdir()
+
+
+def test_promtool_check_metrics_on_real_output(disks: list[LoopDisk], bcc_agent: Agent) -> None:
+    require(have("promtool"), "promtool (Debian package prometheus) is not installed")
+    _fio_jobs(disks, "randrw", 1009)
+    text = bcc_agent.scrape_text()
+    assert "wattbit_disk_io_latency_seconds_bucket" in text
+    r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -1,0 +1,74 @@
+"""The memoising renderer writes exactly what prometheus_client.generate_latest writes."""
+
+from __future__ import annotations
+
+import gzip
+import re
+import sys
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+
+from collector.exposition import TextRenderer, metrics_app
+from exporters.base import ExportersCollector
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.agent_scrape import SyntheticBlockio
+
+
+def _stable(body: bytes) -> bytes:
+    """The exposition without the one value that changes on every collection."""
+    return re.sub(rb"(wattbit_exporter_duration_seconds\{[^}]*\}) \S+", rb"\1 X", body)
+
+
+def _registry() -> CollectorRegistry:
+    r = CollectorRegistry(auto_describe=False)
+    r.register(ExportersCollector([SyntheticBlockio(6)]))
+    Gauge("odd_labels", 'quotes " and \\ and\nnewline', ["v"], registry=r).labels(
+        v='a"b\\c\nd'
+    ).set(float("nan"))
+    Counter("plain", "a counter with _created", registry=r).inc(3)  # OpenMetrics sample
+    Histogram("h", "hist", registry=r).observe(0.3)
+    return r
+
+
+def test_byte_for_byte_generate_latest() -> None:
+    r = _registry()
+    renderer = TextRenderer(r)
+    for _ in range(3):  # cold cache, then warm
+        assert _stable(renderer.render()) == _stable(generate_latest(r))
+
+
+def test_values_change_prefixes_stay() -> None:
+    r = CollectorRegistry(auto_describe=False)
+
+    class C:
+        value = 1.0
+
+        def collect(self) -> list[CounterMetricFamily]:
+            f = CounterMetricFamily("x", "x", labels=["device"])
+            f.add_metric(["sda"], self.value)
+            return [f]
+
+    c = C()
+    r.register(c)
+    renderer = TextRenderer(r)
+    assert b'x_total{device="sda"} 1.0' in renderer.render()
+    c.value = 2.5e20
+    assert b'x_total{device="sda"} 2.5e+20' in renderer.render()
+    assert renderer.render() == generate_latest(r)
+
+
+def test_wsgi_app_gzip_and_head() -> None:
+    r = _registry()
+    app = metrics_app(r)
+    got: dict[str, object] = {}
+
+    def start(status: str, headers: list[tuple[str, str]]) -> None:
+        got["status"], got["headers"] = status, dict(headers)
+
+    body = b"".join(app({"HTTP_ACCEPT_ENCODING": "gzip", "REQUEST_METHOD": "GET"}, start))
+    assert got["status"] == "200 OK"
+    assert _stable(gzip.decompress(body)) == _stable(generate_latest(r))
+    assert b"".join(app({"REQUEST_METHOD": "HEAD"}, start)) == b""
