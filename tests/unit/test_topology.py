@@ -1,15 +1,20 @@
 """Block-device topology parsed from captured and reconstructed /sys trees.
 
 Goldens: tests/fixtures/sys/<scenario>.prom hold the exact exposition of wattbit_disk_info for
-tests/fixtures/sys/<scenario>/. After an intended change, rewrite them with
+the tree in tests/fixtures/sys/<scenario>.tar. The trees are kept as tar archives because
+sysfs is full of symlink cycles (device -> ... -> device) that os.walk(followlinks=True) in
+packaging and collection tools would follow for ever; they are unpacked once per session. After an intended change, rewrite them with
 WATTBIT_UPDATE_GOLDEN=1 and review the diff; by default a mismatch fails.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import shutil
+import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,6 +31,18 @@ from exporters.blockio.topology import (
 )
 
 SYS_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sys"
+
+
+def _unpack() -> Path:
+    dest = Path(tempfile.mkdtemp(prefix="wattbit-sysfs-"))
+    for archive in sorted(SYS_FIXTURES.glob("*.tar")):
+        with tarfile.open(archive) as tar:
+            tar.extractall(dest)  # noqa: S202 - our own fixture archives
+    return dest
+
+
+TREES = _unpack()
+atexit.register(shutil.rmtree, TREES, True)
 SCENARIOS = [
     "captured_vm",  # this machine, by capture.py: virtio vda, unbound loops, zram
     "nvme_two_socket",
@@ -53,14 +70,14 @@ def render(infos: dict[str, DiskInfo]) -> bytes:
 
 def copy_tree(scenario: str, dest: Path) -> Path:
     root = dest / scenario
-    shutil.copytree(SYS_FIXTURES / scenario, root, symlinks=True)
+    shutil.copytree(TREES / scenario, root, symlinks=True)
     return root
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_golden_exposition(scenario: str) -> None:
     golden = SYS_FIXTURES / f"{scenario}.prom"
-    got = render(read_topology(SYS_FIXTURES / scenario))
+    got = render(read_topology(TREES / scenario))
     if UPDATE:
         golden.write_bytes(got)
     assert golden.exists(), f"no golden {golden}: run with WATTBIT_UPDATE_GOLDEN=1"
@@ -69,13 +86,13 @@ def test_golden_exposition(scenario: str) -> None:
 
 
 def test_every_fixture_tree_is_tested() -> None:
-    trees = sorted(p.name for p in SYS_FIXTURES.iterdir() if p.is_dir() and p.name[0] != "_")
+    trees = sorted(p.name for p in TREES.iterdir() if p.is_dir() and p.name[0] != "_")
     assert trees == sorted(SCENARIOS)
 
 
 def test_fixture_links_are_relative_and_stay_inside() -> None:
     for scenario in SCENARIOS:
-        root = SYS_FIXTURES / scenario
+        root = TREES / scenario
         for dirpath, dirnames, filenames in os.walk(root):
             for name in dirnames + filenames:
                 path = Path(dirpath, name)
@@ -86,7 +103,7 @@ def test_fixture_links_are_relative_and_stay_inside() -> None:
 
 
 def test_metric_shape() -> None:
-    topo = read_topology(SYS_FIXTURES / "sata_ahci")
+    topo = read_topology(TREES / "sata_ahci")
     family = disk_info_metric(reversed(list(topo.values())))
     assert family.name == "wattbit_disk_info"
     assert family.type == "gauge"
@@ -102,7 +119,7 @@ def test_metric_shape() -> None:
 
 
 def test_captured_vm() -> None:
-    topo = read_topology(SYS_FIXTURES / "captured_vm")
+    topo = read_topology(TREES / "captured_vm")
     vda = topo["vda"]
     assert (vda.major, vda.minor) == (254, 0)
     assert vda.controller == "0000:00:02.0"  # the virtio-blk PCI function, not virtio1
@@ -117,7 +134,7 @@ def test_captured_vm() -> None:
 
 
 def test_nvme_two_socket() -> None:
-    topo = read_topology(SYS_FIXTURES / "nvme_two_socket")
+    topo = read_topology(TREES / "nvme_two_socket")
     assert topo["nvme0n1"].controller == "0000:31:00.0"
     assert topo["nvme0n1"].numa_node == "0"
     assert topo["nvme1n1"].controller == "0000:b1:00.0"
@@ -135,7 +152,7 @@ def test_nvme_two_socket() -> None:
 
 
 def test_sata_ahci() -> None:
-    topo = read_topology(SYS_FIXTURES / "sata_ahci")
+    topo = read_topology(TREES / "sata_ahci")
     assert topo["sda1"].parent == topo["sda2"].parent == "sda"
     assert topo["sda1"].controller == "0000:00:17.0"
     assert topo["sda"].rotational == "0"
@@ -148,7 +165,7 @@ def test_sata_ahci() -> None:
 
 
 def test_sas_mpt3sas() -> None:
-    topo = read_topology(SYS_FIXTURES / "sas_mpt3sas")
+    topo = read_topology(TREES / "sas_mpt3sas")
     assert topo["sdb"].controller == topo["sdc"].controller == "0000:3b:00.0"
     assert topo["sdb"].numa_node == "0"
     assert topo["sdb"].serial == "ZC1ABCDE0000C830F1A2"
@@ -157,7 +174,7 @@ def test_sas_mpt3sas() -> None:
 
 
 def test_dm_md_have_no_controller_and_no_model() -> None:
-    topo = read_topology(SYS_FIXTURES / "dm_md")
+    topo = read_topology(TREES / "dm_md")
     for name in ("dm-0", "md0"):
         info = topo[name]
         assert (info.model, info.serial, info.controller, info.numa_node) == ("", "", "", "")
@@ -168,7 +185,7 @@ def test_dm_md_have_no_controller_and_no_model() -> None:
 
 
 def test_nvme_multipath_heads() -> None:
-    topo = read_topology(SYS_FIXTURES / "nvme_multipath")
+    topo = read_topology(TREES / "nvme_multipath")
     # Hidden path devices (no dev_t) are not block devices userspace sees.
     assert set(topo) == {"nvme0n1", "nvme0n1p1", "nvme1n1"}
     assert topo["nvme0n1"].controller == "0000:c1:00.0"
@@ -220,13 +237,13 @@ def test_hidden_path_device_with_a_dev_t(tmp_path: Path) -> None:
     ],
 )
 def test_devt_names(scenario: str, expected: dict[tuple[int, int], str]) -> None:
-    assert devt_names(SYS_FIXTURES / scenario) == expected
+    assert devt_names(TREES / scenario) == expected
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_devt_names_agree_with_topology(scenario: str) -> None:
-    topo = read_topology(SYS_FIXTURES / scenario)
-    names = devt_names(SYS_FIXTURES / scenario)
+    topo = read_topology(TREES / scenario)
+    names = devt_names(TREES / scenario)
     assert names == {(i.major, i.minor): i.device for i in topo.values()}
 
 
@@ -314,5 +331,5 @@ def test_capture_roundtrip(tmp_path: Path) -> None:
     spec.loader.exec_module(capture)
     for scenario in SCENARIOS:
         dest = tmp_path / scenario
-        assert capture.main(["--src", str(SYS_FIXTURES / scenario), str(dest)]) == 0
-        assert read_topology(dest) == read_topology(SYS_FIXTURES / scenario), scenario
+        assert capture.main(["--src", str(TREES / scenario), str(dest)]) == 0
+        assert read_topology(dest) == read_topology(TREES / scenario), scenario

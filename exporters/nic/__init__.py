@@ -1,0 +1,1 @@
+"""Per-interface, per-queue, IRQ/CPU and TCP network telemetry."""
