@@ -3,8 +3,9 @@
 Goldens: tests/fixtures/sys/<scenario>.prom hold the exact exposition of wattbit_disk_info for
 the tree in tests/fixtures/sys/<scenario>.tar. The trees are kept as tar archives because
 sysfs is full of symlink cycles (device -> ... -> device) that os.walk(followlinks=True) in
-packaging and collection tools would follow for ever; they are unpacked once per session. After an intended change, rewrite them with
-WATTBIT_UPDATE_GOLDEN=1 and review the diff; by default a mismatch fails.
+packaging and collection tools would follow for ever; they are unpacked once per session.
+After an intended change, rewrite the goldens with WATTBIT_UPDATE_GOLDEN=1 and review the
+diff; by default a mismatch fails.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _unpack() -> Path:
     dest = Path(tempfile.mkdtemp(prefix="wattbit-sysfs-"))
     for archive in sorted(SYS_FIXTURES.glob("*.tar")):
         with tarfile.open(archive) as tar:
-            tar.extractall(dest)  # noqa: S202 - our own fixture archives
+            tar.extractall(dest)  # our own fixture archives
     return dest
 
 
