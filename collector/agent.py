@@ -1,4 +1,4 @@
-"""`wattbit agent`: the host agent serving blockio (and later nic) metrics on /metrics."""
+"""`wattbit agent`: the host agent serving blockio and nic metrics on /metrics."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from exporters.base import Exporter, ExportersCollector
 from exporters.blockio.exporter import BlockioExporter
 from exporters.blockio.model import BackendUnavailable
+from exporters.nic.exporter import NicExporter
 
 from .config import AgentConfig, parse_listen
 from .exposition import metrics_app
@@ -43,6 +44,15 @@ def build_exporters(cfg: AgentConfig, sys_root: Path = Path("/sys")) -> list[Exp
             )
         except BackendUnavailable as exc:
             raise StartupError(f"blockio: backend 'bcc' was requested but {exc.detail}") from exc
+    if cfg.nic.enabled:
+        exporters.append(
+            NicExporter(
+                exclude=cfg.nic.exclude,
+                queues=cfg.nic.queues,
+                info_refresh=cfg.nic.info_refresh,
+                sys_root=sys_root,
+            )
+        )
     return exporters
 
 

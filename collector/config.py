@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from exporters.blockio.exporter import DEFAULT_EXCLUDE
+from exporters.nic.exporter import DEFAULT_EXCLUDE as NIC_EXCLUDE
 
 from .errors import ConfigError
 
@@ -80,6 +81,15 @@ class BlockioConfig(Strict):
     topology_refresh: Duration = 60.0
 
 
+class NicConfig(Strict):
+    """The nic exporter's settings."""
+
+    enabled: bool = True
+    exclude: Regex = NIC_EXCLUDE  # loopback is always left out
+    queues: bool = True  # per-queue counters from the driver's ethtool statistics
+    info_refresh: Duration = 60.0
+
+
 class AgentConfig(Strict):
     """`wattbit agent` configuration."""
 
@@ -87,6 +97,7 @@ class AgentConfig(Strict):
     web_config: Path | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     blockio: BlockioConfig = BlockioConfig()
+    nic: NicConfig = NicConfig()
 
     @field_validator("listen")
     @classmethod

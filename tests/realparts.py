@@ -92,7 +92,9 @@ def free_port() -> int:
 class Agent:
     """A `wattbit agent` subprocess on 127.0.0.1."""
 
-    def __init__(self, config: str, tmp: Path, user: str | None = None) -> None:
+    def __init__(
+        self, config: str, tmp: Path, user: str | None = None, netns: str | None = None
+    ) -> None:
         self.port = free_port()
         cfg = tmp / "agent.yml"
         cfg.write_text(config)
@@ -101,6 +103,9 @@ class Agent:
         cmd += ["--listen", f"127.0.0.1:{self.port}"]
         if user:
             cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+        self.netns = netns
+        if netns:
+            cmd = ["ip", "netns", "exec", netns, *cmd]
         self.log = tmp / "agent.log"
         self._log = open(self.log, "wb")  # noqa: SIM115 - closed in stop()
         env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -121,7 +126,22 @@ class Agent:
         raise TimeoutError(f"agent not ready: {self.log.read_text()}")
 
     def scrape_text(self) -> str:
-        """The raw /metrics text."""
+        """The raw /metrics text (fetched from inside the agent's network namespace)."""
+        if self.netns:
+            code = (
+                "import sys, urllib.request; "
+                f"r = urllib.request.urlopen({self.url!r}, timeout=10); "
+                "sys.stdout.write(r.read().decode())"
+            )
+            r = subprocess.run(
+                ["ip", "netns", "exec", self.netns, sys.executable, "-c", code],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            if r.returncode != 0:
+                raise ConnectionError(r.stderr.strip().splitlines()[-1:] or "scrape failed")
+            return r.stdout
         with urllib.request.urlopen(self.url, timeout=10) as r:
             return str(r.read().decode())
 
@@ -139,6 +159,78 @@ class Agent:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
+
+
+@dataclass
+class VethPair:
+    """Two network namespaces joined by a veth pair, with addresses on both ends."""
+
+    ns_a: str
+    ns_b: str
+    if_a: str
+    if_b: str
+    addr_a: str
+    addr_b: str
+
+    def run(self, ns: str, *cmd: str, **kw: object) -> subprocess.CompletedProcess[str]:
+        """Run a command inside one of the namespaces."""
+        return subprocess.run(  # type: ignore[call-overload, no-any-return]
+            ["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True, **kw
+        )
+
+    def sys_counter(self, ns: str, ifname: str, name: str) -> int:
+        """The kernel's own counter from /sys/class/net inside the namespace."""
+        r = self.run(ns, "cat", f"/sys/class/net/{ifname}/statistics/{name}", check=True)
+        return int(r.stdout)
+
+
+@contextlib.contextmanager
+def veth_pair() -> Iterator[VethPair]:
+    """Fresh namespaces and a veth between them; all removed afterwards, also on failure."""
+    tag = f"{os.getpid() % 10000}{int(time.time() * 1000) % 1000}"
+    # 169.254/16 is link-local: these addresses exist only inside the test's own namespaces.
+    pair = VethPair(
+        f"wbA{tag}", f"wbB{tag}", f"wbtx{tag}", f"wbrx{tag}", "169.254.213.1", "169.254.213.2"
+    )
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    try:
+        ip("netns", "add", pair.ns_a)
+        ip("netns", "add", pair.ns_b)
+        ip(
+            "link",
+            "add",
+            pair.if_a,
+            "netns",
+            pair.ns_a,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            pair.if_b,
+            "netns",
+            pair.ns_b,
+        )
+        for ns, ifname, addr in (
+            (pair.ns_a, pair.if_a, pair.addr_a),
+            (pair.ns_b, pair.if_b, pair.addr_b),
+        ):
+            # No IPv6 on the pair: router solicitations would add bytes nobody asked for.
+            pair.run(ns, "sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1")
+            ip("-n", ns, "addr", "add", f"{addr}/30", "dev", ifname)
+            ip("-n", ns, "link", "set", ifname, "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+        yield pair
+    finally:
+        for ns in (pair.ns_a, pair.ns_b):
+            # Kill whatever still runs inside, then remove the namespace (and the veth).
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+            for pid in pids.stdout.split():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), 9)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
 
 
 def parse_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+IFF_LOOPBACK = 0x8  # include/uapi/linux/if.h
+
 # IFLA_OPERSTATE values, RFC 2863 (include/uapi/linux/if.h, IF_OPER_*)
 OPERSTATES = ("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up")
 
@@ -25,6 +27,7 @@ class LinkStats:
     mtu: int
     operstate: str
     kind: str  # rtnetlink IFLA_INFO_KIND ("veth", "bond", "vlan", ...), "" for plain devices
+    loopback: bool = False  # IFF_LOOPBACK in ifi_flags
     stats: dict[str, int] = field(default_factory=dict)  # rtnl_link_stats64 by field name
 
     def get(self, key: str) -> int:
@@ -67,6 +70,7 @@ def link_stats(msgs: Iterable[Any]) -> list[LinkStats]:
                 mtu=int(_attr(msg, "IFLA_MTU", 0) or 0),
                 operstate=_operstate(_attr(msg, "IFLA_OPERSTATE")),
                 kind=_kind(msg),
+                loopback=bool(int(msg.get("flags", 0)) & IFF_LOOPBACK),
                 stats={k: int(v) for k, v in dict(stats).items() if isinstance(v, int)},
             )
         )

@@ -1,0 +1,362 @@
+"""The nic exporter: interface, queue, IRQ/CPU, softnet and TCP counters, and where NICs sit."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from .ethtool import Ethtool, QueueStat, queue_stats
+from .links import LinkStats
+from .procfs import (
+    Interrupts,
+    SoftnetRow,
+    irq_queue,
+    parse_interrupts,
+    parse_snmp,
+    parse_softirqs,
+    parse_softnet_stat,
+)
+from .sysfs import NicInfo, irq_affinity, nic_info
+
+log = logging.getLogger(__name__)
+
+# Container and VM plumbing: one veth per container would blow the series budget, and their
+# traffic is already counted on the physical NIC. Loopback is always left out.
+DEFAULT_EXCLUDE = r"^(veth|docker|br-|virbr|vnet|cali|flannel|cni|lxc|tap|tun|ifb)"
+
+
+class LinkReader(Protocol):
+    """Where interface counters come from (netlink in production, lists in tests)."""
+
+    def read(self) -> list[LinkStats]:
+        """Every interface's counters."""
+        ...
+
+    def close(self) -> None:
+        """Release the socket."""
+        ...
+
+
+class QueueReader(Protocol):
+    """Reads a driver's ethtool statistics."""
+
+    def read_stats(self, ifname: str) -> list[tuple[str, int]]:
+        """(name, value) pairs; OSError when the driver has none."""
+        ...
+
+
+@dataclass(frozen=True)
+class NicIrq:
+    """One queue interrupt of a NIC."""
+
+    interface: str
+    irq: str
+    kind: str  # rx, tx, combined
+    queue: int
+    counts: dict[int, int]  # cpu -> interrupts
+    affinity: str
+    effective: str
+
+
+@dataclass
+class NicSnapshot:
+    """Everything one scrape read, ready to render (pure data, built from /proc and /sys)."""
+
+    links: list[LinkStats]
+    infos: dict[str, NicInfo]
+    queues: dict[str, list[QueueStat]] = field(default_factory=dict)
+    irqs: list[NicIrq] = field(default_factory=list)
+    softirqs: dict[str, dict[int, int]] = field(default_factory=dict)
+    softnet: list[SoftnetRow] = field(default_factory=list)
+    snmp: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def nic_irqs(
+    interrupts: Interrupts,
+    infos: dict[str, NicInfo],
+    affinity: Callable[[str], tuple[str, str]],
+) -> list[NicIrq]:
+    """The queue interrupts of each NIC: its PCI function's MSI vectors, else by IRQ name."""
+    out = []
+    for name, info in infos.items():
+        if info.msi_irqs:
+            rows = [interrupts.rows[i] for i in info.msi_irqs if i in interrupts.rows]
+        else:
+            # Without an MSI list (legacy or virtual), drivers name queue IRQs after the
+            # interface: "eth2-TxRx-3", "i40e-eth2-TxRx-3".
+            pat = re.compile(rf"(^|-){re.escape(name)}-")
+            rows = [r for r in interrupts.rows.values() if r.irq.isdigit() and pat.search(r.name)]
+        for row in rows:
+            q = irq_queue(row.name)
+            if q is None:
+                continue  # link, async, config, mailbox: not a queue
+            allowed, effective = affinity(row.irq)
+            counts = dict(zip(interrupts.cpus, row.counts, strict=False))
+            out.append(NicIrq(name, row.irq, q[0], q[1], counts, allowed, effective))
+    return out
+
+
+# TCP counters of /proc/net/snmp (Tcp, RFC 4022) and /proc/net/netstat (TcpExt):
+# metric -> (help, label names, [(section, field, label values)])
+_TCP: dict[str, tuple[str, list[str], list[tuple[str, str, list[str]]]]] = {
+    "wattbit_tcp_segments": (
+        "TCP segments received (in) and sent (out).",
+        ["direction"],
+        [("Tcp", "InSegs", ["in"]), ("Tcp", "OutSegs", ["out"])],
+    ),
+    "wattbit_tcp_retransmitted_segments": (
+        "TCP segments retransmitted.",
+        [],
+        [("Tcp", "RetransSegs", [])],
+    ),
+    "wattbit_tcp_in_errors": ("TCP segments received in error.", [], [("Tcp", "InErrs", [])]),
+    "wattbit_tcp_timeouts": ("TCP retransmission timeouts.", [], [("TcpExt", "TCPTimeouts", [])]),
+    "wattbit_tcp_syn_retransmits": (
+        "SYN and SYN/ACK retransmits.",
+        [],
+        [("TcpExt", "TCPSynRetrans", [])],
+    ),
+    "wattbit_tcp_listen_drops": (
+        "Connections dropped at a listening socket.",
+        [],
+        [("TcpExt", "ListenDrops", [])],
+    ),
+}
+
+
+def render(snap: NicSnapshot) -> Iterator[Metric]:
+    """The nic metric families of one snapshot (pure)."""
+    lab = ["interface", "direction"]
+    fams = {
+        "bytes": CounterMetricFamily(
+            "wattbit_nic_bytes", "Bytes through the interface.", labels=lab
+        ),
+        "packets": CounterMetricFamily(
+            "wattbit_nic_packets", "Packets through the interface.", labels=lab
+        ),
+        "drops": CounterMetricFamily(
+            "wattbit_nic_drops",
+            "Packets dropped (rx: rx_dropped + rx_missed_errors, as /proc/net/dev adds them).",
+            labels=lab,
+        ),
+        "errors": CounterMetricFamily("wattbit_nic_errors", "Packets in error.", labels=lab),
+    }
+    missed = CounterMetricFamily(
+        "wattbit_nic_rx_missed",
+        "Packets the NIC dropped for lack of receive buffers (rx_missed_errors; part of drops).",
+        labels=["interface"],
+    )
+    speed = GaugeMetricFamily(
+        "wattbit_nic_link_speed_bytes_per_second",
+        "Negotiated link speed (absent when the driver does not say).",
+        labels=["interface"],
+    )
+    info = GaugeMetricFamily(
+        "wattbit_nic_info",
+        "Where the interface sits: driver, PCI address, NUMA node, MTU, operstate.",
+        labels=["interface", "driver", "pci", "numa_node", "mtu", "operstate"],
+    )
+    for link in sorted(snap.links, key=lambda link: link.name):
+        n = link.name
+        g = link.get
+        for d in ("rx", "tx"):
+            fams["bytes"].add_metric([n, d], float(g(f"{d}_bytes")))
+            fams["packets"].add_metric([n, d], float(g(f"{d}_packets")))
+            fams["errors"].add_metric([n, d], float(g(f"{d}_errors")))
+        fams["drops"].add_metric([n, "rx"], float(g("rx_dropped") + g("rx_missed_errors")))
+        fams["drops"].add_metric([n, "tx"], float(g("tx_dropped")))
+        missed.add_metric([n], float(g("rx_missed_errors")))
+        ni = snap.infos.get(n)
+        if ni and ni.speed_bytes:
+            speed.add_metric([n], ni.speed_bytes)
+        # Virtual interfaces have no device driver; their rtnetlink kind (veth, bond, vlan)
+        # says what they are.
+        driver = (ni.driver if ni else "") or link.kind
+        pci, numa = (ni.pci, ni.numa_node) if ni else ("", "")
+        info.add_metric([n, driver, pci, numa, str(link.mtu), link.operstate], 1.0)
+    yield from fams.values()
+    yield from (missed, speed, info)
+
+    qlab = ["interface", "queue", "direction"]
+    qfams = {
+        "bytes": CounterMetricFamily(
+            "wattbit_nic_queue_bytes", "Bytes per NIC queue (driver statistics).", labels=qlab
+        ),
+        "packets": CounterMetricFamily(
+            "wattbit_nic_queue_packets", "Packets per NIC queue (driver statistics).", labels=qlab
+        ),
+    }
+    for ifname in sorted(snap.queues):
+        for q in snap.queues[ifname]:
+            qfams[q.kind].add_metric([ifname, str(q.queue), q.direction], float(q.value))
+    yield from qfams.values()
+
+    irq_info = GaugeMetricFamily(
+        "wattbit_nic_irq_info",
+        "A NIC queue interrupt: the CPUs it may run on (affinity) and does (effective).",
+        labels=["interface", "irq", "queue", "type", "affinity", "effective_affinity"],
+    )
+    irq_total = CounterMetricFamily(
+        "wattbit_nic_queue_interrupts",
+        "Interrupts of one NIC queue, all CPUs together.",
+        labels=["interface", "irq", "queue", "type"],
+    )
+    per_cpu: dict[tuple[str, int], int] = {}
+    for irq in sorted(snap.irqs, key=lambda i: (i.interface, i.queue, i.kind)):
+        lv = [irq.interface, irq.irq, str(irq.queue), irq.kind]
+        irq_info.add_metric([*lv, irq.affinity, irq.effective], 1.0)
+        irq_total.add_metric(lv, float(sum(irq.counts.values())))
+        for cpu, c in irq.counts.items():
+            per_cpu[(irq.interface, cpu)] = per_cpu.get((irq.interface, cpu), 0) + c
+    cpu_irqs = CounterMetricFamily(
+        "wattbit_nic_cpu_interrupts",
+        "Interrupts of a NIC's queues taken by each CPU (CPUs that took none are left out).",
+        labels=["interface", "cpu"],
+    )
+    for (ifname, cpu), c in sorted(per_cpu.items()):
+        if c:
+            cpu_irqs.add_metric([ifname, str(cpu)], float(c))
+    yield from (irq_info, irq_total, cpu_irqs)
+
+    softirq = CounterMetricFamily(
+        "wattbit_cpu_softirqs", "Network softirqs run on each CPU.", labels=["cpu", "type"]
+    )
+    for kind in ("NET_RX", "NET_TX"):
+        for cpu, c in sorted(snap.softirqs.get(kind, {}).items()):
+            softirq.add_metric([str(cpu), kind.lower()], float(c))
+    yield softirq
+    sn = {
+        "processed": CounterMetricFamily(
+            "wattbit_softnet_processed",
+            "Packets processed by the CPU's backlog/NAPI.",
+            labels=["cpu"],
+        ),
+        "dropped": CounterMetricFamily(
+            "wattbit_softnet_dropped",
+            "Packets dropped: the CPU's backlog was full.",
+            labels=["cpu"],
+        ),
+        "time_squeeze": CounterMetricFamily(
+            "wattbit_softnet_times_squeezed",
+            "Times net_rx_action ran out of budget or time with work left (a saturated core).",
+            labels=["cpu"],
+        ),
+    }
+    for row in sorted(snap.softnet, key=lambda r: r.cpu):
+        for attr, fam in sn.items():
+            fam.add_metric([str(row.cpu)], float(getattr(row, attr)))
+    yield from sn.values()
+
+    for metric, (doc, labels, sources) in _TCP.items():
+        fam = CounterMetricFamily(metric, doc, labels=labels)
+        for section, key, values in sources:
+            value = snap.snmp.get(section, {}).get(key)
+            if value is not None:  # absent on a kernel that lacks it, never a fake 0
+                fam.add_metric(values, float(value))
+        if fam.samples:
+            yield fam
+
+
+class NicExporter:
+    """Reads netlink, ethtool, /proc and /sys on each scrape."""
+
+    name = "nic"
+
+    def __init__(
+        self,
+        exclude: str = DEFAULT_EXCLUDE,
+        queues: bool = True,
+        info_refresh: float = 60.0,
+        sys_root: Path = Path("/sys"),
+        proc_root: Path = Path("/proc"),
+        links: LinkReader | None = None,
+        ethtool: QueueReader | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if links is None:
+            from .links import NetlinkLinks
+
+            links = NetlinkLinks()
+        self.links = links
+        self.exclude = re.compile(exclude) if exclude else None
+        self.ethtool = (ethtool or Ethtool()) if queues else None
+        self.sys_root = sys_root
+        self.proc_root = proc_root
+        self.info_refresh = info_refresh
+        self._clock = clock
+        self._infos: dict[str, tuple[float, NicInfo]] = {}
+        self._no_queue_stats: dict[str, float] = {}
+
+    def close(self) -> None:
+        """Close sockets."""
+        self.links.close()
+        close = getattr(self.ethtool, "close", None)
+        if close:
+            close()
+
+    def _wanted(self, links: Iterable[LinkStats]) -> list[LinkStats]:
+        return [
+            link
+            for link in links
+            if not link.loopback and not (self.exclude and self.exclude.search(link.name))
+        ]
+
+    def _info(self, name: str, now: float) -> NicInfo:
+        cached = self._infos.get(name)
+        if cached is None or now - cached[0] > self.info_refresh:
+            cached = (now, nic_info(self.sys_root, name))
+            self._infos[name] = cached
+        return cached[1]
+
+    def _queues(self, name: str, now: float) -> list[QueueStat]:
+        if self.ethtool is None:
+            return []
+        # Drivers without statistics answer EOPNOTSUPP every time: ask again only at refresh.
+        if now - self._no_queue_stats.get(name, float("-inf")) < self.info_refresh:
+            return []
+        try:
+            return queue_stats(self.ethtool.read_stats(name))
+        except OSError:
+            self._no_queue_stats[name] = now
+            return []
+
+    def _text(self, rel: str) -> str:
+        try:
+            return (self.proc_root / rel).read_text()
+        except OSError:
+            return ""
+
+    def snapshot(self) -> NicSnapshot:
+        """Read every source once."""
+        now = self._clock()
+        links = self._wanted(self.links.read())
+        names = {link.name for link in links}
+        self._infos = {n: v for n, v in self._infos.items() if n in names}  # gone: forget
+        infos = {link.name: self._info(link.name, now) for link in links}
+        interrupts = parse_interrupts(self._text("interrupts"))
+        snmp = parse_snmp(self._text("net/snmp"))
+        snmp.update(parse_snmp(self._text("net/netstat")))
+        return NicSnapshot(
+            links=links,
+            infos=infos,
+            queues={n: q for n in sorted(names) if (q := self._queues(n, now))},
+            irqs=nic_irqs(interrupts, infos, lambda irq: irq_affinity(self.proc_root, irq)),
+            softirqs=parse_softirqs(self._text("softirqs")),
+            softnet=parse_softnet_stat(self._text("net/softnet_stat"), interrupts.cpus),
+            snmp=snmp,
+        )
+
+    def collect(self) -> Iterator[Metric]:
+        """Read and render."""
+        yield from render(self.snapshot())
+
+
+__all__: Sequence[str] = ("DEFAULT_EXCLUDE", "NicExporter", "NicSnapshot", "render")

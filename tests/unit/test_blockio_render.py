@@ -1,0 +1,93 @@
+"""The blockio exporter's exposition: histogram convention, absent ops, fallback, golden."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from conftest import FIXTURES, require
+from prometheus_client import CollectorRegistry, generate_latest
+from realparts import have, parse_samples, sample
+
+from exporters.blockio.exporter import render
+from exporters.blockio.model import LAT_SLOTS, SIZE_SLOTS, DeviceStats, OpStats
+
+GOLDEN = FIXTURES / "metrics" / "blockio_render.prom"
+
+
+def _text(devices: dict[str, DeviceStats], backend: str = "bcc", reason: str = "") -> str:
+    class One:
+        def collect(self):  # type: ignore[no-untyped-def]
+            return list(render(devices, backend, reason, {"issue": 0, "complete": 2}))
+
+    r = CollectorRegistry(auto_describe=False)
+    r.register(One())
+    return generate_latest(r).decode()
+
+
+def _devices() -> dict[str, DeviceStats]:
+    lat = [0] * LAT_SLOTS
+    lat[0], lat[2], lat[LAT_SLOTS - 1] = 3, 5, 1  # <=1us, (2,4]us, > 16.8 s
+    size = [0] * SIZE_SLOTS
+    size[3] = 9  # 4 KiB
+    read = OpStats(
+        ios=9,
+        bytes=9 * 4096,
+        errors=1,
+        lat_slots=lat,
+        lat_sum_seconds=20.000017,
+        size_slots=size,
+        size_sum_bytes=9 * 4096,
+    )
+    return {
+        "nvme0n1": DeviceStats(
+            ops={"read": read, "write": OpStats(errors=0)}, busy_seconds=1.5, inflight=2
+        ),
+    }
+
+
+def test_histogram_is_cumulative_with_inf_count_and_sum() -> None:
+    s = parse_samples(_text(_devices()))
+    b = "wattbit_disk_io_latency_seconds_bucket"
+    assert sample(s, b, device="nvme0n1", op="read", le="1e-06") == 3
+    assert sample(s, b, device="nvme0n1", op="read", le="2e-06") == 3
+    assert sample(s, b, device="nvme0n1", op="read", le="4e-06") == 8
+    assert sample(s, b, device="nvme0n1", op="read", le="16.777216") == 8
+    assert sample(s, b, device="nvme0n1", op="read", le="+Inf") == 9
+    assert sample(s, "wattbit_disk_io_latency_seconds_count", device="nvme0n1", op="read") == 9
+    assert sample(s, "wattbit_disk_io_latency_seconds_sum", device="nvme0n1", op="read") == (
+        20.000017
+    )
+    assert (
+        sample(s, "wattbit_disk_io_size_bytes_bucket", device="nvme0n1", op="read", le="4096.0")
+        == 9
+    )
+    assert sample(s, "wattbit_disk_io_errors_total", device="nvme0n1", op="read") == 1
+    # An op with no traffic has no series at all.
+    assert not any(dict(k[1]).get("op") == "write" for k in s)
+    assert sample(s, "wattbit_blockio_bpf_missed_events_total", event="complete") == 2
+
+
+def test_fallback_has_no_histograms_or_errors() -> None:
+    dev = DeviceStats(ops={"read": OpStats(ios=4, bytes=4096, time_seconds=0.5)})
+    text = _text({"sda": dev}, backend="diskstats", reason="not root")
+    assert "wattbit_disk_io_latency_seconds_bucket{" not in text
+    assert "wattbit_disk_io_errors_total{" not in text
+    assert 'wattbit_disk_io_time_seconds_total{device="sda",op="read"} 0.5' in text
+    assert 'wattbit_blockio_backend_info{backend="diskstats",reason="not root"} 1.0' in text
+
+
+def test_golden_exposition() -> None:
+    text = _text(_devices())
+    if os.environ.get("WATTBIT_UPDATE_GOLDEN") == "1":
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+
+
+def test_promtool_accepts_it(tmp_path: Path) -> None:
+    require(have("promtool"), "promtool (Debian package prometheus) is not installed")
+    r = subprocess.run(
+        ["promtool", "check", "metrics"], input=_text(_devices()), capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
