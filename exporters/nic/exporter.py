@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -14,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from .ethtool import Ethtool, QueueStat, queue_stats
-from .links import LinkStats
+from .links import LinkStats, interface_names, is_loopback, read_link
 from .procfs import (
     Interrupts,
     SoftnetRow,
@@ -33,23 +35,15 @@ log = logging.getLogger(__name__)
 DEFAULT_EXCLUDE = r"^(veth|docker|br-|virbr|vnet|cali|flannel|cni|lxc|tap|tun|ifb)"
 
 
-class LinkReader(Protocol):
-    """Where interface counters come from (netlink in production, lists in tests)."""
-
-    def read(self) -> list[LinkStats]:
-        """Every interface's counters."""
-        ...
-
-    def close(self) -> None:
-        """Release the socket."""
-        ...
-
-
 class QueueReader(Protocol):
-    """Reads a driver's ethtool statistics."""
+    """Reads a driver's ethtool statistics and identity."""
 
     def read_stats(self, ifname: str) -> list[tuple[str, int]]:
         """(name, value) pairs; OSError when the driver has none."""
+        ...
+
+    def driver_info(self, ifname: str) -> tuple[str, str, str]:
+        """(driver, version, bus_info); OSError when unsupported."""
         ...
 
 
@@ -177,8 +171,6 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
         ni = snap.infos.get(n)
         if ni and ni.speed_bytes:
             speed.add_metric([n], ni.speed_bytes)
-        # Virtual interfaces have no device driver; their rtnetlink kind (veth, bond, vlan)
-        # says what they are.
         driver = (ni.driver if ni else "") or link.kind
         pci, numa = (ni.pci, ni.numa_node) if ni else ("", "")
         info.add_metric([n, driver, pci, numa, str(link.mtu), link.operstate], 1.0)
@@ -277,17 +269,12 @@ class NicExporter:
         info_refresh: float = 60.0,
         sys_root: Path = Path("/sys"),
         proc_root: Path = Path("/proc"),
-        links: LinkReader | None = None,
         ethtool: QueueReader | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if links is None:
-            from .links import NetlinkLinks
-
-            links = NetlinkLinks()
-        self.links = links
         self.exclude = re.compile(exclude) if exclude else None
-        self.ethtool = (ethtool or Ethtool()) if queues else None
+        self.ethtool = ethtool or Ethtool()
+        self.queues = queues
         self.sys_root = sys_root
         self.proc_root = proc_root
         self.info_refresh = info_refresh
@@ -296,28 +283,34 @@ class NicExporter:
         self._no_queue_stats: dict[str, float] = {}
 
     def close(self) -> None:
-        """Close sockets."""
-        self.links.close()
+        """Close the ethtool socket."""
         close = getattr(self.ethtool, "close", None)
         if close:
             close()
 
-    def _wanted(self, links: Iterable[LinkStats]) -> list[LinkStats]:
+    def _wanted(self) -> list[str]:
         return [
-            link
-            for link in links
-            if not link.loopback and not (self.exclude and self.exclude.search(link.name))
+            name
+            for name in interface_names(self.sys_root)
+            if not (self.exclude and self.exclude.search(name))
+            and not is_loopback(self.sys_root, name)
         ]
 
     def _info(self, name: str, now: float) -> NicInfo:
         cached = self._infos.get(name)
         if cached is None or now - cached[0] > self.info_refresh:
-            cached = (now, nic_info(self.sys_root, name))
+            info = nic_info(self.sys_root, name)
+            if not info.driver:
+                # Virtual interfaces have no device link; the driver still names itself to
+                # ethtool (veth, bonding, bridge, vxlan).
+                with contextlib.suppress(OSError):
+                    info = dataclasses.replace(info, driver=self.ethtool.driver_info(name)[0])
+            cached = (now, info)
             self._infos[name] = cached
         return cached[1]
 
     def _queues(self, name: str, now: float) -> list[QueueStat]:
-        if self.ethtool is None:
+        if not self.queues:
             return []
         # Drivers without statistics answer EOPNOTSUPP every time: ask again only at refresh.
         if now - self._no_queue_stats.get(name, float("-inf")) < self.info_refresh:
@@ -337,7 +330,7 @@ class NicExporter:
     def snapshot(self) -> NicSnapshot:
         """Read every source once."""
         now = self._clock()
-        links = self._wanted(self.links.read())
+        links = [link for n in self._wanted() if (link := read_link(self.sys_root, n))]
         names = {link.name for link in links}
         self._infos = {n: v for n, v in self._infos.items() if n in names}  # gone: forget
         infos = {link.name: self._info(link.name, now) for link in links}

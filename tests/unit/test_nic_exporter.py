@@ -9,7 +9,7 @@ from realparts import parse_samples, sample
 
 from exporters.base import ExportersCollector
 from exporters.nic.exporter import NicExporter, NicSnapshot, nic_irqs, render
-from exporters.nic.links import LinkStats, link_stats
+from exporters.nic.links import LinkStats, is_loopback, read_link
 from exporters.nic.procfs import parse_interrupts, parse_snmp, parse_softnet_stat
 from exporters.nic.sysfs import NicInfo
 
@@ -82,36 +82,40 @@ def test_all_queues_on_cpu0_stands_out() -> None:
     assert sample(s, "wattbit_nic_link_speed_bytes_per_second", interface="eth2") == 1.25e9
 
 
-def test_link_counters_tcp_and_softnet() -> None:
-    msgs = [
+def _fake_net(root: Path, name: str, flags: str, stats: dict[str, int], mtu: int = 9000) -> None:
+    d = root / "class" / "net" / name
+    (d / "statistics").mkdir(parents=True)
+    for k, v in stats.items():
+        (d / "statistics" / k).write_text(f"{v}\n")
+    (d / "flags").write_text(flags + "\n")
+    (d / "mtu").write_text(f"{mtu}\n")
+    (d / "operstate").write_text("up\n")
+    (d / "ifindex").write_text("7\n")
+
+
+def test_link_counters_tcp_and_softnet(tmp_path: Path) -> None:
+    _fake_net(
+        tmp_path,
+        "eth2",
+        "0x1003",
         {
-            "index": 7,
-            "flags": 0x1043,
-            "attrs": [
-                ("IFLA_IFNAME", "eth2"),
-                ("IFLA_MTU", 9000),
-                ("IFLA_OPERSTATE", "UP"),
-                (
-                    "IFLA_STATS64",
-                    {
-                        "rx_bytes": 2**40,
-                        "tx_bytes": 5,
-                        "rx_dropped": 2,
-                        "rx_missed_errors": 3,
-                        "tx_dropped": 1,
-                        "rx_errors": 4,
-                    },
-                ),
-            ],
+            "rx_bytes": 2**40,
+            "tx_bytes": 5,
+            "rx_dropped": 2,
+            "rx_missed_errors": 3,
+            "tx_dropped": 1,
+            "rx_errors": 4,
         },
-        {"index": 1, "flags": 0x49, "attrs": [("IFLA_IFNAME", "lo"), ("IFLA_STATS64", {})]},
-    ]
-    links = link_stats(msgs)
-    assert links[1].loopback and not links[0].loopback
+    )
+    _fake_net(tmp_path, "lo", "0x9", {"rx_bytes": 1}, mtu=65536)
+    eth2 = read_link(tmp_path, "eth2")
+    assert eth2 is not None and not eth2.loopback and eth2.mtu == 9000
+    assert is_loopback(tmp_path, "lo")
+    assert read_link(tmp_path, "gone") is None
     snmp = parse_snmp((NIC / "snmp-4.18").read_text())
     snmp.update(parse_snmp((NIC / "netstat-4.18").read_text()))
     snap = NicSnapshot(
-        links=links[:1],
+        links=[eth2],
         infos={},
         softnet=parse_softnet_stat((NIC / "softnet_stat-5.15-mlx5").read_text()),
         snmp=snmp,
@@ -139,17 +143,6 @@ def test_link_counters_tcp_and_softnet() -> None:
     assert any(k[0] == "wattbit_softnet_times_squeezed_total" for k in s)
 
 
-class _Links:
-    def __init__(self, links: list[LinkStats]) -> None:
-        self.links = links
-
-    def read(self) -> list[LinkStats]:
-        return self.links
-
-    def close(self) -> None:
-        pass
-
-
 class _NoStats:
     calls = 0
 
@@ -157,16 +150,17 @@ class _NoStats:
         self.calls += 1
         raise OSError(95, "Operation not supported")
 
+    def driver_info(self, ifname: str) -> tuple[str, str, str]:
+        return ("veth" if ifname.startswith("veth") else "", "", "")
+
 
 def test_exclude_loopback_and_unsupported_ethtool_asked_once(tmp_path: Path) -> None:
-    links = [
-        LinkStats("lo", 1, 65536, "unknown", "", loopback=True),
-        LinkStats("veth12ab", 2, 1500, "up", "veth"),
-        LinkStats("eth0", 3, 1500, "up", ""),
-    ]
+    _fake_net(tmp_path, "lo", "0x9", {"rx_bytes": 1})
+    _fake_net(tmp_path, "veth12ab", "0x1003", {"rx_bytes": 1})
+    _fake_net(tmp_path, "eth0", "0x1003", {"rx_bytes": 1})
     (tmp_path / "interrupts").write_text("           CPU0\n")
     ethtool = _NoStats()
-    exp = NicExporter(links=_Links(links), ethtool=ethtool, sys_root=tmp_path, proc_root=tmp_path)
+    exp = NicExporter(ethtool=ethtool, sys_root=tmp_path, proc_root=tmp_path)
     r = CollectorRegistry(auto_describe=False)
     r.register(ExportersCollector([exp]))
     for _ in range(3):
@@ -175,3 +169,21 @@ def test_exclude_loopback_and_unsupported_ethtool_asked_once(tmp_path: Path) -> 
     assert names == {"eth0"}
     assert ethtool.calls == 1
     assert sample(s, "wattbit_exporter_up", exporter="nic") == 1.0
+    # With no exclude pattern, loopback is still left out; veth's driver comes from ethtool.
+    exp = NicExporter(exclude="", ethtool=_NoStats(), sys_root=tmp_path, proc_root=tmp_path)
+    s = _samples(exp.snapshot())
+    names = {dict(k[1]).get("interface") for k in s if k[0] == "wattbit_nic_bytes_total"}
+    assert names == {"eth0", "veth12ab"}
+    assert (
+        sample(
+            s,
+            "wattbit_nic_info",
+            interface="veth12ab",
+            driver="veth",
+            pci="",
+            numa_node="",
+            mtu="9000",
+            operstate="up",
+        )
+        == 1.0
+    )
