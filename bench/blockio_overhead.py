@@ -683,7 +683,9 @@ def preflight() -> None:
 
 
 def _sigterm(*_: object) -> None:
-    # Treat SIGTERM like Ctrl-C, so every finally (tracer, loop device, sysctl) runs.
+    # Treat SIGTERM like Ctrl-C, so every finally (tracer, loop device, sysctl) runs; only
+    # once, so a second SIGTERM cannot cut the clean-up itself short.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 

@@ -135,11 +135,16 @@ def load_model(model: type[M], path: str | Path | None) -> M:
     if not isinstance(data, dict):
         raise ConfigError(path, "", "expected a mapping of keys at the top level")
     try:
-        return model.model_validate(data)
+        cfg = model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        reason = err["msg"]
+        reason = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             reason = "unknown key"
-        # Never echo the input value: it may be a secret (communities, keys, tokens).
-        raise ConfigError(path, _key(err["loc"]), reason) from exc
+        # Never echo the input value: it may be a secret (communities, keys, tokens). `from
+        # None`: pydantic's own message quotes the input.
+        raise ConfigError(path, _key(err["loc"]), reason) from None
+    cross_check = getattr(cfg, "cross_check", None)
+    for key, reason in cross_check() if cross_check else ():
+        raise ConfigError(path, key, reason)
+    return cfg

@@ -1,0 +1,222 @@
+"""`wattbit collector` configuration: SNMP credentials, PDU targets, outlet mapping.
+
+Secrets (communities, v3 keys) may be inline, in a file (`*_file`) or in an environment
+variable (`*_env`); they are held as SecretStr, never echoed in errors, logs or
+`--print-config`, and resolved before anything starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from .config import Duration, Regex, Strict, parse_listen
+
+log = logging.getLogger(__name__)
+
+AuthProtocol = Literal["MD5", "SHA", "SHA224", "SHA256", "SHA384", "SHA512"]
+PrivProtocol = Literal["DES", "AES128", "AES192", "AES256"]
+# RFC 3414's MD5 and DES are broken; a site that still has such PDUs must say so.
+INSECURE = {"MD5", "DES"}
+
+
+def _resolve(
+    inline: SecretStr | None, file: Path | None, env: str | None, what: str
+) -> SecretStr | None:
+    given = [x for x in (inline, file, env) if x is not None]
+    if len(given) > 1:
+        raise ValueError(f"give {what} once: inline, {what}_file or {what}_env")
+    if file is not None:
+        try:
+            return SecretStr(file.read_text().strip())
+        except OSError as exc:
+            raise ValueError(f"cannot read {what}_file {file}: {exc.strerror}") from None
+    if env is not None:
+        value = os.environ.get(env)
+        if value is None:
+            raise ValueError(f"environment variable {env} (from {what}_env) is not set")
+        return SecretStr(value)
+    return inline
+
+
+class AuthConfig(Strict):
+    """One set of SNMP credentials, referenced by name from PDU targets."""
+
+    version: Literal["2c", "3"]
+    community: SecretStr | None = None
+    community_file: Path | None = None
+    community_env: str | None = None
+    user: str | None = None
+    auth_protocol: AuthProtocol | None = None
+    auth_key: SecretStr | None = None
+    auth_key_file: Path | None = None
+    auth_key_env: str | None = None
+    priv_protocol: PrivProtocol | None = None
+    priv_key: SecretStr | None = None
+    priv_key_file: Path | None = None
+    priv_key_env: str | None = None
+    context_name: str = ""
+    allow_insecure: bool = False  # opt in to MD5 / DES
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, v: object) -> object:
+        return str(v) if v in (3, "3", "v3") else ("2c" if v in ("2c", "v2c", "2") else v)
+
+    @model_validator(mode="after")
+    def _check(self) -> AuthConfig:
+        resolved = {
+            "community": _resolve(
+                self.community, self.community_file, self.community_env, "community"
+            ),
+            "auth_key": _resolve(self.auth_key, self.auth_key_file, self.auth_key_env, "auth_key"),
+            "priv_key": _resolve(self.priv_key, self.priv_key_file, self.priv_key_env, "priv_key"),
+        }
+        if self.version == "2c":
+            if resolved["community"] is None:
+                raise ValueError("SNMPv2c needs community, community_file or community_env")
+            if self.user or self.auth_protocol or self.priv_protocol:
+                raise ValueError("user, auth_protocol and priv_protocol are SNMPv3 settings")
+        else:
+            if not self.user:
+                raise ValueError("SNMPv3 needs user")
+            if (self.auth_protocol is None) != (resolved["auth_key"] is None):
+                raise ValueError("auth_protocol and an auth key go together")
+            if (self.priv_protocol is None) != (resolved["priv_key"] is None):
+                raise ValueError("priv_protocol and a priv key go together")
+            if self.priv_protocol and not self.auth_protocol:
+                raise ValueError("privacy needs authentication (authPriv), not noAuthPriv")
+            for key in ("auth_key", "priv_key"):
+                secret = resolved[key]
+                if secret is not None and len(secret.get_secret_value()) < 8:
+                    raise ValueError(f"{key} must be at least 8 characters (RFC 3414)")
+            weak = {p for p in (self.auth_protocol, self.priv_protocol) if p in INSECURE}
+            if weak and not self.allow_insecure:
+                raise ValueError(
+                    f"{'/'.join(sorted(weak))} is insecure; set allow_insecure: true to use it"
+                )
+        # Keep only the resolved secrets; the file/env references have done their job.
+        object.__setattr__(self, "community", resolved["community"])
+        object.__setattr__(self, "auth_key", resolved["auth_key"])
+        object.__setattr__(self, "priv_key", resolved["priv_key"])
+        return self
+
+    @property
+    def level(self) -> str:
+        """noAuthNoPriv, authNoPriv or authPriv (v3), or v2c."""
+        if self.version == "2c":
+            return "v2c"
+        if self.priv_protocol:
+            return "authPriv"
+        return "authNoPriv" if self.auth_protocol else "noAuthNoPriv"
+
+
+class OutletRule(Strict):
+    """Labels outlets with the host or component they feed; the first matching rule wins."""
+
+    index: str | int | list[str | int] | None = None
+    name: Regex | None = None  # regular expression on the outlet's name
+    host: str = ""
+    component: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> OutletRule:
+        if self.index is None and self.name is None:
+            raise ValueError("an outlet rule needs index or name")
+        if not self.host and not self.component:
+            raise ValueError("an outlet rule sets host, component or both")
+        return self
+
+    def matches(self, index: str, name: str) -> bool:
+        """True if this rule applies to the outlet."""
+        if self.index is not None:
+            wanted = self.index if isinstance(self.index, list) else [self.index]
+            if index not in {str(i) for i in wanted}:
+                return False
+        return self.name is None or re.search(self.name, name) is not None
+
+
+class PduConfig(Strict):
+    """One PDU to poll."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.:-]+$")
+    address: str
+    auth: str
+    profile: str | None = None  # default: detected from sysObjectID
+    timeout: Duration = 2.0
+    retries: int = Field(default=1, ge=0, le=10)
+    max_repetitions: int = Field(default=25, ge=1, le=1000)
+    host: str = ""  # default host label of every outlet (a PDU inside one server's rack)
+    component: str = ""
+    outlets: list[OutletRule] = Field(default_factory=list)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        parse_listen(v, 161)
+        return v
+
+    def endpoint(self) -> tuple[str, int]:
+        """(host, port) of the agent; port 161 unless given."""
+        return parse_listen(self.address, 161)
+
+    def labels_for(self, index: str, name: str) -> tuple[str, str]:
+        """(host, component) of an outlet."""
+        for rule in self.outlets:
+            if rule.matches(index, name):
+                return rule.host or self.host, rule.component or self.component
+        return self.host, self.component
+
+
+class CollectorConfig(Strict):
+    """`wattbit collector` configuration."""
+
+    listen: str = ":9732"
+    web_config: Path | None = None
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    interval: Duration = 10.0
+    concurrency: int = Field(default=32, ge=1, le=1024)  # PDUs polled at once
+    profiles_dir: Path | None = None  # extra profiles, next to the built-in ones
+    state_dir: Path = Path("/var/lib/wattbit")
+    auths: dict[str, AuthConfig] = Field(default_factory=dict)
+    pdus: list[PduConfig] = Field(default_factory=list)
+
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, v: float) -> float:
+        if v < 1.0:
+            raise ValueError("interval must be at least 1s")
+        return v
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        parse_listen(v, 9732)
+        return v
+
+    def cross_check(self) -> list[tuple[str, str]]:
+        """(key, reason) for references that do not resolve; load_model raises on the first."""
+        problems = []
+        names: set[str] = set()
+        for i, pdu in enumerate(self.pdus):
+            if pdu.auth not in self.auths:
+                problems.append((f"pdus.{i}.auth", f"no auth named {pdu.auth!r} in auths"))
+            if pdu.name in names:
+                problems.append((f"pdus.{i}.name", f"{pdu.name!r} is used twice"))
+            names.add(pdu.name)
+        return problems
+
+
+def redacted(cfg: CollectorConfig) -> dict[str, object]:
+    """The configuration as plain data with every secret replaced by '<redacted>'."""
+    data = cfg.model_dump(mode="json", exclude_none=True)
+    for auth in data.get("auths", {}).values():
+        for key in ("community", "auth_key", "priv_key"):
+            if key in auth:
+                auth[key] = "<redacted>"
+    return data
