@@ -35,6 +35,38 @@ def _agent(args: argparse.Namespace) -> int:
         return 1
 
 
+def _collector(args: argparse.Namespace) -> int:
+    import json
+
+    from . import site
+    from .collector_config import CollectorConfig, redacted
+    from .config import load_model, parse_listen
+    from .webconfig import load_web_config
+
+    cfg = load_model(CollectorConfig, args.config)
+    updates: dict[str, object] = {}
+    if args.listen:
+        try:
+            parse_listen(args.listen, site.DEFAULT_PORT)
+        except ValueError as exc:
+            raise ConfigError("--listen", "listen", str(exc)) from exc
+        updates["listen"] = args.listen
+    if args.web_config:
+        updates["web_config"] = args.web_config
+    cfg = cfg.model_copy(update=updates)
+    web = load_web_config(cfg.web_config) if cfg.web_config else None
+    site.profiles_for(cfg, args.config)  # a configured profile that does not exist: exit 2 now
+    if args.print_config:
+        print(json.dumps(redacted(cfg), indent=2, default=str))
+        return 0
+    _logging(args.log_level or cfg.log_level)
+    try:
+        return site.run(cfg, web, args.config)
+    except OSError as exc:
+        print(f"wattbit collector: cannot start: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+
+
 def _demo(args: argparse.Namespace) -> int:
     from . import demo
 
@@ -65,6 +97,18 @@ def parser() -> argparse.ArgumentParser:
     )
     a.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     a.set_defaults(func=_agent)
+
+    c = sub.add_parser("collector", help="site collector: poll PDUs over SNMP, serve /metrics")
+    c.add_argument("--config", required=True, help="collector YAML configuration")
+    c.add_argument("--listen", help="HOST:PORT to serve on (default :9732)")
+    c.add_argument("--web-config", help="TLS and basic-auth file (node_exporter format)")
+    c.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the validated configuration (secrets redacted) and exit",
+    )
+    c.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    c.set_defaults(func=_collector)
 
     d = sub.add_parser("demo", help="one-machine demo on loop disks (root)")
     d.add_argument("--duration", type=float, default=30.0, help="seconds of load (default 30)")

@@ -92,23 +92,31 @@ def free_port() -> int:
 class Agent:
     """A `wattbit agent` subprocess on 127.0.0.1."""
 
+    command = "agent"
+
     def __init__(
-        self, config: str, tmp: Path, user: str | None = None, netns: str | None = None
+        self,
+        config: str,
+        tmp: Path,
+        user: str | None = None,
+        netns: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.port = free_port()
-        cfg = tmp / "agent.yml"
+        cfg = tmp / f"{self.command}.yml"
         cfg.write_text(config)
         cfg.chmod(0o644)
-        cmd = [sys.executable, "-m", "collector.cli", "agent", "--config", str(cfg)]
+        self.config = cfg
+        cmd = [sys.executable, "-m", "collector.cli", self.command, "--config", str(cfg)]
         cmd += ["--listen", f"127.0.0.1:{self.port}"]
         if user:
             cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
         self.netns = netns
         if netns:
             cmd = ["ip", "netns", "exec", netns, *cmd]
-        self.log = tmp / "agent.log"
+        self.log = tmp / f"{self.command}.log"
         self._log = open(self.log, "wb")  # noqa: SIM115 - closed in stop()
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
         self.url = f"http://127.0.0.1:{self.port}/metrics"
 
@@ -231,6 +239,12 @@ def veth_pair() -> Iterator[VethPair]:
                 with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(pid), 9)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+
+
+class Collector(Agent):
+    """A `wattbit collector` subprocess on 127.0.0.1."""
+
+    command = "collector"
 
 
 def parse_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

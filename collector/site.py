@@ -1,0 +1,139 @@
+"""`wattbit collector`: the site collector polling PDUs over SNMP (and, later, the run registry)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+
+from exporters.base import ExportersCollector
+from exporters.pdu.exporter import PduExporter
+from exporters.pdu.poller import PduPoller, PduTarget
+from exporters.pdu.profile import Profile, load_profiles
+from exporters.pdu.snmp import Auth, SnmpClient, Target
+
+from .collector_config import AuthConfig, CollectorConfig, PduConfig
+from .config import parse_listen
+from .errors import ConfigError
+from .exposition import metrics_app
+from .httpserver import landing_page, start_server
+from .webconfig import WebConfig
+
+log = logging.getLogger("wattbit.collector")
+
+DEFAULT_PORT = 9732
+
+
+def snmp_auth(a: AuthConfig) -> Auth:
+    """The SNMP layer's credentials from a validated auth section."""
+
+    def secret(s: object) -> str | None:
+        return s.get_secret_value() if s is not None else None  # type: ignore[attr-defined]
+
+    if a.version == "2c":
+        return Auth(version="2c", community=secret(a.community) or "")
+    return Auth(
+        version="3",
+        user=a.user or "",
+        auth_protocol=a.auth_protocol,
+        auth_key=secret(a.auth_key),
+        priv_protocol=a.priv_protocol,
+        priv_key=secret(a.priv_key),
+        context_name=a.context_name,
+    )
+
+
+def pdu_target(p: PduConfig, auth: AuthConfig) -> PduTarget:
+    """The poller's view of one configured PDU."""
+    host, port = p.endpoint()
+    return PduTarget(
+        name=p.name,
+        target=Target(
+            host=host,
+            port=port,
+            auth=snmp_auth(auth),
+            timeout=p.timeout,
+            retries=p.retries,
+            max_repetitions=p.max_repetitions,
+        ),
+        profile=p.profile,
+        labels=p.labels_for,
+    )
+
+
+def profiles_for(cfg: CollectorConfig, source: str | Path = "") -> list[Profile]:
+    """Built-in profiles plus the site's own; a configured profile must exist (else exit 2)."""
+    profiles = load_profiles()
+    if cfg.profiles_dir is not None:
+        extra = load_profiles(cfg.profiles_dir)
+        names = {p.name for p in extra}
+        profiles = [p for p in profiles if p.name not in names] + extra  # the site's win
+    known = {p.name for p in profiles}
+    for i, pdu in enumerate(cfg.pdus):
+        if pdu.profile and pdu.profile not in known:
+            raise ConfigError(
+                source,
+                f"pdus.{i}.profile",
+                f"no profile named {pdu.profile!r} (known: {', '.join(sorted(known))})",
+            )
+    return profiles
+
+
+def build_poller(cfg: CollectorConfig, profiles: list[Profile], client: SnmpClient) -> PduPoller:
+    """The poller for every configured PDU."""
+    targets = [pdu_target(p, cfg.auths[p.auth]) for p in cfg.pdus]
+    return PduPoller(targets, profiles, client, cfg.interval, cfg.concurrency)
+
+
+def run(
+    cfg: CollectorConfig,
+    web: WebConfig | None,
+    source: str | Path = "",
+    stop: threading.Event | None = None,
+) -> int:
+    """Poll PDUs and serve /metrics until SIGINT/SIGTERM (or stop is set)."""
+    profiles = profiles_for(cfg, source)
+    host, port = parse_listen(cfg.listen, DEFAULT_PORT)
+    client = SnmpClient()
+    poller = build_poller(cfg, profiles, client)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ExportersCollector([PduExporter(poller)]))
+    ProcessCollector(registry=registry)
+    server = start_server(
+        host,
+        port,
+        {"/metrics": metrics_app(registry), "/": landing_page("wattbit collector", ["/metrics"])},
+        web,
+    )
+    log.info(
+        "serving %s/metrics; polling %d PDU(s) every %gs", server.url, len(cfg.pdus), cfg.interval
+    )
+    stop = stop or threading.Event()
+
+    async def main() -> None:
+        done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, done.set)
+        # A threading.Event set by a caller (tests, the demo) also stops the loop.
+        loop.run_in_executor(None, lambda: (stop.wait(), loop.call_soon_threadsafe(done.set)))
+        task = asyncio.create_task(poller.run(done))
+        await done.wait()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(main())
+    finally:
+        stop.set()
+        server.shutdown()
+        client.close()
+    log.info("stopped")
+    return 0

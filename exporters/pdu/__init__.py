@@ -1,0 +1,1 @@
+"""Rack PDU telemetry over SNMP: vendor profiles as data, a pysnmp poller, the metrics."""

@@ -1,0 +1,271 @@
+"""Turn one PDU's walk into a Reading, driven only by its profile (no vendor code).
+
+Every configured value that is not a reading is left None and counted in ``Reading.invalid``
+under one reason:
+
+* ``missing``      the OID is not in the walk (or a table yields no row, or digits are absent);
+* ``no_such``      the agent answered noSuchObject / noSuchInstance / endOfMibView;
+* ``wrong_type``   not an integer type (an OctetString or Null where a number belongs);
+* ``negative``     below the profile's ``invalid_below`` (vendors answer -1 for unsupported);
+* ``out_of_range`` above the profile's ``max`` (or absurd decimal digits);
+* ``unavailable``  the sensor's state says so, the MIB says 0 means unsupported, or the PDU says
+                   it does not meter its outlets (``metered_if``).
+
+A unit ``sum`` is None as soon as one of its rows is invalid (a partial sum would look like a
+real, lower load); only the invalid rows are counted. Skipped outlet rows (padding) are not
+outlets and are not counted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from fractions import Fraction
+from functools import lru_cache
+
+from .profile import Condition, Metric, Profile, UnitMetric, oid_arcs
+from .types import EXCEPTIONS, INTEGER_TYPES, OutletReading, Reading, Value, Walk
+
+REASONS = ("missing", "no_such", "wrong_type", "negative", "out_of_range", "unavailable")
+
+
+class _Table:
+    """The walk with column scans cached: column OID -> {row index: value}."""
+
+    def __init__(self, walk: Walk) -> None:
+        self.walk = walk
+        self._cols: dict[str, dict[str, Value]] = {}
+
+    def get(self, oid: str) -> Value | None:
+        return self.walk.get(oid)
+
+    def rows(self, column: str) -> dict[str, Value]:
+        if column not in self._cols:
+            prefix = column + "."
+            self._cols[column] = {
+                oid[len(prefix) :]: v for oid, v in self.walk.items() if oid.startswith(prefix)
+            }
+        return self._cols[column]
+
+
+def text_of(value: Value | None) -> str:
+    """A display string from an SNMP value: bytes as UTF-8 (else latin-1), NULs and blanks cut."""
+    if value is None or value.type in EXCEPTIONS or value.value is None:
+        return ""
+    raw = value.value
+    if isinstance(raw, bytes):
+        try:
+            s = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            s = raw.decode("latin-1")
+    else:
+        s = str(raw)
+    # C strings: a NUL ends the text (the APC cPDU pads sysDescr with one).
+    s = s.strip("\x00").split("\x00", 1)[0]
+    return s.strip()
+
+
+def _int_of(value: Value | None) -> tuple[int | None, str | None]:
+    """The integer in value, or (None, reason)."""
+    if value is None:
+        return None, "missing"
+    if value.type in EXCEPTIONS:
+        return None, "no_such"
+    numeric_type = value.type in INTEGER_TYPES or value.type == "Integer"
+    if not numeric_type or not isinstance(value.value, int) or isinstance(value.value, bool):
+        return None, "wrong_type"
+    return value.value, None
+
+
+@lru_cache(maxsize=256)
+def _exact_scale(scale: float) -> Fraction:
+    # The profile's decimal scale taken exactly (0.1 is 1/10), so 3 x 0.1 is 0.3, not
+    # 0.30000000000000004, and sums are exact until the final float.
+    return Fraction(repr(scale))
+
+
+def _value(t: _Table, spec: Metric, index: str) -> tuple[Fraction | None, str | None]:
+    """The exact SI value of spec at the full instance index (row plus suffix), or a reason."""
+    raw, why = _int_of(t.get(f"{spec.oid}.{index}"))
+    if raw is None:
+        return None, why
+    if spec.state_oid is not None and spec.valid_states is not None:
+        state, _ = _int_of(t.get(f"{spec.state_oid}.{index}"))
+        if state is None or state not in spec.valid_states:
+            return None, "unavailable"
+    if spec.zero_invalid and raw == 0:
+        return None, "unavailable"
+    if raw < spec.invalid_below:
+        return None, "negative"
+    if spec.max is not None and raw > spec.max:
+        return None, "out_of_range"
+    si = Fraction(raw)
+    if spec.digits_oid is not None:
+        digits, why = _int_of(t.get(f"{spec.digits_oid}.{index}"))
+        if digits is None:
+            return None, why
+        if not 0 <= digits <= 9:
+            return None, "out_of_range"
+        si /= 10**digits
+    return si * _exact_scale(spec.scale), None
+
+
+def _holds(t: _Table, cond: Condition, row: str) -> bool:
+    """Whether cond holds for the row index (device-level conditions ignore the row)."""
+    value: int | str | None
+    if cond.index_arc is not None:
+        arcs = row.split(".")
+        pos = cond.index_arc - 1 if cond.index_arc > 0 else len(arcs) + cond.index_arc
+        if not 0 <= pos < len(arcs):
+            return False
+        value = int(arcs[pos])
+    else:
+        oid = f"{cond.oid}.{cond.instance if cond.instance is not None else row}"
+        v = t.get(oid)
+        if cond.empty:
+            return text_of(v) == ""
+        number, _ = _int_of(v)
+        if number is not None:
+            value = number
+        elif v is not None and v.type not in EXCEPTIONS and v.type != "Null":
+            value = text_of(v)
+        else:
+            return False  # an absent value satisfies no test but `empty`
+    if cond.in_ is not None:
+        return value in cond.in_ or str(value) in [str(x) for x in cond.in_]
+    if cond.not_in is not None:
+        return value not in cond.not_in and str(value) not in [str(x) for x in cond.not_in]
+    if not isinstance(value, int):
+        return False
+    if cond.gt is not None:
+        return value > cond.gt
+    if cond.ge is not None:
+        return value >= cond.ge
+    if cond.lt is not None:
+        return value < cond.lt
+    if cond.le is not None:
+        return value <= cond.le
+    return False
+
+
+def _sorted(indices: list[str]) -> list[str]:
+    return sorted(indices, key=oid_arcs)
+
+
+def _unit(t: _Table, spec: UnitMetric, bad: Counter[str]) -> float | None:
+    """A unit-level value (scalar, first row or sum), counting what was dropped."""
+    local: Counter[str] = Counter()
+    result = _unit_once(t, spec, local)
+    absent = bool(local) and set(local) <= {"missing", "no_such"}
+    if result is None and absent and spec.fallback is not None:
+        return _unit(t, spec.fallback, bad)
+    bad.update(local)
+    return result
+
+
+def _unit_once(t: _Table, spec: UnitMetric, bad: Counter[str]) -> float | None:
+    if spec.instance is not None:
+        value, why = _value(t, spec, spec.instance)
+        if why:
+            bad[why] += 1
+        return None if value is None else float(value)
+    rows = []
+    for idx in _sorted(list(t.rows(spec.oid))):
+        if spec.suffix is not None:
+            if not idx.endswith("." + spec.suffix):
+                continue
+            row = idx[: -len(spec.suffix) - 1]
+        else:
+            row = idx
+        if all(_holds(t, c, row) for c in spec.where):
+            rows.append((row, idx))
+    if not rows:
+        bad["missing"] += 1
+        return None
+    if spec.aggregate == "first":
+        rows = rows[:1]
+    total = Fraction(0)
+    ok = True
+    for _, idx in rows:
+        value, why = _value(t, spec, idx)
+        if value is None:
+            bad[why or "missing"] += 1
+            ok = False
+        else:
+            total += value
+    return float(total) if ok else None
+
+
+def _identity(t: _Table, profile: Profile) -> dict[str, str]:
+    out = {"vendor": profile.vendor}
+    for field in ("model", "firmware", "serial"):
+        text = ""
+        for src in getattr(profile.identity, field):
+            if src.instance is not None:
+                text = text_of(t.get(f"{src.oid}.{src.instance}"))
+            else:
+                rows = t.rows(src.oid)
+                first = _sorted(list(rows))[:1]
+                text = text_of(rows[first[0]]) if first else ""
+            if text:
+                break
+        out[field] = text
+    return out
+
+
+def _outlets(t: _Table, profile: Profile, bad: Counter[str]) -> list[OutletReading]:
+    spec = profile.outlets
+    if spec is None:
+        return []
+    out: list[OutletReading] = []
+    for row in _sorted(list(t.rows(spec.index_from))):
+        if len(row.split(".")) != len(spec.index):
+            continue  # not a row of this table's index shape
+        if any(_holds(t, c, row) for c in spec.skip_if):
+            continue
+        name = ""
+        for col in spec.name:
+            name = text_of(t.get(f"{col}.{row}"))
+            if name:
+                break
+        outlet = OutletReading(index=row, name=name or row)
+        metered = not spec.metered_if or any(_holds(t, c, row) for c in spec.metered_if)
+        for field, metric in spec.metrics():
+            if not metered:
+                bad["unavailable"] += 1
+                continue
+            index = row if metric.suffix is None else f"{row}.{metric.suffix}"
+            value, why = _value(t, metric, index)
+            if value is None:
+                bad[why or "missing"] += 1
+            setattr(outlet, field, None if value is None else float(value))
+        out.append(outlet)
+    return out
+
+
+def decode(profile: Profile, walk: Walk) -> Reading:
+    """The Reading for one PDU: SI values, or None with the reason counted in ``invalid``."""
+    t = _Table(walk)
+    bad: Counter[str] = Counter()
+    reading = Reading(identity=_identity(t, profile))
+    for field, spec in profile.unit.metrics():
+        setattr(reading, f"unit_{field}", _unit(t, spec, bad))
+    reading.outlets = _outlets(t, profile, bad)
+    reading.invalid = {r: bad[r] for r in REASONS if bad[r]}
+    return reading
+
+
+def metered(reading: Reading) -> bool:
+    """True if the PDU yielded any value at all (False: log once that it meters nothing)."""
+    unit = (
+        reading.unit_power_watts,
+        reading.unit_energy_joules,
+        reading.unit_current_amperes,
+        reading.unit_voltage_volts,
+    )
+    if any(v is not None for v in unit):
+        return True
+    return any(
+        v is not None
+        for o in reading.outlets
+        for v in (o.power_watts, o.current_amperes, o.voltage_volts, o.energy_joules)
+    )

@@ -1,0 +1,129 @@
+"""The pdu exporter: renders the poller's last completed polls as metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from .poller import PduPoller, PduTarget
+
+OUTLET_LABELS = ["pdu", "outlet", "outlet_name", "host", "component"]
+
+
+class PduExporter:
+    """Per-outlet and per-unit power, health and identity of every configured PDU."""
+
+    name = "pdu"
+
+    def __init__(self, poller: PduPoller) -> None:
+        self.poller = poller
+        self._targets: dict[str, PduTarget] = {t.name: t for t in poller.targets}
+
+    def collect(self) -> Iterator[Metric]:
+        """Render the last completed poll of every PDU (never a poll in progress)."""
+        states = self.poller.states  # one consistent snapshot of the dict
+        outlet: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+            "power": GaugeMetricFamily(
+                "wattbit_pdu_outlet_power_watts",
+                "Active power of the outlet.",
+                labels=OUTLET_LABELS,
+            ),
+            "current": GaugeMetricFamily(
+                "wattbit_pdu_outlet_current_amperes",
+                "Current of the outlet.",
+                labels=OUTLET_LABELS,
+            ),
+            "voltage": GaugeMetricFamily(
+                "wattbit_pdu_outlet_voltage_volts", "Voltage at the outlet.", labels=OUTLET_LABELS
+            ),
+            "energy": CounterMetricFamily(
+                "wattbit_pdu_outlet_energy_joules",
+                "Energy through the outlet, from the PDU's energy register.",
+                labels=OUTLET_LABELS,
+            ),
+        }
+        unit: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+            "power": GaugeMetricFamily(
+                "wattbit_pdu_power_watts", "Active power of the whole PDU.", labels=["pdu"]
+            ),
+            "energy": CounterMetricFamily(
+                "wattbit_pdu_energy_joules", "Energy through the whole PDU.", labels=["pdu"]
+            ),
+            "current": GaugeMetricFamily(
+                "wattbit_pdu_current_amperes", "Current of the whole PDU (input).", labels=["pdu"]
+            ),
+            "voltage": GaugeMetricFamily(
+                "wattbit_pdu_voltage_volts", "Input voltage of the PDU.", labels=["pdu"]
+            ),
+        }
+        up = GaugeMetricFamily(
+            "wattbit_pdu_up", "1 if the PDU's last poll succeeded.", labels=["pdu"]
+        )
+        duration = GaugeMetricFamily(
+            "wattbit_pdu_poll_duration_seconds", "Time the PDU's last poll took.", labels=["pdu"]
+        )
+        info = GaugeMetricFamily(
+            "wattbit_pdu_info",
+            "The PDU's identity and the profile that reads it.",
+            labels=["pdu", "vendor", "model", "firmware", "serial", "profile"],
+        )
+        for name in sorted(states):
+            st = states[name]
+            up.add_metric([name], 1.0 if st.up else 0.0)
+            duration.add_metric([name], st.duration)
+            r = st.reading
+            if not st.up or r is None:
+                continue  # a PDU that stopped answering loses its readings at once
+            ident = r.identity
+            info.add_metric(
+                [
+                    name,
+                    ident.get("vendor", ""),
+                    ident.get("model", ""),
+                    ident.get("firmware", ""),
+                    ident.get("serial", ""),
+                    st.profile,
+                ],
+                1.0,
+            )
+            target = self._targets.get(name)
+            for o in r.outlets:
+                host, component = target.labels(o.index, o.name) if target else ("", "")
+                lv = [name, o.index, o.name, host, component]
+                for key, value in (
+                    ("power", o.power_watts),
+                    ("current", o.current_amperes),
+                    ("voltage", o.voltage_volts),
+                    ("energy", o.energy_joules),
+                ):
+                    if value is not None:  # never a silent 0
+                        outlet[key].add_metric(lv, value)
+            for key, value in (
+                ("power", r.unit_power_watts),
+                ("energy", r.unit_energy_joules),
+                ("current", r.unit_current_amperes),
+                ("voltage", r.unit_voltage_volts),
+            ):
+                if value is not None:
+                    unit[key].add_metric([name], value)
+        yield from outlet.values()
+        yield from unit.values()
+        yield from (up, duration, info)
+        failures = CounterMetricFamily(
+            "wattbit_pdu_poll_failures",
+            "Failed polls by reason (timeout, auth, too_big, garbage, deadline, no_profile, "
+            "refused, error).",
+            labels=["pdu", "reason"],
+        )
+        for (pdu, reason), n in sorted(self.poller.failures.items()):
+            failures.add_metric([pdu, reason], float(n))
+        invalid = CounterMetricFamily(
+            "wattbit_pdu_invalid_values",
+            "Values the PDU answered that were not readings, by reason; those series are absent.",
+            labels=["pdu", "reason"],
+        )
+        for (pdu, reason), n in sorted(self.poller.invalid.items()):
+            invalid.add_metric([pdu, reason], float(n))
+        yield from (failures, invalid)

@@ -1,0 +1,173 @@
+"""Polls every PDU on its own schedule; publishes each PDU's last completed poll.
+
+Each target runs its own loop (poll, publish, sleep until its next tick), all sharing one
+SnmpClient (one SNMP engine) and a semaphore bounding how many PDUs are polled at once. A
+target's poll has a deadline of one interval, so a dead or slow PDU can neither delay
+another's poll nor overlap its own next one; its outlet series vanish the moment a poll
+fails (no stale values) and return when it answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from .decode import decode, metered
+from .profile import Profile, match_profile
+from .snmp import SnmpClient, SnmpError, Target
+from .types import Reading
+
+log = logging.getLogger(__name__)
+
+SYS_OBJECT_ID = "1.3.6.1.2.1.1.2.0"
+
+
+@dataclass(frozen=True)
+class PduTarget:
+    """One PDU as the poller sees it (built from the collector's config)."""
+
+    name: str
+    target: Target
+    profile: str | None = None  # None: detect from sysObjectID
+    # (outlet index, outlet name) -> (host, component)
+    labels: Callable[[str, str], tuple[str, str]] = field(default=lambda i, n: ("", ""))
+
+    def __repr__(self) -> str:
+        return f"PduTarget({self.name!r}, {self.target.host}:{self.target.port})"
+
+
+@dataclass(frozen=True)
+class PduState:
+    """The outcome of one PDU's last completed poll."""
+
+    name: str
+    up: bool
+    duration: float
+    profile: str = ""
+    reading: Reading | None = None
+    error: str = ""  # failure reason label, "" when up
+
+
+class NoProfile(Exception):
+    """No profile matches the PDU's sysObjectID."""
+
+
+class PduPoller:
+    """The site collector's PDU polling loops and their results."""
+
+    def __init__(
+        self,
+        targets: Sequence[PduTarget],
+        profiles: Sequence[Profile],
+        client: SnmpClient,
+        interval: float = 10.0,
+        concurrency: int = 32,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.targets = list(targets)
+        self.profiles = list(profiles)
+        self.client = client
+        self.interval = interval
+        self.concurrency = concurrency
+        self._clock = clock
+        self._by_name = {p.name: p for p in self.profiles}
+        self._detected: dict[str, Profile] = {}
+        self.states: dict[str, PduState] = {}
+        self.failures: Counter[tuple[str, str]] = Counter()
+        self.invalid: Counter[tuple[str, str]] = Counter()
+        self._failing: set[str] = set()
+        self._unmetered_logged: set[str] = set()
+        self._sem: asyncio.Semaphore | None = None
+
+    async def _profile(self, t: PduTarget) -> Profile:
+        if t.profile:
+            return self._by_name[t.profile]
+        if t.name not in self._detected:
+            got = await self.client.get(t.target, [SYS_OBJECT_ID])
+            value = got.get(SYS_OBJECT_ID)
+            oid = str(value.value) if value is not None and value.value is not None else ""
+            profile = match_profile(self.profiles, oid)
+            if profile is None:
+                raise NoProfile(f"no profile matches sysObjectID {oid or '(none)'}")
+            log.info("pdu %s: sysObjectID %s -> profile %s", t.name, oid, profile.name)
+            self._detected[t.name] = profile
+        return self._detected[t.name]
+
+    async def _read(self, t: PduTarget) -> tuple[Profile, Reading]:
+        profile = await self._profile(t)
+        walk = await self.client.walk_many(t.target, profile.walk_roots())
+        scalars = profile.scalar_oids()
+        if scalars:
+            walk.update(await self.client.get(t.target, scalars))
+        return profile, decode(profile, walk)
+
+    async def poll(self, t: PduTarget) -> PduState:
+        """Poll one PDU once, within its deadline, and publish the outcome."""
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.concurrency)
+        async with self._sem:
+            start = self._clock()
+            error = ""
+            profile_name = ""
+            reading: Reading | None = None
+            try:
+                profile, reading = await asyncio.wait_for(self._read(t), self.interval)
+                profile_name = profile.name
+            except TimeoutError:
+                error, detail = "deadline", f"no complete answer within {self.interval:g}s"
+            except SnmpError as exc:
+                error, detail = exc.reason, str(exc)
+            except NoProfile as exc:
+                error, detail = "no_profile", str(exc)
+            except Exception as exc:  # a bug or a PDU that breaks the decoder: keep polling
+                error, detail = "error", f"{type(exc).__name__}: {exc}"
+                log.debug("pdu %s", t.name, exc_info=True)
+            duration = self._clock() - start
+        if error:
+            self.failures[(t.name, error)] += 1
+            self._detected.pop(t.name, None)  # the PDU may have been swapped: detect again
+            if t.name not in self._failing:  # once per failure streak, not every interval
+                self._failing.add(t.name)
+                log.warning("pdu %s: poll failed (%s): %s", t.name, error, detail)
+        else:
+            assert reading is not None
+            if t.name in self._failing:
+                self._failing.discard(t.name)
+                log.info("pdu %s: answering again", t.name)
+            for reason, n in reading.invalid.items():
+                self.invalid[(t.name, reason)] += n
+            if not metered(reading) and t.name not in self._unmetered_logged:
+                self._unmetered_logged.add(t.name)
+                log.warning(
+                    "pdu %s: profile %s finds no metered value; exporting its health only",
+                    t.name,
+                    profile_name,
+                )
+        state = PduState(t.name, not error, duration, profile_name, reading, error)
+        # Replace the whole dict: readers (the HTTP threads) see the old or the new one, whole.
+        self.states = {**self.states, t.name: state}
+        return state
+
+    async def poll_all(self) -> list[PduState]:
+        """Poll every PDU once, concurrently (bounded)."""
+        return list(await asyncio.gather(*(self.poll(t) for t in self.targets)))
+
+    async def _loop(self, t: PduTarget, stop: asyncio.Event) -> None:
+        next_start = self._clock()
+        while not stop.is_set():
+            await self.poll(t)
+            next_start += self.interval
+            now = self._clock()
+            if next_start < now:  # ran over: skip the missed ticks rather than bursting
+                next_start = now
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(0.0, next_start - now))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll every PDU on its own schedule until stop is set."""
+        await asyncio.gather(*(self._loop(t, stop) for t in self.targets))

@@ -1,0 +1,475 @@
+"""Vendor PDU profiles: what to read from one vendor MIB, as data (YAML), validated by pydantic.
+
+One YAML file per vendor MIB lives in ``exporters/pdu/profiles/``; ``decode.py`` turns a walk into a
+``Reading`` using nothing but the profile, so adding a vendor is adding a file, never an ``if``.
+
+Schema (every mapping rejects unknown keys; OIDs are dotted decimal, a leading dot is allowed)::
+
+    name: apc_rpdu2                  # unique, usually the file stem
+    vendor: APC                      # reported as identity["vendor"]
+    mib: PowerNet-MIB                # the MIB module every OID below comes from
+    notes: "..."                     # optional free text
+    sys_object_ids: [1.3.6.1.4.1.318.1.3.4.6]   # prefixes, matched on OID arc boundaries
+    identity:                        # model / firmware / serial, each optional
+      model:                         # one source, or a list tried in order (first non-empty)
+        oid: 1.3.6.1.4.1.318.1.1.26.2.1.8      # a column: the value of its first row ...
+        instance: "0"                # ... or, with instance, exactly OID.instance (a scalar GET)
+    unit:                            # unit-level values, each optional: a UnitMetric
+      power_watts | energy_joules | current_amperes | voltage_volts:
+        oid: <column or scalar base>
+        instance: "0"                # a scalar: read OID.instance; otherwise a table column:
+        aggregate: first | sum       #   first row (the unit's own row) or the sum over rows
+        suffix: "5"                  #   only rows whose index ends in .5 (e.g. Raritan sensorType)
+        where: [<condition>, ...]    #   only rows where every condition holds (e.g. no neutral)
+        fallback: <UnitMetric>       # read instead when this one is absent / noSuchObject
+        <metric fields, below>
+    tables: {<entry OID>: <columns>} # optional: a table entry's highest column number, from the
+                                     #   MIB; lets walk_roots() walk the whole entry when most of
+                                     #   its columns are needed (never without this hint)
+    outlets:                         # optional; absent = the profile meters no outlets
+      index_from: <column>           # its rows are the outlets; OutletReading.index = row index
+      index: [unit, outlet]          # names of the row-index arcs (other arc counts: ignored)
+      name: [<column>, ...]          # tried in order; first non-empty string wins, else the index
+      skip_if: [<condition>, ...]    # any holds: the row is padding, not an outlet (not counted)
+      metered_if: [<condition>, ...] # none holds: the PDU does not meter its outlets; every
+                                     #   outlet value is "unavailable" (empty: always metered)
+      power_watts | current_amperes | voltage_volts | energy_joules: <Metric>
+
+    Metric fields (SI value = raw / 10**digits * scale):
+      oid: <column>                  # for outlets: read OID.<row index>[.<suffix>]
+      suffix: "1"                    # extra index arcs after the row index (Raritan sensorType)
+      scale: 0.1                     # multiplier to SI: 0.1 tenths, 0.001 milli, 3600 Wh->J,
+                                     #   3.6e6 kWh->J, 360000 tenths of kWh->J
+      digits_oid: <column>           # decimal digits per value at the same index (Raritan)
+      state_oid: <column>            # a state at the same index that must be in valid_states,
+      valid_states: [4]              #   else the value is "unavailable" (Raritan, Sentry4, Avocent)
+      invalid_below: 0               # raw values below this are "negative" (-1 = unsupported)
+      zero_invalid: false            # raw 0 means "not supported" (only where the MIB says so)
+      max: 9998999                   # raw upper bound, inclusive; above it: "out_of_range"
+
+    Condition (exactly one subject, exactly one test):
+      oid: <column>                  # the value at this column and the row's index ...
+      instance: "0"                  # ... or exactly OID.instance (a device-level scalar)
+      index_arc: 3                   # ... or arc N (1-based; negative counts from the end) of
+                                     #   the row index itself
+      in: [0] | not_in: [2] | gt | ge | lt | le: <number> | empty: true
+      # A condition on an absent value is false, except `empty: true`, which holds.
+
+Polling: ``Profile.walk_roots()`` lists the subtrees to walk (GETBULK) and ``Profile.scalar_oids()``
+the instances to GET; together they cover every OID the decoder reads.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+
+_OID = re.compile(r"^\d+(\.\d+)*$")
+
+
+def normalize_oid(value: Any) -> str:
+    """Dotted-decimal OID without a leading dot; ValueError for anything else."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError("expected a dotted-decimal OID string")
+    text = str(value).strip().removeprefix(".")
+    if not _OID.match(text):
+        raise ValueError(f"not a dotted-decimal OID: {value!r}")
+    return text
+
+
+def oid_arcs(oid: str) -> tuple[int, ...]:
+    """The OID's arcs as integers, for numeric ordering."""
+    return tuple(int(a) for a in oid.split(".")) if oid else ()
+
+
+def under(oid: str, prefix: str) -> bool:
+    """True if oid equals prefix or lies below it, on arc boundaries (.3.4 is not under .3.40)."""
+    return oid == prefix or oid.startswith(prefix + ".")
+
+
+def _index(value: Any) -> str:
+    """An index or suffix: dotted decimal arcs (no leading dot)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    return normalize_oid(value)
+
+
+Oid = Annotated[str, BeforeValidator(normalize_oid)]
+Index = Annotated[str, BeforeValidator(_index)]
+
+
+class ProfileError(ValueError):
+    """A profile file is unusable: names the file, the key and the reason."""
+
+    def __init__(self, file: str | Path, key: str, reason: str) -> None:
+        self.file = str(file)
+        self.key = key
+        self.reason = reason
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        key = f"key '{self.key}': " if self.key else ""
+        return f"{self.file}: {key}{self.reason}"
+
+
+class _Strict(BaseModel):
+    """Base of every profile mapping: unknown keys are errors, instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Condition(_Strict):
+    """A test on one value: a column at the row's index, a scalar instance, or an index arc."""
+
+    oid: Oid | None = None
+    instance: Index | None = None
+    index_arc: int | None = None
+    in_: list[int | str] | None = Field(default=None, alias="in")
+    not_in: list[int | str] | None = None
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+    empty: Literal[True] | None = None
+
+    @model_validator(mode="after")
+    def _one_subject_one_test(self) -> Condition:
+        if (self.oid is None) == (self.index_arc is None):
+            raise ValueError("give exactly one of 'oid' or 'index_arc'")
+        if self.instance is not None and self.oid is None:
+            raise ValueError("'instance' needs 'oid'")
+        if self.index_arc == 0:
+            raise ValueError("'index_arc' counts from 1 (or from -1 at the end)")
+        tests = [self.in_, self.not_in, self.gt, self.ge, self.lt, self.le, self.empty]
+        if sum(t is not None for t in tests) != 1:
+            raise ValueError("give exactly one test: in, not_in, gt, ge, lt, le or empty")
+        if self.index_arc is not None and self.empty is not None:
+            raise ValueError("'empty' tests a value, not an index arc")
+        return self
+
+    def columns(self) -> list[str]:
+        """The table column this condition reads at a row index (none for scalars/arcs)."""
+        return [self.oid] if self.oid is not None and self.instance is None else []
+
+    def scalars(self) -> list[str]:
+        """The scalar instance this condition GETs, if any."""
+        if self.oid is not None and self.instance is not None:
+            return [f"{self.oid}.{self.instance}"]
+        return []
+
+
+class Metric(_Strict):
+    """How to turn one raw SNMP integer into an SI value, and when it is not a reading."""
+
+    oid: Oid
+    suffix: Index | None = None
+    scale: float = 1.0
+    digits_oid: Oid | None = None
+    state_oid: Oid | None = None
+    valid_states: list[int] | None = None
+    invalid_below: float = 0
+    zero_invalid: bool = False
+    max: float | None = None
+
+    @model_validator(mode="after")
+    def _state_pairs(self) -> Metric:
+        if (self.state_oid is None) != (self.valid_states is None):
+            raise ValueError("'state_oid' and 'valid_states' go together")
+        if self.valid_states is not None and not self.valid_states:
+            raise ValueError("'valid_states' must not be empty")
+        if self.scale <= 0:
+            raise ValueError("'scale' must be positive")
+        return self
+
+    def columns(self) -> list[str]:
+        """Every column this metric reads (value, digits, state)."""
+        return [c for c in (self.oid, self.digits_oid, self.state_oid) if c is not None]
+
+
+class UnitMetric(Metric):
+    """A unit-level value: a scalar instance, or the first row / sum of a table column."""
+
+    instance: Index | None = None
+    aggregate: Literal["first", "sum"] | None = None
+    where: list[Condition] = []
+    fallback: UnitMetric | None = None
+
+    @model_validator(mode="after")
+    def _scalar_or_table(self) -> UnitMetric:
+        if self.instance is not None:
+            if self.aggregate is not None or self.where or self.suffix is not None:
+                raise ValueError("'instance' (a scalar) excludes 'aggregate', 'where', 'suffix'")
+        elif self.aggregate is None:
+            raise ValueError("give 'instance' (a scalar) or 'aggregate' (first or sum)")
+        return self
+
+    def columns(self) -> list[str]:
+        """Every column this metric (and its fallback) walks."""
+        cols = [] if self.instance is not None else super().columns()
+        for cond in self.where:
+            cols += cond.columns()
+        if self.fallback is not None:
+            cols += self.fallback.columns()
+        return cols
+
+    def scalars(self) -> list[str]:
+        """Every instance this metric (and its fallback) GETs."""
+        out = []
+        if self.instance is not None:
+            out = [f"{c}.{self.instance}" for c in super().columns()]
+        for cond in self.where:
+            out += cond.scalars()
+        if self.fallback is not None:
+            out += self.fallback.scalars()
+        return out
+
+
+class Source(_Strict):
+    """Where an identity string comes from: OID.instance, or the first row of a column."""
+
+    oid: Oid
+    instance: Index | None = None
+
+
+def _sources(value: Any) -> Any:
+    return [value] if isinstance(value, dict) else value
+
+
+Sources = Annotated[list[Source], BeforeValidator(_sources)]
+
+
+class Identity(_Strict):
+    """The model / firmware / serial sources; each a source or a list tried in order."""
+
+    model: Sources = []
+    firmware: Sources = []
+    serial: Sources = []
+
+    def sources(self) -> Iterator[Source]:
+        """Every source of every field."""
+        yield from (*self.model, *self.firmware, *self.serial)
+
+
+UNIT_FIELDS = ("power_watts", "energy_joules", "current_amperes", "voltage_volts")
+OUTLET_FIELDS = ("power_watts", "current_amperes", "voltage_volts", "energy_joules")
+
+
+class Unit(_Strict):
+    """Unit-level values; a missing key means the MIB (or this profile) offers no such value."""
+
+    power_watts: UnitMetric | None = None
+    energy_joules: UnitMetric | None = None
+    current_amperes: UnitMetric | None = None
+    voltage_volts: UnitMetric | None = None
+
+    def metrics(self) -> Iterator[tuple[str, UnitMetric]]:
+        """(field, spec) for every configured value."""
+        for f in UNIT_FIELDS:
+            spec = getattr(self, f)
+            if spec is not None:
+                yield f, spec
+
+
+class Outlets(_Strict):
+    """The outlet table: which rows are outlets, their names, and the per-outlet values."""
+
+    index_from: Oid
+    index: list[str] = Field(min_length=1)
+    name: list[Oid] = []
+    skip_if: list[Condition] = []
+    metered_if: list[Condition] = []
+    power_watts: Metric | None = None
+    current_amperes: Metric | None = None
+    voltage_volts: Metric | None = None
+    energy_joules: Metric | None = None
+
+    def metrics(self) -> Iterator[tuple[str, Metric]]:
+        """(field, spec) for every configured per-outlet value."""
+        for f in OUTLET_FIELDS:
+            spec = getattr(self, f)
+            if spec is not None:
+                yield f, spec
+
+    def columns(self) -> list[str]:
+        """Every column the outlet decoding walks."""
+        cols = [self.index_from, *self.name]
+        for cond in (*self.skip_if, *self.metered_if):
+            cols += cond.columns()
+        for _, spec in self.metrics():
+            cols += spec.columns()
+        return cols
+
+    def scalars(self) -> list[str]:
+        """Every instance the outlet decoding GETs (device-level conditions)."""
+        return [s for cond in (*self.skip_if, *self.metered_if) for s in cond.scalars()]
+
+
+class Profile(_Strict):
+    """One vendor MIB's profile: matching, identity, unit and outlet values."""
+
+    name: str = Field(min_length=1)
+    vendor: str = Field(min_length=1)
+    mib: str = Field(min_length=1)
+    notes: str = ""
+    sys_object_ids: list[Oid] = Field(min_length=1)
+    identity: Identity = Identity()
+    unit: Unit = Unit()
+    outlets: Outlets | None = None
+    tables: dict[Oid, int] = {}
+
+    @model_validator(mode="after")
+    def _tables_cover_columns(self) -> Profile:
+        cols, _ = self._needs()
+        for entry, width in self.tables.items():
+            if width < 1:
+                raise ValueError(f"tables: {entry} must have at least one column")
+            for col in cols:
+                parent, _, last = col.rpartition(".")
+                if parent == entry and int(last) > width:
+                    raise ValueError(f"tables: {entry} has {width} columns but {col} is used")
+        return self
+
+    def _needs(self) -> tuple[set[str], set[str]]:
+        cols: set[str] = set()
+        scalars: set[str] = set()
+        for src in self.identity.sources():
+            if src.instance is None:
+                cols.add(src.oid)
+            else:
+                scalars.add(f"{src.oid}.{src.instance}")
+        for _, spec in self.unit.metrics():
+            cols.update(spec.columns())
+            scalars.update(spec.scalars())
+        if self.outlets is not None:
+            cols.update(self.outlets.columns())
+            scalars.update(self.outlets.scalars())
+        return cols, scalars
+
+    def walk_roots(self) -> list[str]:
+        """The subtrees to walk: each needed column, or its table entry where that is cheap.
+
+        A table's columns collapse into its entry only when ``tables`` gives the entry's width
+        and at least half of its columns are needed, so the walk reads at most twice what the
+        decoder uses; without that hint each column is walked on its own, never pulling in
+        unrelated columns.
+        """
+        cols, _ = self._needs()
+        by_entry: dict[str, list[int]] = {}
+        for col in cols:
+            entry, _, last = col.rpartition(".")
+            by_entry.setdefault(entry, []).append(int(last))
+        roots: set[str] = set()
+        for entry, nums in by_entry.items():
+            width = self.tables.get(entry)
+            if width is not None and len(nums) >= 2 and 2 * len(nums) >= width:
+                roots.add(entry)
+            else:
+                roots.update(f"{entry}.{n}" for n in nums)
+        return _minimal(roots)
+
+    def scalar_oids(self) -> list[str]:
+        """The instances to GET: scalars the walk roots do not already cover."""
+        _, scalars = self._needs()
+        roots = self.walk_roots()
+        keep = {s for s in scalars if not any(under(s, r) for r in roots)}
+        return sorted(keep, key=oid_arcs)
+
+
+def _minimal(roots: Iterable[str]) -> list[str]:
+    """Drop roots lying under another root; numeric order."""
+    ordered = sorted(set(roots), key=oid_arcs)
+    out: list[str] = []
+    for r in ordered:
+        if not any(under(r, kept) for kept in out):
+            out.append(r)
+    return out
+
+
+def _key(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for p in loc:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        else:
+            parts.append(("." if parts else "") + ("in" if p == "in_" else str(p)))
+    return "".join(parts)
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Load and validate one profile file; ProfileError names the file, key and reason."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(path, "", f"cannot read: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", exc)
+        raise ProfileError(path, "", f"not valid YAML{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise ProfileError(path, "", "expected a mapping of keys at the top level")
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        reason = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            reason = "unknown key"
+        raise ProfileError(path, _key(err["loc"]), reason) from None
+
+
+def load_profiles(directory: str | Path = PROFILES_DIR) -> list[Profile]:
+    """Every ``*.yaml`` profile in directory, sorted by name; names and prefixes must be unique."""
+    directory = Path(directory)
+    profiles: list[Profile] = []
+    seen_names: dict[str, Path] = {}
+    seen_prefixes: dict[str, Path] = {}
+    for path in sorted(directory.glob("*.yaml")):
+        profile = load_profile(path)
+        if profile.name in seen_names:
+            raise ProfileError(
+                path, "name", f"{profile.name!r} is also used by {seen_names[profile.name].name}"
+            )
+        seen_names[profile.name] = path
+        for i, prefix in enumerate(profile.sys_object_ids):
+            if prefix in seen_prefixes:
+                raise ProfileError(
+                    path,
+                    f"sys_object_ids[{i}]",
+                    f"{prefix} is also claimed by {seen_prefixes[prefix].name}",
+                )
+            seen_prefixes[prefix] = path
+        profiles.append(profile)
+    return sorted(profiles, key=lambda p: p.name)
+
+
+def match_profile(profiles: Iterable[Profile], sys_object_id: str) -> Profile | None:
+    """The profile whose sys_object_ids prefix is the longest match (on arc boundaries)."""
+    try:
+        oid = normalize_oid(sys_object_id)
+    except ValueError:
+        return None
+    best: Profile | None = None
+    best_len = -1
+    for profile in profiles:
+        for prefix in profile.sys_object_ids:
+            if under(oid, prefix) and len(oid_arcs(prefix)) > best_len:
+                best, best_len = profile, len(oid_arcs(prefix))
+    return best

@@ -1,0 +1,463 @@
+"""exporters.pdu.snmp against real agents: snmpsim over PDU recordings and raw-UDP fault agents.
+
+net-snmp's snmpbulkwalk reading the same agent is the independent opinion every walk is
+compared with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+import pytest
+from conftest import require
+from snmpsim_harness import (
+    RECORDINGS,
+    SNMP_FIXTURES,
+    RawAgent,
+    SnmpSim,
+    V3User,
+    have_netsnmp,
+    have_snmpsim,
+    silent_udp_port,
+    snmpwalk_values,
+)
+
+from exporters.pdu.types import Value, Walk
+
+try:  # pysnmp is a dependency of the client: without it every test fails in CI, skips here
+    from exporters.pdu.snmp import Auth, SnmpClient, SnmpError, Target
+except ImportError as exc:
+    CLIENT_MISSING = f"exporters.pdu.snmp cannot be imported: {exc}"
+else:
+    CLIENT_MISSING = ""
+
+T = TypeVar("T")
+APC = RECORDINGS / "apc_ap8641.snmprec"
+CYBERPOWER = RECORDINGS / "cyberpower_pdu44005.snmpwalk"
+FAULTY = SNMP_FIXTURES / "apc_rpdu2_faulty.snmprec"
+SLOW = SNMP_FIXTURES / "apc_rpdu2_slow.snmprec"
+
+RPDU2 = "1.3.6.1.4.1.318.1.1.26"
+RPDU2_METERED = "1.3.6.1.4.1.318.1.1.26.9.4"  # metered outlet tables: no variation rows
+OUTLET_TABLE = "1.3.6.1.4.1.318.1.1.26.9.4.3"
+# snmpsim-data turned the switched outlet states into a `numeric` variation that changes
+# over time (README "Parsing quirks" 2): two reads may differ there.
+VARYING = "1.3.6.1.4.1.318.1.1.26.9.2.3.1.5."
+
+USERS = {
+    "sha256-aes256": V3User("pdu-sha256", "SHA256", "auth-sha256-key", "AES256", "priv-aes256-key"),
+    "sha-aes128": V3User("pdu-sha", "SHA", "auth-sha1-key!", "AES128", "priv-aes128-key"),
+    # net-snmp's AES-256 (Blumenthal); with SHA-1 the key extension matters
+    "sha-aes256": V3User("pdu-sha-aes256", "SHA", "auth-sha1-k256", "AES256BLMT", "priv-k256-blmt"),
+    "md5-des": V3User("pdu-md5", "MD5", "auth-md5-key", "DES", "priv-des-key"),
+}
+CLIENT_PROTOCOLS = {  # the client's names for the same users
+    "sha256-aes256": ("SHA256", "AES256"),
+    "sha-aes128": ("SHA", "AES128"),
+    "sha-aes256": ("SHA", "AES256"),
+    "md5-des": ("MD5", "DES"),
+}
+
+
+def _crypto_ok() -> bool:
+    try:  # pysnmp 7's AES and DES need cryptography >= 43 (hazmat.decrepit)
+        from cryptography.hazmat.decrepit.ciphers.modes import CFB  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.fixture(autouse=True)
+def _client_importable() -> None:
+    require(not CLIENT_MISSING, CLIENT_MISSING)
+
+
+def _require_agents() -> None:
+    require(not CLIENT_MISSING, CLIENT_MISSING)
+    require(have_snmpsim(), "snmpsim-command-responder is not installed in this venv")
+    require(have_netsnmp(), "net-snmp tools (snmpget, snmpbulkwalk) are not installed")
+    require(APC.exists() and CYBERPOWER.exists(), f"PDU recordings missing in {RECORDINGS}")
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SnmpSim]:
+    """One snmpsim serving the APC and CyberPower recordings and the fault fixture."""
+    _require_agents()
+    with SnmpSim([APC, CYBERPOWER, FAULTY], v3_users=list(USERS.values())) as s:
+        yield s
+
+
+def v2c(agent: SnmpSim | RawAgent, community: str, **kw: Any) -> Target:
+    """A v2c Target for a local agent."""
+    return Target("127.0.0.1", agent.port, Auth("2c", community=community), **kw)
+
+
+def v3(port: int, user: V3User, auth: str, priv: str, context: str, **kw: Any) -> Target:
+    """A v3 authPriv Target for a local agent."""
+    a = Auth(
+        "3",
+        user=user.user,
+        auth_protocol=auth,
+        auth_key=user.auth_key,
+        priv_protocol=priv,
+        priv_key=user.priv_key,
+        context_name=context,
+    )
+    return Target("127.0.0.1", port, a, **kw)
+
+
+def netsnmp_view(v: Value) -> tuple[str, str]:
+    """A Value as snmpwalk_values() shows it (net-snmp's type word and raw text)."""
+    if v.type == "OctetString":
+        assert isinstance(v.value, bytes)
+        return ("Hex-STRING", " ".join(f"{b:02X}" for b in v.value))
+    if v.type == "Opaque":
+        assert isinstance(v.value, bytes)
+        if v.value[:3] == b"\x9f\x78\x04":  # net-snmp decodes the opaque-wrapped float
+            return ("Opaque", f"Float: {struct.unpack('>f', v.value[3:7])[0]:f}")
+        return ("Opaque", " ".join(f"{b:02X}" for b in v.value))
+    if v.type == "ObjectIdentifier":
+        return ("OID", f".{v.value!s}")
+    if v.type == "Null":
+        return ("NULL", "")
+    if v.type in ("noSuchObject", "noSuchInstance"):
+        return (v.type, "")
+    words = {"Integer32": "INTEGER", "TimeTicks": "Timeticks"}
+    return (words.get(v.type, v.type), str(v.value))
+
+
+def assert_same(ours: Walk, theirs: dict[str, tuple[str, str]], varying: str = "-") -> None:
+    """Every OID and every value the same (the time-varying column: same OIDs and type)."""
+    assert sorted(ours) == sorted(theirs)
+    diffs = {
+        oid: (netsnmp_view(v), theirs[oid])
+        for oid, v in ours.items()
+        if netsnmp_view(v) != theirs[oid] and not oid.startswith(varying)
+    }
+    assert diffs == {}
+    for oid, v in ours.items():
+        if oid.startswith(varying):
+            assert v.type == "Integer32" and v.value in (1, 2), (oid, v)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run with a test-sized overall guard."""
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+# --- v2c against the recordings ------------------------------------------------------------------
+
+
+def test_v2c_walk_matches_snmpbulkwalk(sim: SnmpSim) -> None:
+    """rPDU2 and MIB-2 of the AP8641 recording: every OID and value as net-snmp reads them."""
+    roots = ["1.3.6.1.2.1", RPDU2]
+
+    async def go() -> Walk:
+        async with SnmpClient() as client:
+            return await client.walk_many(v2c(sim, "apc_ap8641"), roots)
+
+    ours = run(go())
+    theirs: dict[str, tuple[str, str]] = {}
+    for root in roots:
+        theirs.update(snmpwalk_values(sim.endpoint, "apc_ap8641", root, max_repetitions=25))
+    assert len(ours) > 2000
+    assert_same(ours, theirs, VARYING)
+    # every SMI type the recording has came through, typed
+    types = {v.type for v in ours.values()}
+    assert {"Integer32", "OctetString", "ObjectIdentifier", "IpAddress", "Counter32"} <= types
+    assert {"Gauge32", "TimeTicks", "Counter64"} <= types
+    # README worked example: outlet 1 draws 163 W
+    assert ours[f"{OUTLET_TABLE}.1.7.1"] == Value("Integer32", 163)
+    assert ours["1.3.6.1.2.1.1.2.0"] == Value("ObjectIdentifier", "1.3.6.1.4.1.318.1.3.4.6")
+
+
+def test_v2c_snmpwalk_text_recording_with_null_rows(sim: SnmpSim) -> None:
+    """The CyberPower capture (net-snmp text, NULL and untyped rows) served and read in full."""
+    root = "1.3.6.1.4.1.3808"
+
+    async def go() -> tuple[Walk, Walk]:
+        async with SnmpClient() as client:
+            t = v2c(sim, "cyberpower_pdu44005")
+            walk = await client.walk(t, root)
+            got = await client.get(t, ["1.3.6.1.2.1.1.3.0", "1.3.6.1.2.1.1.2.0"])
+            return walk, got
+
+    ours, got = run(go())
+    assert_same(ours, snmpwalk_values(sim.endpoint, "cyberpower_pdu44005", root))
+    # NULL rows are values, not the end of the walk
+    assert sum(v.type == "Null" for v in ours.values()) == 11
+    assert ours[f"{root}.1.1.6.3.4.1.18.1"] == Value("Gauge32", 219)  # README: 219 W
+    # an untyped line in the capture is served as TimeTicks
+    assert got["1.3.6.1.2.1.1.3.0"] == Value("TimeTicks", 161500)
+    assert got["1.3.6.1.2.1.1.2.0"] == Value("ObjectIdentifier", "1.3.6.1.4.1.3808.1.1.6")
+
+
+def test_wrong_types_minus_one_and_exceptions_come_back_as_values(sim: SnmpSim) -> None:
+    """-1, a string where a number belongs, a missing row and exception values stay as read."""
+
+    async def go() -> tuple[Walk, Walk]:
+        async with SnmpClient() as client:
+            t = v2c(sim, "apc_rpdu2_faulty")
+            walk = await client.walk(t, OUTLET_TABLE)
+            got = await client.get(
+                t, [f"{OUTLET_TABLE}.1.7.4", f"{OUTLET_TABLE}.1.7.2", "1.3.6.1.2.1.99.0"]
+            )
+            return walk, got
+
+    ours, got = run(go())
+    col = f"{OUTLET_TABLE}.1"
+    expected = {
+        f"{col}.3.2": Value("OctetString", b""),
+        f"{col}.3.4": Value("OctetString", b"Out\xff\x00"),
+        f"{col}.6.2": Value("Integer32", -1),
+        f"{col}.7.1": Value("Integer32", 163),
+        f"{col}.7.2": Value("Integer32", -1),
+        f"{col}.7.3": Value("OctetString", b"N/A"),
+        f"{col}.11.2": Value("noSuchInstance", None),
+        f"{col}.11.3": Value("Gauge32", 12),
+        f"{col}.11.4": Value("Counter64", 2**64 - 1),
+        f"{col}.12.1": Value("IpAddress", "10.0.1.5"),
+        f"{col}.12.2": Value("Null", None),
+        f"{col}.12.3": Value("noSuchObject", None),
+        f"{col}.12.4": Value("Opaque", bytes.fromhex("9f780442c80000")),
+        f"{col}.13.1": Value("Counter32", 2**32 - 1),
+        f"{col}.13.3": Value("Integer32", -(2**31)),
+        f"{col}.13.4": Value("ObjectIdentifier", "0.0"),
+    }
+    assert {k: ours.get(k) for k in expected} == expected
+    assert f"{col}.7.4" not in ours  # the missing row stays missing
+    assert len(ours) == 27
+    # net-snmp ends a bulk walk after a response holding an exception value: one response
+    # (-Cr50) then covers the whole table, so both readers see everything
+    assert_same(
+        ours, snmpwalk_values(sim.endpoint, "apc_rpdu2_faulty", OUTLET_TABLE, max_repetitions=50)
+    )
+    assert got == {
+        f"{col}.7.4": Value("noSuchInstance", None),
+        f"{col}.7.2": Value("Integer32", -1),
+        "1.3.6.1.2.1.99.0": Value("noSuchInstance", None),
+    }
+
+
+# --- SNMPv3 ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", list(USERS))
+def test_v3_authpriv_walk_matches_snmpwalk(sim: SnmpSim, kind: str) -> None:
+    """authPriv end to end; the v3 context selects the recording (snmpsim: context = file stem)."""
+    require(_crypto_ok(), "pysnmp needs cryptography >= 43 for AES/DES")
+    user = USERS[kind]
+    auth, priv = CLIENT_PROTOCOLS[kind]
+
+    async def go() -> Walk:
+        async with SnmpClient() as client:
+            return await client.walk(v3(sim.port, user, auth, priv, "apc_ap8641"), RPDU2_METERED)
+
+    ours = run(go())
+    theirs = snmpwalk_values(sim.endpoint, user.netsnmp_args("apc_ap8641"), RPDU2_METERED)
+    assert len(ours) > 600
+    assert_same(ours, theirs)
+
+
+@pytest.mark.parametrize("wrong", ["auth_key", "priv_key"])
+def test_v3_wrong_key_is_auth_error_without_secrets(
+    sim: SnmpSim, wrong: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A wrong key is reason "auth", names target and user, and leaks no key anywhere."""
+    require(_crypto_ok(), "pysnmp needs cryptography >= 43 for AES/DES")
+    caplog.set_level(logging.DEBUG)
+    user = USERS["sha256-aes256"]
+    good = v3(sim.port, user, "SHA256", "AES256", "apc_ap8641", timeout=1.0, retries=0)
+    bad_key = "not-the-right-key-7"
+    bad = Target(
+        good.host,
+        good.port,
+        Auth(
+            "3",
+            user=user.user,
+            auth_protocol="SHA256",
+            auth_key=bad_key if wrong == "auth_key" else user.auth_key,
+            priv_protocol="AES256",
+            priv_key=bad_key if wrong == "priv_key" else user.priv_key,
+            context_name="apc_ap8641",
+        ),
+        timeout=1.0,
+        retries=0,
+    )
+
+    async def go() -> tuple[SnmpError, Walk]:
+        async with SnmpClient() as client:
+            with pytest.raises(SnmpError) as info:
+                await client.walk(bad, OUTLET_TABLE)
+            # the same client and agent work again with the right keys
+            return info.value, await client.walk(good, f"{OUTLET_TABLE}.1.7")
+
+    exc, after = run(go())
+    assert exc.reason == "auth"
+    assert exc.target == f"127.0.0.1:{sim.port}"
+    assert f"127.0.0.1:{sim.port}" in str(exc) and user.user in str(exc)
+    assert after[f"{OUTLET_TABLE}.1.7.1"] == Value("Integer32", 163)
+    secrets = [bad_key, str(user.auth_key), str(user.priv_key)]
+    texts = [str(exc), repr(exc), exc.detail, caplog.text, repr(bad), str(bad), repr(bad.auth)]
+    assert [s for s in secrets for t in texts if s in t] == []
+
+
+# --- timeouts, tooBig, garbage, loops ------------------------------------------------------------
+
+
+def test_timeout_on_a_silent_port() -> None:
+    """Nothing answers: reason "timeout" after about timeout * (retries + 1), v2c and v3."""
+    with silent_udp_port() as port:
+        for auth in (
+            Auth("2c", community="public"),
+            Auth("3", user="u", auth_protocol="SHA", auth_key="12345678", context_name="x"),
+        ):
+            target = Target("127.0.0.1", port, auth, timeout=0.5, retries=1)
+
+            async def go(t: Target = target) -> SnmpError:
+                async with SnmpClient() as client:
+                    with pytest.raises(SnmpError) as info:
+                        await client.walk(t, OUTLET_TABLE)
+                    return info.value
+
+            start = time.monotonic()
+            exc = run(go())
+            elapsed = time.monotonic() - start
+            assert exc.reason == "timeout" and f"127.0.0.1:{port}" in str(exc)
+            assert elapsed < 0.5 * 2 + 3.0  # generous: one timeout period, not one per halving
+
+
+def test_timeout_on_a_slow_agent() -> None:
+    """An agent that answers only after 1.5 s is a timeout at 0.5 s."""
+    _require_agents()
+    with SnmpSim([SLOW]) as slow:
+        target = v2c(slow, "apc_rpdu2_slow", timeout=0.5, retries=0)
+
+        async def go() -> SnmpError:
+            async with SnmpClient() as client:
+                with pytest.raises(SnmpError) as info:
+                    await client.walk(target, f"{OUTLET_TABLE}.1.7")
+                return info.value
+
+        start = time.monotonic()
+        exc = run(go())
+        assert exc.reason == "timeout"
+        assert time.monotonic() - start < 0.5 + 3.0
+
+
+@pytest.mark.parametrize("fault", ["tooBig", "garbage", "silent"])
+def test_bulk_fallback_to_smaller_max_repetitions(fault: str) -> None:
+    """GETBULK above 5 repetitions fails; the walk still completes and the size is remembered."""
+    require(APC.exists(), f"PDU recordings missing in {RECORDINGS}")
+    with RawAgent(APC, "public", max_bulk=5, fault=fault) as agent:
+        target = v2c(agent, "public", timeout=0.3, retries=0)
+
+        async def go() -> tuple[Walk, Walk, dict[tuple[str, int], int]]:
+            async with SnmpClient() as client:
+                if fault == "silent":  # a timeout shrinks GETBULK only for an agent known alive
+                    await client.get(target, ["1.3.6.1.2.1.1.2.0"])
+                first = await client.walk(target, OUTLET_TABLE)
+                second = await client.walk(target, OUTLET_TABLE)
+                return first, second, dict(client.bulk_sizes)
+
+        first, second, sizes = run(go())
+        assert sizes == {("127.0.0.1", agent.port): 3}  # 25 -> 12 -> 6 -> 3
+        assert agent.stats.faults == 3
+        assert agent.stats.bulk_sizes[:4] == [25, 12, 6, 3]
+        assert set(agent.stats.bulk_sizes[4:]) == {3}  # the second walk starts at 3
+        assert first == second
+        if have_netsnmp():
+            assert_same(
+                first, snmpwalk_values(agent.endpoint, "public", OUTLET_TABLE, max_repetitions=5)
+            )
+        assert first[f"{OUTLET_TABLE}.1.7.1"] == Value("Integer32", 163)
+
+
+def test_an_agent_that_died_is_a_timeout_and_keeps_its_bulk_size() -> None:
+    """A PDU that answered and then went away: timeout, no halving left behind."""
+    require(APC.exists(), f"PDU recordings missing in {RECORDINGS}")
+
+    async def go() -> tuple[SnmpError, dict[tuple[str, int], int], float]:
+        async with SnmpClient() as client:
+            with RawAgent(APC, "public") as agent:
+                target = v2c(agent, "public", timeout=0.3, retries=0)
+                assert len(await client.walk(target, OUTLET_TABLE)) > 200
+            start = time.monotonic()
+            with pytest.raises(SnmpError) as info:
+                await client.walk(target, OUTLET_TABLE)
+            return info.value, dict(client.bulk_sizes), time.monotonic() - start
+
+    exc, sizes, elapsed = run(go())
+    assert exc.reason == "timeout"
+    assert sizes == {}
+    assert elapsed < 2 * 0.3 + 3.0  # the GETBULK and one small GET, no halving
+
+
+@pytest.mark.parametrize(("fault", "reason"), [("tooBig", "too_big"), ("garbage", "garbage")])
+def test_bulk_fallback_gives_up_at_one(fault: str, reason: str) -> None:
+    """An agent that fails even GETBULK with max-repetitions 1: the walk raises its reason."""
+    require(APC.exists(), f"PDU recordings missing in {RECORDINGS}")
+    with RawAgent(APC, "public", max_bulk=0, fault=fault) as agent:
+
+        async def go() -> SnmpError:
+            async with SnmpClient() as client:
+                with pytest.raises(SnmpError) as info:
+                    await client.walk(v2c(agent, "public", timeout=0.3, retries=0), OUTLET_TABLE)
+                return info.value
+
+        exc = run(go())
+        assert exc.reason == reason
+        assert agent.stats.bulk_sizes == [25, 12, 6, 3, 1]
+        assert f"127.0.0.1:{agent.port}" in str(exc)
+
+
+def test_looping_agent_is_garbage() -> None:
+    """An agent whose OIDs stop increasing ends the walk with reason "garbage", not forever."""
+    require(APC.exists(), f"PDU recordings missing in {RECORDINGS}")
+    with RawAgent(APC, "public", loop=True) as agent:
+
+        async def go() -> SnmpError:
+            async with SnmpClient() as client:
+                with pytest.raises(SnmpError) as info:
+                    await client.walk(v2c(agent, "public"), "1.3.6.1.2.1.1")
+                return info.value
+
+        exc = run(go())
+        assert exc.reason == "garbage"
+        assert agent.stats.requests <= 2
+
+
+# --- one engine, many agents ---------------------------------------------------------------------
+
+
+def test_concurrent_walks_share_one_engine(sim: SnmpSim) -> None:
+    """20 concurrent walks on one client: v2c and v3, two agents with one user name, two keys."""
+    require(_crypto_ok(), "pysnmp needs cryptography >= 43 for AES/DES")
+    pdu_b = V3User("pdu", "SHA256", "agent-b-auth", "AES256", "agent-b-priv")
+    pdu_c = V3User("pdu", "SHA256", "agent-c-auth", "AES256", "agent-c-priv")
+    with SnmpSim([APC], v3_users=[pdu_b]) as b, SnmpSim([APC], v3_users=[pdu_c]) as c:
+        kinds = [
+            v2c(sim, "apc_ap8641"),
+            v3(sim.port, USERS["sha256-aes256"], "SHA256", "AES256", "apc_ap8641"),
+            v3(b.port, pdu_b, "SHA256", "AES256", "apc_ap8641"),
+            v3(c.port, pdu_c, "SHA256", "AES256", "apc_ap8641"),
+        ]
+        targets = [kinds[i % 4] for i in range(20)]
+
+        async def go() -> tuple[list[Walk], bool]:
+            async with SnmpClient() as client:
+                await client.get(kinds[0], ["1.3.6.1.2.1.1.2.0"])
+                engine = client._engine
+                walks = await asyncio.gather(*(client.walk(t, RPDU2_METERED) for t in targets))
+                return list(walks), client._engine is engine
+
+        walks, same_engine = run(go())
+        assert same_engine
+        reference = walks[0]
+        assert len(reference) > 600
+        assert [i for i, w in enumerate(walks) if w != reference] == []

@@ -1,0 +1,591 @@
+"""Real SNMP agents for tests: snmpsim serving recordings, raw-UDP fault agents, net-snmp reads.
+
+How snmpsim is started (snmpsim 1.2.2, `snmpsim-command-responder` from this venv):
+
+    snmpsim-command-responder --process-user=nobody --process-group=nogroup \
+        --cache-dir=TMP/cache --log-level=error \
+        --v3-engine-id=auto --data-dir=TMP/data --agent-udpv4-endpoint=127.0.0.1:PORT \
+        --v3-user=U --v3-auth-proto=SHA256 --v3-auth-key=K --v3-priv-proto=AES256 --v3-priv-key=P
+
+* The order matters: every option after `--v3-engine-id` configures that engine. Put
+  `--data-dir` or `--agent-udpv4-endpoint` *before* it and snmpsim silently builds a second
+  engine with the default data directories and no endpoint.
+* As root it refuses to run without `--process-user/--process-group`. It reads the data files
+  and writes its index (`--cache-dir`) as that user, so the data dir must be readable and the
+  cache dir writable by nobody.
+* Data files are selected by community = path relative to `--data-dir` without the extension
+  (`apc_ap8641.snmprec` -> community `apc_ap8641`). `.snmpwalk` files (net-snmp text) are parsed
+  by snmpsim's walk grammar; `cyberpower_pdu44005.snmpwalk` is served as is (untyped values
+  become TimeTicks, `= NULL` becomes Null), so no conversion to .snmprec is needed.
+* SNMPv3 context: snmpsim registers every data file under two context names, the community
+  (file stem, when it is at most 32 characters) and md5(community) as hex. A v3 request must
+  name one of them (`-n apc_ap8641`); the empty default context is unregistered, and snmpsim
+  then drops the request without answering (the manager sees a timeout, not an error).
+* `--max-var-binds` has no effect in snmpsim 1.2.2 (it sets `maxVarBinds`, pysnmp 7 reads
+  `max_varbinds`); the responder caps GETBULK answers at 64 var-binds and never says tooBig.
+  `RawAgent` below plays the agents that do.
+* snmpsim's `AES192`/`AES256` are the "Reeder" key extension (Cisco); net-snmp's `AES-192`/
+  `AES-256` are "Blumenthal" (snmpsim `AES192BLMT`/`AES256BLMT`). The two agree whenever the
+  auth protocol's localized key is already long enough (SHA-256 and up for AES-256).
+* Each agent is single-threaded: a `delay` variation (`2:delay|value=5,wait=1500`) stalls the
+  whole process, so a slow agent gets an snmpsim of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SNMPSIM_BIN = Path(sys.executable).parent / "snmpsim-command-responder"
+RECORDINGS = Path(
+    os.environ.get("WATTBIT_PDU_RECORDINGS", str(ROOT.parent / "shared" / "pdu-recordings"))
+)
+SNMP_FIXTURES = ROOT / "tests" / "fixtures" / "snmp"
+SYS_OBJECT_ID = "1.3.6.1.2.1.1.2.0"
+PROCESS_USER, PROCESS_GROUP = "nobody", "nogroup"
+
+
+def have_snmpsim() -> bool:
+    """True when the snmpsim responder is installed next to this interpreter."""
+    return SNMPSIM_BIN.exists()
+
+
+def have_netsnmp() -> bool:
+    """True when net-snmp's command line tools are on PATH."""
+    return all(shutil.which(c) for c in ("snmpget", "snmpbulkwalk"))
+
+
+def free_udp_port(host: str = "127.0.0.1") -> int:
+    """A UDP port that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+# net-snmp's names for snmpsim's protocol names.
+_NETSNMP_AUTH = {
+    "MD5": "MD5",
+    "SHA": "SHA",
+    "SHA224": "SHA-224",
+    "SHA256": "SHA-256",
+    "SHA384": "SHA-384",
+    "SHA512": "SHA-512",
+}
+_NETSNMP_PRIV = {
+    "DES": "DES",
+    "AES": "AES",
+    "AES128": "AES",
+    "AES192BLMT": "AES-192",
+    "AES256BLMT": "AES-256",
+}
+# Reeder and Blumenthal key extension give the same key when no extension is needed.
+_LONG_ENOUGH = {
+    "AES192": {"SHA224", "SHA256", "SHA384", "SHA512"},
+    "AES256": {"SHA256", "SHA384", "SHA512"},
+}
+
+
+@dataclass(frozen=True)
+class V3User:
+    """An SNMPv3 USM user of a simulated agent, with snmpsim's protocol names."""
+
+    user: str
+    auth_proto: str = "NONE"  # MD5 SHA SHA224 SHA256 SHA384 SHA512 NONE
+    auth_key: str | None = field(default=None, repr=False)
+    priv_proto: str = "NONE"  # DES AES128 AES192 AES256 AES192BLMT AES256BLMT NONE
+    priv_key: str | None = field(default=None, repr=False)
+
+    def snmpsim_args(self) -> list[str]:
+        """The responder options that create this user."""
+        args = [f"--v3-user={self.user}"]
+        if self.auth_proto != "NONE":
+            args += [f"--v3-auth-proto={self.auth_proto}", f"--v3-auth-key={self.auth_key}"]
+        if self.priv_proto != "NONE":
+            args += [f"--v3-priv-proto={self.priv_proto}", f"--v3-priv-key={self.priv_key}"]
+        return args
+
+    def netsnmp_args(self, context: str) -> list[str]:
+        """net-snmp options to talk to this user in SNMPv3 context `context`."""
+        args = ["-v3", "-u", self.user, "-n", context]
+        if self.auth_proto == "NONE":
+            return [*args, "-l", "noAuthNoPriv"]
+        args += ["-a", _NETSNMP_AUTH[self.auth_proto], "-A", str(self.auth_key)]
+        if self.priv_proto == "NONE":
+            return [*args, "-l", "authNoPriv"]
+        priv = _NETSNMP_PRIV.get(self.priv_proto)
+        if priv is None and self.auth_proto in _LONG_ENOUGH.get(self.priv_proto, ()):
+            priv = "AES-" + self.priv_proto[3:]
+        if priv is None:
+            raise ValueError(f"net-snmp has no equivalent of {self.priv_proto}/{self.auth_proto}")
+        return [*args, "-l", "authPriv", "-x", priv, "-X", str(self.priv_key)]
+
+
+def clean_snmpwalk(text: bytes) -> bytes:
+    """A net-snmp walk capture without the capture tool's trailing "End of MIB" marker."""
+    # Centreon's captures (cyberpower_pdu44005.snmpwalk) end with
+    # `.1.3.6.1.6.3.15.1.1.6.0 = Counter32: 0 End of MIB`. snmpsim parses everything else in
+    # that file as is, but cannot coerce "0 End of MIB" to a Counter32: it then answers
+    # noSuchInstance for that OID and ends walks one row early. Only that marker goes.
+    lines = text.splitlines(keepends=True)
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].strip():
+            stripped = lines[i].rstrip(b"\r\n")
+            if stripped.endswith(b" End of MIB"):
+                lines[i] = stripped[: -len(b" End of MIB")] + b"\n"
+            break
+    return b"".join(lines)
+
+
+class SnmpSim:
+    """snmpsim-command-responder serving recordings on 127.0.0.1:<free port> (context manager)."""
+
+    def __init__(
+        self,
+        recordings: Iterable[Path | str] | Mapping[str, Path | str],
+        *,
+        v3_users: Sequence[V3User] = (),
+        host: str = "127.0.0.1",
+        startup_timeout: float = 30.0,
+        log_level: str = "error",
+    ) -> None:
+        if isinstance(recordings, Mapping):
+            files = {str(c): Path(p) for c, p in recordings.items()}
+        else:
+            files = {Path(p).stem: Path(p) for p in recordings}
+        if not files:
+            raise ValueError("no recordings")
+        for community, path in files.items():
+            if path.suffix not in (".snmprec", ".snmpwalk"):
+                raise ValueError(f"{path}: not a .snmprec or .snmpwalk file")
+            if "=" in community or "/" in community:
+                raise ValueError(f"bad community {community!r}")
+        for u in v3_users:
+            for value in (u.user, u.auth_key or "", u.priv_key or ""):
+                if "=" in value or " " in value:  # snmpsim splits its options on "="
+                    raise ValueError("snmpsim options cannot hold '=' or spaces")
+        self.files = files
+        self.communities = list(files)
+        self.v3_users = list(v3_users)
+        self.host = host
+        self.startup_timeout = startup_timeout
+        self.log_level = log_level
+        self.port = 0
+        self._tmp: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: Any = None
+
+    @property
+    def endpoint(self) -> str:
+        """host:port, as net-snmp takes it."""
+        return f"{self.host}:{self.port}"
+
+    def __enter__(self) -> SnmpSim:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> SnmpSim:
+        """Copy the recordings into a private dir, start snmpsim and wait until it answers."""
+        if not SNMPSIM_BIN.exists():
+            raise RuntimeError(f"{SNMPSIM_BIN} is not installed")
+        try:
+            self._tmp = Path(tempfile.mkdtemp(prefix="wattbit-snmpsim-"))
+            data, cache = self._tmp / "data", self._tmp / "cache"
+            data.mkdir()
+            cache.mkdir()
+            for community, src in self.files.items():
+                dst = data / f"{community}{src.suffix}"
+                if src.suffix == ".snmpwalk":
+                    dst.write_bytes(clean_snmpwalk(src.read_bytes()))
+                else:
+                    shutil.copyfile(src, dst)
+                dst.chmod(0o644)
+            # snmpsim reads data and writes its index as nobody (mkdtemp makes 0700 dirs)
+            for d in (self._tmp, data):
+                d.chmod(0o755)
+            if os.geteuid() == 0:
+                shutil.chown(cache, PROCESS_USER, PROCESS_GROUP)
+            last_error = ""
+            for _ in range(3):  # the free port may be taken between probe and bind
+                self.port = free_udp_port(self.host)
+                if self._launch(data, cache):
+                    return self
+                last_error = self.log_text()
+                self._kill()
+            raise RuntimeError(f"snmpsim did not start: {last_error[-2000:]}")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _launch(self, data: Path, cache: Path) -> bool:
+        assert self._tmp is not None
+        # as root snmpsim insists on dropping privileges; as anyone else it must not be asked to
+        drop = [f"--process-user={PROCESS_USER}", f"--process-group={PROCESS_GROUP}"]
+        cmd = [
+            str(SNMPSIM_BIN),
+            *(drop if os.geteuid() == 0 else []),
+            f"--cache-dir={cache}",
+            f"--log-level={self.log_level}",
+            # per engine, in this order: engine first, then its data, endpoint and users
+            "--v3-engine-id=auto",
+            f"--data-dir={data}",
+            f"--agent-udpv4-endpoint={self.host}:{self.port}",
+        ]
+        for u in self.v3_users:
+            cmd += u.snmpsim_args()
+        self._log = open(self._tmp / "snmpsim.log", "ab")  # noqa: SIM115 (closed in _kill)
+        self._proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+        )
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                return False
+            if raw_get(self.host, self.port, self.communities[0], SYS_OBJECT_ID, 0.2) is not None:
+                return True
+        return False
+
+    def log_text(self) -> str:
+        """What snmpsim wrote so far (errors only, at the default log level)."""
+        if self._tmp is None or not (self._tmp / "snmpsim.log").exists():
+            return ""
+        return (self._tmp / "snmpsim.log").read_text(errors="replace")
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def stop(self) -> None:
+        """Stop snmpsim (terminate, wait, kill) and remove its files."""
+        self._kill()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+
+# --- raw SNMPv2c over UDP (pysnmp.proto.api): a readiness probe and a fault-injecting agent ---
+
+
+def raw_get(host: str, port: int, community: str, oid: str, timeout: float) -> Any | None:
+    """One SNMPv2c GET; the value, or None when nothing (decodable) answered in time."""
+    from pyasn1.codec.ber import decoder, encoder
+    from pysnmp.proto import api
+
+    p = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
+    pdu = p.GetRequestPDU()
+    p.apiPDU.set_defaults(pdu)
+    p.apiPDU.set_varbinds(pdu, [(p.ObjectIdentifier(oid), p.Null(""))])
+    msg = p.Message()
+    p.apiMessage.set_defaults(msg)
+    p.apiMessage.set_community(msg, community)
+    p.apiMessage.set_pdu(msg, pdu)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.sendto(encoder.encode(msg), (host, port))
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if not select.select([s], [], [], left)[0]:
+                return None
+            try:
+                data = s.recv(65535)
+                rsp, _ = decoder.decode(data, asn1Spec=p.Message())
+            except Exception:
+                continue
+            rsp_pdu = p.apiMessage.get_pdu(rsp)
+            if p.apiPDU.get_request_id(rsp_pdu) == p.apiPDU.get_request_id(pdu):
+                return p.apiPDU.get_varbinds(rsp_pdu)[0][1]
+    return None
+
+
+def load_snmprec(path: Path) -> list[tuple[tuple[int, ...], Any]]:
+    """A .snmprec recording as sorted (oid, pysnmp value); variation rows take their value."""
+    from pysnmp.proto import api
+
+    p = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
+    types: dict[str, Any] = {
+        "2": p.Integer32,
+        "4": p.OctetString,
+        "5": p.Null,
+        "6": p.ObjectIdentifier,
+        "64": p.IpAddress,
+        "65": p.Counter32,
+        "66": p.Gauge32,
+        "67": p.TimeTicks,
+        "68": p.Opaque,
+        "70": p.Counter64,
+        "128": p.NoSuchObject,
+        "129": p.NoSuchInstance,
+        "130": p.EndOfMibView,
+    }
+    rows = []
+    for line in path.read_text(encoding="latin-1").splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        oid, tag, text = line.split("|", 2)
+        tag, _, module = tag.partition(":")
+        if module:  # e.g. 2:numeric|min=1,max=2,initial=2 or 4:writecache|value=x
+            opts = dict(kv.split("=", 1) for kv in text.split(",") if "=" in kv)
+            text = opts.get("value", opts.get("initial", opts.get("min", "")))
+        hexed = tag.endswith("x")
+        cls = types[tag.rstrip("x")]
+        if hexed:
+            value = cls(bytes.fromhex(text))
+        elif cls in (p.Null, p.NoSuchObject, p.NoSuchInstance, p.EndOfMibView):
+            value = cls("")
+        elif cls in (p.OctetString, p.Opaque):
+            value = cls(text.encode("latin-1"))
+        elif cls is p.ObjectIdentifier or cls is p.IpAddress:
+            value = cls(text)
+        else:
+            value = cls(int(text))
+        rows.append((tuple(int(x) for x in oid.split(".")), value))
+    rows.sort(key=lambda r: r[0])
+    return rows
+
+
+@dataclass
+class AgentStats:
+    """What a RawAgent saw."""
+
+    requests: int = 0
+    bulk_sizes: list[int] = field(default_factory=list)  # max-repetitions of each GETBULK
+    faults: int = 0
+
+
+class RawAgent:
+    """A tiny real SNMPv2c agent on a UDP socket, in a thread, playing a faulty PDU."""
+
+    # GETBULK requests with max-repetitions above `max_bulk` get `fault`: "tooBig" (a Response
+    # with error-status tooBig(1), which snmpsim never sends), "garbage" (the response datagram
+    # cut in half, undecodable) or "silent" (no answer: a timeout on bulk only). `loop=True`
+    # answers every GETNEXT/GETBULK from the start of the recording again, so OIDs stop
+    # increasing. Faults are decided per request, in the thread that answers.
+
+    def __init__(
+        self,
+        recording: Path,
+        community: str = "public",
+        *,
+        max_bulk: int | None = None,
+        fault: str = "tooBig",
+        loop: bool = False,
+        host: str = "127.0.0.1",
+    ) -> None:
+        if fault not in ("tooBig", "garbage", "silent"):
+            raise ValueError(f"unknown fault {fault!r}")
+        self.rows = load_snmprec(recording)
+        self.community = community
+        self.max_bulk = max_bulk
+        self.fault = fault
+        self.loop = loop
+        self.host = host
+        self.port = 0
+        self.stats = AgentStats()
+        self._sock: socket.socket | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """host:port."""
+        return f"{self.host}:{self.port}"
+
+    def __enter__(self) -> RawAgent:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._sock.bind((self.host, 0))
+        self.port = int(self._sock.getsockname()[1])
+        self._thread = threading.Thread(target=self._serve, name="raw-snmp-agent", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        if self._sock is not None:
+            self._sock.close()
+
+    def _next(self, oid: tuple[int, ...]) -> tuple[tuple[int, ...], Any] | None:
+        import bisect
+
+        keys = [r[0] for r in self.rows]
+        i = 0 if self.loop else bisect.bisect_right(keys, oid)
+        return self.rows[i] if i < len(self.rows) else None
+
+    def _serve(self) -> None:
+        from pyasn1.codec.ber import decoder, encoder
+        from pysnmp.proto import api
+
+        p = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
+        exact = dict(self.rows)
+        assert self._sock is not None
+        while not self._stop.is_set():
+            if not select.select([self._sock], [], [], 0.05)[0]:
+                continue
+            try:
+                data, peer = self._sock.recvfrom(65535)
+                req, _ = decoder.decode(data, asn1Spec=p.Message())
+            except Exception:
+                continue
+            if str(p.apiMessage.get_community(req)) != self.community:
+                continue  # like a real agent: wrong community, no answer
+            self.stats.requests += 1
+            pdu = p.apiMessage.get_pdu(req)
+            rsp = p.apiMessage.get_response(req)
+            rsp_pdu = p.apiMessage.get_pdu(rsp)
+            names = [tuple(vb[0]) for vb in p.apiPDU.get_varbinds(pdu)]
+            out: list[tuple[Any, Any]] = []
+            if pdu.isSameTypeWith(p.GetRequestPDU()):
+                out = [(n, exact.get(n, p.NoSuchInstance(""))) for n in names]
+            elif pdu.isSameTypeWith(p.GetNextRequestPDU()):
+                for n in names:
+                    nxt = self._next(n)
+                    out.append(nxt if nxt else (n, p.EndOfMibView("")))
+            elif pdu.isSameTypeWith(p.GetBulkRequestPDU()):
+                reps = int(p.apiBulkPDU.get_max_repetitions(pdu))
+                non_rep = int(p.apiBulkPDU.get_non_repeaters(pdu))
+                self.stats.bulk_sizes.append(reps)
+                if self.max_bulk is not None and reps > self.max_bulk:
+                    self.stats.faults += 1
+                    if self.fault == "silent":
+                        continue
+                    if self.fault == "tooBig":
+                        p.apiPDU.set_error_status(rsp_pdu, 1)
+                        p.apiPDU.set_error_index(rsp_pdu, 0)
+                        p.apiPDU.set_varbinds(rsp_pdu, [])
+                        self._sock.sendto(encoder.encode(rsp), peer)
+                        continue
+                for n in names[:non_rep]:
+                    nxt = self._next(n)
+                    out.append(nxt if nxt else (n, p.EndOfMibView("")))
+                cursors = names[non_rep:]
+                for _ in range(max(reps, 0)):
+                    if not cursors:
+                        break
+                    step = []
+                    for n in cursors:
+                        nxt = self._next(n)
+                        step.append(nxt if nxt else (n, p.EndOfMibView("")))
+                    out.extend(step)
+                    cursors = [s[0] for s in step]
+                    if all(isinstance(s[1], p.EndOfMibView) for s in step):
+                        break
+                if self.max_bulk is not None and reps > self.max_bulk:  # garbage
+                    p.apiPDU.set_varbinds(rsp_pdu, out)
+                    whole = encoder.encode(rsp)
+                    self._sock.sendto(whole[: len(whole) // 2], peer)
+                    continue
+            else:
+                continue
+            p.apiPDU.set_varbinds(rsp_pdu, out)
+            self._sock.sendto(encoder.encode(rsp), peer)
+
+
+@contextlib.contextmanager
+def silent_udp_port(host: str = "127.0.0.1") -> Iterator[int]:
+    """A bound UDP port that swallows every datagram (a host whose agent is dead)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((host, 0))
+        yield int(s.getsockname()[1])
+
+
+# --- the independent reader: net-snmp's snmpbulkwalk -------------------------------------------
+
+_NETSNMP_EXCEPTIONS = {
+    "No Such Object available on this agent at this OID": "noSuchObject",
+    "No Such Instance currently exists at this OID": "noSuchInstance",
+    "No more variables left in this MIB View (It is past the end of the MIB tree)": "endOfMibView",
+}
+
+
+def snmpwalk_values(
+    endpoint: str,
+    community_or_v3_args: str | Sequence[str],
+    root: str,
+    *,
+    timeout: float = 5.0,
+    retries: int = 1,
+    max_repetitions: int = 10,
+) -> dict[str, tuple[str, str]]:
+    """net-snmp's view of a subtree: {oid: (net-snmp type word, raw value text)}."""
+    # The reader is `snmpbulkwalk -m "" -On -Oe -Ox -OU`: no MIBs (-m ""), numeric OIDs (-On),
+    # numbers not enum labels (-Oe), every OCTET STRING as hex bytes (-Ox, so binary names and
+    # NUL bytes survive), no units (-OU). Not -Ot: it prints TimeTicks as a bare number without
+    # their type, so the "(N) d:h:m:s" form is parsed instead. Types are net-snmp's words:
+    # INTEGER, Hex-STRING, OID, IpAddress, Counter32, Gauge32, Timeticks, Counter64, Opaque,
+    # NULL, and noSuchObject/noSuchInstance for exception values. OIDs lose their leading dot;
+    # OID values keep it; hex is upper case bytes joined by single spaces ("" when empty).
+    # net-snmp stops a bulk walk after a response that holds an exception value: use a large
+    # max_repetitions to read such a table in one response.
+    if isinstance(community_or_v3_args, str):
+        auth = ["-v2c", "-c", community_or_v3_args]
+    else:
+        auth = list(community_or_v3_args)
+    cmd = [
+        "snmpbulkwalk",
+        *auth,
+        "-m",
+        "",
+        "-On",
+        "-Oe",
+        "-Ox",
+        "-OU",
+        "-t",
+        str(timeout),
+        "-r",
+        str(retries),
+        f"-Cr{max_repetitions}",
+        endpoint,
+        root,
+    ]
+    env = {**os.environ, "MIBS": "", "MIBDIRS": "/nonexistent"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"snmpbulkwalk failed ({proc.returncode}): {proc.stderr.strip()}")
+    out: dict[str, tuple[str, str]] = {}
+    last = ""
+    for line in proc.stdout.splitlines():
+        if line.startswith(".") and " = " in line:
+            oid, rest = line.split(" = ", 1)
+            last = oid.lstrip(".")
+            if _NETSNMP_EXCEPTIONS.get(rest) == "endOfMibView":
+                # snmpbulkwalk prints the end-of-view rows of its last response, under the
+                # OID of the last real row: skip them, never overwrite that row
+                last = ""
+            elif rest in _NETSNMP_EXCEPTIONS:
+                out[last] = (_NETSNMP_EXCEPTIONS[rest], "")
+            elif rest == "NULL":
+                out[last] = ("NULL", "")
+            elif rest == '""':
+                out[last] = ("Hex-STRING", "")
+            else:
+                kind, _, value = rest.partition(": ")
+                if kind == "Timeticks":  # "(165528150) 19 days, 3:48:01.50": keep the number
+                    value = value[1 : value.index(")")]
+                out[last] = (kind, value.strip())
+        elif last and line.strip():  # net-snmp wraps long hex strings onto further lines
+            kind, value = out[last]
+            out[last] = (kind, f"{value} {line.strip()}".strip())
+    return out

@@ -1,0 +1,145 @@
+"""The PDU poller's scheduling and failure handling, with a fake SNMP client over recordings.
+
+The real client against real agents is tested in tests/integration; here the point is the
+poller's own logic: detection, isolation of failures, no stale values, invalid counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+from realparts import parse_samples, sample
+
+from exporters.base import ExportersCollector
+from exporters.pdu.exporter import PduExporter
+from exporters.pdu.poller import PduPoller, PduTarget
+from exporters.pdu.profile import load_profiles, under
+from exporters.pdu.snmp import Auth, SnmpError, Target
+from exporters.pdu.snmprec import parse_snmprec
+from exporters.pdu.types import Walk
+
+RECORDINGS = Path("/work/shared/pdu-recordings")
+if not RECORDINGS.is_dir():
+    RECORDINGS = Path(__file__).resolve().parents[3] / "shared" / "pdu-recordings"
+
+
+class FakeClient:
+    """Answers from parsed recordings by port; some ports fail or hang."""
+
+    def __init__(self, walks: dict[int, Walk]) -> None:
+        self.walks = walks
+        self.fail: dict[int, str] = {}
+        self.hang: set[int] = set()
+
+    async def _check(self, target: Target) -> Walk:
+        if target.port in self.hang:
+            await asyncio.sleep(3600)
+        if target.port in self.fail:
+            raise SnmpError(self.fail[target.port], target.endpoint, "simulated")
+        return self.walks[target.port]
+
+    async def get(self, target: Target, oids: list[str]) -> Walk:
+        walk = await self._check(target)
+        return {o: walk[o] for o in oids if o in walk}
+
+    async def walk_many(self, target: Target, roots: list[str]) -> Walk:
+        walk = await self._check(target)
+        return {o: v for o, v in walk.items() if any(under(o, r) for r in roots)}
+
+    def close(self) -> None:
+        pass
+
+
+def _target(name: str, port: int) -> PduTarget:
+    return PduTarget(name, Target("127.0.0.1", port, Auth(version="2c", community="x")))
+
+
+def _poller(interval: float = 1.0) -> tuple[PduPoller, FakeClient]:
+    walks = {
+        1: parse_snmprec((RECORDINGS / "apc_ap8641.snmprec").read_text()),
+        2: parse_snmprec((RECORDINGS / "eaton_epdu-ma-24x5-20r.snmprec").read_text()),
+        3: parse_snmprec((RECORDINGS / "vertiv_geist-mg02e4w1.snmprec").read_text()),
+    }
+    client = FakeClient(walks)
+    targets = [_target("apc", 1), _target("eaton", 2), _target("geist", 3)]
+    return PduPoller(targets, load_profiles(), client, interval=interval), client  # type: ignore[arg-type]
+
+
+def _scrape(poller: PduPoller) -> dict:
+    r = CollectorRegistry(auto_describe=False)
+    r.register(ExportersCollector([PduExporter(poller)]))
+    return parse_samples(generate_latest(r).decode())
+
+
+def _outlets(s: dict, pdu: str) -> int:
+    return sum(
+        1 for k in s if k[0] == "wattbit_pdu_outlet_current_amperes" and ("pdu", pdu) in k[1]
+    )
+
+
+def test_detects_profiles_and_exports_every_pdu() -> None:
+    poller, _ = _poller()
+    asyncio.run(poller.poll_all())
+    s = _scrape(poller)
+    for pdu in ("apc", "eaton", "geist"):
+        assert sample(s, "wattbit_pdu_up", pdu=pdu) == 1.0
+    assert {st.profile for st in poller.states.values()} == {
+        "apc_rpdu2",
+        "eaton_epdu",
+        "vertiv_geist",
+    }
+    assert _outlets(s, "apc") == 24 and _outlets(s, "eaton") == 24
+    assert _outlets(s, "geist") == 0  # meters only the unit
+    assert sample(s, "wattbit_pdu_power_watts", pdu="geist") == 1017.0
+
+
+def test_one_failure_spoils_nothing_else_and_leaves_no_stale_values() -> None:
+    poller, client = _poller()
+    asyncio.run(poller.poll_all())
+    assert _outlets(_scrape(poller), "eaton") == 24
+    client.fail[2] = "timeout"
+    asyncio.run(poller.poll_all())
+    s = _scrape(poller)
+    assert sample(s, "wattbit_pdu_up", pdu="eaton") == 0.0
+    assert _outlets(s, "eaton") == 0  # gone at once, not the last good values
+    assert not any(("pdu", "eaton") in k[1] for k in s if k[0] == "wattbit_pdu_info")
+    assert _outlets(s, "apc") == 24 and sample(s, "wattbit_pdu_up", pdu="apc") == 1.0
+    assert sample(s, "wattbit_pdu_poll_failures_total", pdu="eaton", reason="timeout") == 1
+    del client.fail[2]
+    asyncio.run(poller.poll_all())
+    assert _outlets(_scrape(poller), "eaton") == 24  # back when it answers again
+
+
+def test_a_hanging_pdu_hits_its_deadline_while_others_finish() -> None:
+    poller, client = _poller(interval=1.0)
+    client.hang.add(3)
+
+    async def go() -> None:
+        task = asyncio.create_task(poller.poll_all())
+        await asyncio.sleep(0.3)
+        # The others are published before the hanging one's deadline.
+        assert poller.states["apc"].up and poller.states["eaton"].up
+        assert "geist" not in poller.states
+        await task
+
+    asyncio.run(go())
+    assert poller.states["geist"].error == "deadline"
+    assert not poller.states["geist"].up
+
+
+def test_invalid_values_are_counted_never_zero() -> None:
+    poller, _ = _poller()
+    asyncio.run(poller.poll_all())
+    asyncio.run(poller.poll_all())
+    s = _scrape(poller)
+    apc_invalid = sum(
+        v
+        for k, v in s.items()
+        if k[0] == "wattbit_pdu_invalid_values_total" and ("pdu", "apc") in k[1]
+    )
+    per_poll = sum(poller.states["apc"].reading.invalid.values())  # type: ignore[union-attr]
+    assert apc_invalid == 2 * per_poll  # counted on every poll, cumulatively
+    # No exported outlet value is negative (APC answers -1 for what it does not meter).
+    assert all(v >= 0 for k, v in s.items() if k[0].startswith("wattbit_pdu_outlet_"))
