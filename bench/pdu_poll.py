@@ -1,0 +1,973 @@
+"""One full poll of many APC rPDU2 PDUs: wattbit vs prometheus-snmp-exporter 0.21 vs net-snmp.
+
+Run: .venv/bin/python bench/pdu_poll.py [--pdus 100] [--rounds 5] [--json FILE]
+     [--agents 4] [--concurrency 32] [--profile 30]
+
+The PDUs are SIMULATED: synthetic recordings derived from the real APC AP8641 recording
+(`apc_ap8641.snmprec`: its system group and whole rPDU2 branch, identity and unit rows
+included), half of them with its 24 outlets and half extended to 48 outlets (new rows
+25..48 in every rPDU2 outlet table, metered values copied from outlet i-24 and scaled by a
+seeded factor of 0.7..1.3; the outlet counts, table sizes and the unit's power, energy and
+current scaled to match). They are served by `--agents` snmpsim processes (single-threaded
+Python, each with its own UDP port, one community per PDU = data file stem), PDU i on
+process i % agents. snmpsim answers far slower than a real PDU's agent and shares this
+machine's CPUs with the tool being measured, so it may bound the wall times: the table shows
+the agents' CPU seconds and the machine's CPU use during each poll.
+
+Compared, on exactly the same agents and the same 11 subtrees (the apc_rpdu2 profile's walk
+roots; GETBULK max-repetitions 25, timeout 2 s, 1 retry), in round-robin order rotated every
+round:
+
+* wattbit: `PduPoller.poll_all()` in this process, profile `apc_rpdu2` configured (no
+  detection), concurrency 32; CPU = this process's `time.process_time()` during the poll.
+* snmp_exporter: prometheus-snmp-exporter 0.21 with the hand-written module
+  `bench/pdu_poll/snmp_exporter_module.yml` (copied once per community: 0.21 keeps the
+  community inside the module), all targets scraped by 32 threads; CPU = the exporter's
+  utime+stime from /proc/PID/stat (10 ms ticks). The scraping threads' own CPU is not counted.
+* net-snmp: one `snmpbulkwalk -v2c -Cr25` per subtree and PDU (it walks one subtree per run),
+  a PDU's subtrees one after the other, 32 PDUs at a time; CPU = the children's rusage.
+
+Values: per PDU, outlets x outlet metrics present (current, power, energy) + the 4 unit metrics
+(device power, device energy, phase current, phase voltage); for snmp_exporter and net-snmp
+the samples / rows of those same 7 columns. Every poll is checked (all PDUs answered, outlets
+per PDU = 24 or 48, values and the sum of outlet power as in the recordings) before its time
+counts; a check failure aborts the run.
+
+Goals: wattbit <= 60 CPU us per exported value; wattbit wall time no worse than snmp_exporter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import http.client
+import json
+import os
+import platform
+import random
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "pdu_poll"
+MODULE_TEMPLATE = DATA / "snmp_exporter_module.yml"
+RECORDINGS = Path(
+    os.environ.get("WATTBIT_PDU_RECORDINGS", str(ROOT.parent / "shared" / "pdu-recordings"))
+)
+SOURCE = RECORDINGS / "apc_ap8641.snmprec"
+PROFILE = "apc_rpdu2"
+SNMP_EXPORTER = "prometheus-snmp-exporter"
+SNMPBULKWALK = "snmpbulkwalk"
+TIMEOUT, RETRIES, MAX_REPETITIONS = 2.0, 1, 25
+CPU_GOAL_US = 60.0
+TOOLS = ("wattbit", "snmp_exporter", "net-snmp")
+
+SYSTEM_GROUP = "1.3.6.1.2.1.1."
+RPDU2 = "1.3.6.1.4.1.318.1.1.26."
+# rPDU2 outlet tables (switched .9.2.x, metered .9.4.x): entry.column.outlet, 16 arcs
+OUTLET_TABLES = ("1.3.6.1.4.1.318.1.1.26.9.2.", "1.3.6.1.4.1.318.1.1.26.9.4.")
+OUTLET_ROW_ARCS = 16
+METERED_STATUS = "1.3.6.1.4.1.318.1.1.26.9.4.3.1"
+METERED_COLUMNS = {6, 7, 8, 11}  # current, power, peak power, energy: scaled per new outlet
+NAME_COLUMN = 3  # rPDU2Outlet*Name in every rPDU2 outlet table
+OUTLET_COUNTS = (
+    "1.3.6.1.4.1.318.1.1.26.9.1.0",  # rPDU2OutletSwitchedTableSize
+    "1.3.6.1.4.1.318.1.1.26.9.3.0",  # rPDU2OutletMeteredTableSize
+    "1.3.6.1.4.1.318.1.1.26.4.2.1.4.1",  # rPDU2DevicePropertiesNumOutlets
+    "1.3.6.1.4.1.318.1.1.26.4.2.1.5.1",  # ...NumSwitchedOutlets
+    "1.3.6.1.4.1.318.1.1.26.4.2.1.6.1",  # ...NumMeteredOutlets
+)
+# unit rows scaled with the outlets' power / energy / current
+UNIT_BY_POWER = (
+    "1.3.6.1.4.1.318.1.1.26.4.3.1.5.1",  # rPDU2DeviceStatusPower
+    "1.3.6.1.4.1.318.1.1.26.4.3.1.6.1",  # rPDU2DeviceStatusPeakPower
+    "1.3.6.1.4.1.318.1.1.26.6.3.1.7.1",  # rPDU2PhaseStatusPower
+)
+UNIT_BY_ENERGY = ("1.3.6.1.4.1.318.1.1.26.4.3.1.9.1",)  # rPDU2DeviceStatusEnergy
+UNIT_BY_CURRENT = ("1.3.6.1.4.1.318.1.1.26.6.3.1.5.1",)  # rPDU2PhaseStatusCurrent
+
+Row = tuple[str, str, str]  # oid, tag, value text (snmprec)
+
+
+def arcs(oid: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in oid.split("."))
+
+
+# --- synthetic recordings ----------------------------------------------------------------------
+
+
+def read_snmprec(path: Path) -> list[Row]:
+    rows = []
+    for line in path.read_text(encoding="latin-1").splitlines():
+        if line.strip() and not line.startswith("#"):
+            oid, tag, value = line.split("|", 2)
+            rows.append((oid, tag, value))
+    return rows
+
+
+def _outlet_row(oid: str) -> tuple[str, int, int] | None:
+    """(entry, column, outlet) of an rPDU2 outlet-table row, else None."""
+    if not oid.startswith(OUTLET_TABLES):
+        return None
+    a = oid.split(".")
+    if len(a) != OUTLET_ROW_ARCS:
+        return None
+    return ".".join(a[:-2]), int(a[-2]), int(a[-1])
+
+
+def _scaled(value: str, factor: float) -> str:
+    return str(round(int(value) * factor))
+
+
+def synthesize(source: list[Row], outlets: int, seed: int) -> list[Row]:
+    """The source's system group and rPDU2 branch, with `outlets` outlets (>= the source's)."""
+    rows = [r for r in source if r[0].startswith((SYSTEM_GROUP, RPDU2))]
+    base = max((o[2] for r in rows if (o := _outlet_row(r[0]))), default=0)
+    if outlets < base or base == 0:
+        raise ValueError(f"cannot make {outlets} outlets from a recording with {base}")
+    if outlets == base:
+        return sorted(rows, key=lambda r: arcs(r[0]))
+    rnd = random.Random(seed)
+    factor = {j: rnd.uniform(0.7, 1.3) for j in range(base + 1, outlets + 1)}
+    new: list[Row] = []
+    for oid, tag, value in rows:
+        loc = _outlet_row(oid)
+        if loc is None:
+            continue
+        entry, col, idx = loc
+        for j in range(idx + base, outlets + 1, base):
+            if col == NAME_COLUMN:
+                t, v = "4", f"Outlet {j}"
+            elif tag == "2" and value == str(idx):  # index-like columns (index, number)
+                t, v = tag, str(j)
+            elif entry == METERED_STATUS and col in METERED_COLUMNS and tag == "2":
+                t, v = tag, _scaled(value, factor[j])
+            else:
+                t, v = tag, value
+            new.append((f"{entry}.{col}.{j}", t, v))
+    rows += new
+
+    def col_sum(col: int, rs: list[Row]) -> int:
+        prefix = f"{METERED_STATUS}.{col}."
+        return sum(int(v) for o, t, v in rs if o.startswith(prefix) and t == "2")
+
+    ratio = {
+        "power": col_sum(7, rows) / max(1, col_sum(7, source)),
+        "energy": col_sum(11, rows) / max(1, col_sum(11, source)),
+        "current": col_sum(6, rows) / max(1, col_sum(6, source)),
+    }
+    out = []
+    for oid, tag, value in rows:
+        if oid in OUTLET_COUNTS and value == str(base):
+            value = str(outlets)
+        elif oid in UNIT_BY_POWER:
+            value = _scaled(value, ratio["power"])
+        elif oid in UNIT_BY_ENERGY:
+            value = _scaled(value, ratio["energy"])
+        elif oid in UNIT_BY_CURRENT:
+            value = _scaled(value, ratio["current"])
+        out.append((oid, tag, value))
+    return sorted(out, key=lambda r: arcs(r[0]))
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a complete read of one PDU yields."""
+
+    outlets: int
+    values: int  # rows of the 7 metric columns
+    power_sum: int  # sum of the outlet power column (W)
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The profile's subtrees and metric columns (what every tool must read)."""
+
+    roots: list[str]
+    outlet_metrics: list[str]
+    unit_metrics: list[str]
+    outlet_power: str
+
+    @property
+    def metrics(self) -> list[str]:
+        return [*self.outlet_metrics, *self.unit_metrics]
+
+    def column_of(self, oid: str) -> str | None:
+        """The metric column an instance OID belongs to."""
+        parent = oid.rpartition(".")[0]
+        return parent if parent in self._metric_set else None
+
+    @property
+    def _metric_set(self) -> frozenset[str]:
+        return frozenset(self.metrics)
+
+
+def expect_of(rows: list[Row], cols: Columns) -> Expect:
+    counted = [(o, v) for o, t, v in rows if cols.column_of(o) is not None]
+    outlets = {o for o, _ in counted if o.rpartition(".")[0] in cols.outlet_metrics}
+    power = [int(v) for o, v in counted if o.rpartition(".")[0] == cols.outlet_power]
+    return Expect(len(outlets) // len(cols.outlet_metrics), len(counted), sum(power))
+
+
+# --- processes ---------------------------------------------------------------------------------
+
+_children: set[subprocess.Popen[bytes]] = set()
+_children_lock = threading.Lock()
+
+
+def _track(p: subprocess.Popen[bytes], add: bool) -> None:
+    with _children_lock:
+        (_children.add if add else _children.discard)(p)
+
+
+def kill_children() -> None:
+    """Kill every snmpbulkwalk still running (Ctrl-C or error in the middle of a poll)."""
+    with _children_lock:
+        procs = list(_children)
+    for p in procs:
+        with contextlib.suppress(OSError):
+            p.kill()
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a live process has used, from /proc/PID/stat."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy() -> float:
+    """CPU seconds all CPUs spent not idle since boot (/proc/stat; guest time is in user)."""
+    v = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+class Exporter:
+    """prometheus-snmp-exporter on 127.0.0.1:<free port> with one module per community."""
+
+    def __init__(self, workdir: Path, communities: list[str]) -> None:
+        import yaml
+
+        self.workdir = workdir
+        template = yaml.safe_load(MODULE_TEMPLATE.read_text())
+        self.walk = [str(w) for w in template["walk"]]
+        modules = {}
+        for c in communities:
+            module = copy.deepcopy(template)
+            module["auth"] = {"community": c}
+            modules[self.module(c)] = module
+        self.config = workdir / "snmp.yml"
+        self.config.write_text(yaml.safe_dump(modules, sort_keys=False))
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = workdir / "snmp_exporter.log"
+
+    @staticmethod
+    def module(community: str) -> str:
+        return f"apc_{community}"
+
+    def start(self) -> None:
+        exe = shutil.which(SNMP_EXPORTER)
+        if exe is None:
+            raise RuntimeError(f"{SNMP_EXPORTER} not found: apt-get install {SNMP_EXPORTER}")
+        for _ in range(3):
+            self.port = free_tcp_port()
+            with self.log.open("ab") as log:
+                self.proc = subprocess.Popen(
+                    [
+                        exe,
+                        f"--config.file={self.config}",
+                        f"--web.listen-address=127.0.0.1:{self.port}",
+                        "--log.level=warn",
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                    conn.request("GET", "/")
+                    if conn.getresponse().status == 200:
+                        conn.close()
+                        return
+                time.sleep(0.05)
+            self.stop()
+        raise RuntimeError(f"snmp_exporter did not start: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+
+# --- one poll per tool -------------------------------------------------------------------------
+
+
+@dataclass
+class Pdu:
+    community: str
+    port: int
+    agent: int
+    expect: Expect
+
+
+@dataclass
+class Poll:
+    """One full poll of all PDUs by one tool, and what it read."""
+
+    tool: str
+    wall: float
+    cpu: float
+    agent_cpu: float
+    bench_cpu: float  # this Python process (for wattbit: the tool itself)
+    machine_cpu: float  # every CPU of the machine, not idle
+    values: int = 0
+    outlets: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def others_cpu(self) -> float:
+        """CPU of everything else on the machine (other users' jobs, unattributed kernel)."""
+        own = 0.0 if self.tool == "wattbit" else self.bench_cpu
+        return self.machine_cpu - self.cpu - self.agent_cpu - own
+
+    @property
+    def cpu_us_per_value(self) -> float:
+        return self.cpu / self.values * 1e6 if self.values else float("nan")
+
+    def raw(self) -> dict[str, Any]:
+        return {
+            "wall_s": self.wall,
+            "cpu_s": self.cpu,
+            "cpu_us_per_value": self.cpu_us_per_value,
+            "values": self.values,
+            "agent_cpu_s": self.agent_cpu,
+            "bench_process_cpu_s": self.bench_cpu,
+            "machine_busy_cpu_s": self.machine_cpu,
+            "others_cpu_s": self.others_cpu,
+            "outlets_per_pdu": self.outlets,
+            "problems": self.problems,
+            **self.extra,
+        }
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, pdus: list[Pdu], cols: Columns) -> None:
+        self.args = args
+        self.pdus = pdus
+        self.cols = cols
+        self.agent_pids: list[int] = []
+        self.exporter: Exporter | None = None
+        self.pool = ThreadPoolExecutor(max_workers=args.concurrency)
+        self.local = threading.local()
+        self.loop: Any = None
+        self.client: Any = None
+        self.poller: Any = None
+        self.env = {**os.environ, "MIBS": ""}
+
+    def agents_cpu(self) -> float:
+        return sum(proc_cpu(p) for p in self.agent_pids)
+
+    def timed(self, tool: str, run: Callable[[], Any], cpu: Callable[[], float]) -> Poll:
+        m0, b0, a0, c0 = machine_busy(), time.process_time(), self.agents_cpu(), cpu()
+        t0 = time.perf_counter()
+        result = run()
+        wall = time.perf_counter() - t0
+        c1, a1, b1, m1 = cpu(), self.agents_cpu(), time.process_time(), machine_busy()
+        poll = Poll(tool, wall, c1 - c0, a1 - a0, b1 - b0, m1 - m0)
+        poll.extra["_result"] = result
+        return poll
+
+    # wattbit
+
+    def setup_wattbit(self) -> None:
+        import asyncio
+
+        from exporters.pdu.poller import PduPoller, PduTarget
+        from exporters.pdu.profile import load_profiles
+        from exporters.pdu.snmp import Auth, SnmpClient, Target
+
+        targets = [
+            PduTarget(
+                p.community,
+                Target(
+                    "127.0.0.1",
+                    p.port,
+                    Auth("2c", community=p.community),
+                    timeout=TIMEOUT,
+                    retries=RETRIES,
+                    max_repetitions=MAX_REPETITIONS,
+                ),
+                profile=PROFILE,
+            )
+            for p in self.pdus
+        ]
+        self.loop = asyncio.new_event_loop()
+        self.client = SnmpClient()
+        self.poller = PduPoller(
+            targets, load_profiles(), self.client, concurrency=self.args.concurrency
+        )
+
+    def poll_wattbit(self) -> Poll:
+        poller = self.poller
+        failures_before = sum(poller.failures.values())
+        poll = self.timed(
+            "wattbit",
+            lambda: self.loop.run_until_complete(poller.poll_all()),
+            time.process_time,
+        )
+        states = poll.extra.pop("_result")
+        power = 0.0
+        for p, st in zip(self.pdus, states, strict=True):
+            if not st.up or st.reading is None:
+                poll.problems.append(f"{p.community}: down ({st.error})")
+                poll.outlets.append(0)
+                continue
+            r = st.reading
+            n = sum(
+                v is not None
+                for o in r.outlets
+                for v in (o.power_watts, o.current_amperes, o.voltage_volts, o.energy_joules)
+            )
+            n += sum(
+                v is not None
+                for v in (
+                    r.unit_power_watts,
+                    r.unit_energy_joules,
+                    r.unit_current_amperes,
+                    r.unit_voltage_volts,
+                )
+            )
+            poll.values += n
+            poll.outlets.append(len(r.outlets))
+            pw = sum(o.power_watts or 0.0 for o in r.outlets)
+            power += pw
+            self._check(poll, p, len(r.outlets), n, pw)
+        poll.extra["failures"] = sum(poller.failures.values()) - failures_before
+        poll.extra["outlet_power_sum_w"] = power
+        return poll
+
+    # snmp_exporter
+
+    def _scrape(self, path: str) -> tuple[int, bytes]:
+        assert self.exporter is not None
+        conn = getattr(self.local, "conn", None)
+        for attempt in range(2):
+            if conn is None:
+                conn = http.client.HTTPConnection("127.0.0.1", self.exporter.port, timeout=60)
+                self.local.conn = conn
+            try:
+                conn.request("GET", path)
+                rsp = conn.getresponse()
+                return rsp.status, rsp.read()
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                conn = self.local.conn = None
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def poll_exporter(self) -> Poll:
+        assert self.exporter is not None
+        paths = [
+            f"/snmp?target=127.0.0.1:{p.port}&module={Exporter.module(p.community)}"
+            for p in self.pdus
+        ]
+        pid = self.exporter.pid
+        poll = self.timed(
+            "snmp_exporter",
+            lambda: list(self.pool.map(self._scrape, paths)),
+            lambda: proc_cpu(pid),
+        )
+        bodies = poll.extra.pop("_result")
+        metric_names = self._exporter_metric_names()
+        outlet_names = {metric_names[c] for c in self.cols.outlet_metrics}
+        power_name = metric_names[self.cols.outlet_power]
+        wanted = set(metric_names.values())
+        power = 0.0
+        sent = retried = 0.0
+        for p, (status, body) in zip(self.pdus, bodies, strict=True):
+            if status != 200:
+                poll.problems.append(f"{p.community}: HTTP {status} {body[:200]!r}")
+                poll.outlets.append(0)
+                continue
+            n = 0
+            outlets: set[str] = set()
+            pw = 0.0
+            for line in body.decode("utf-8", "replace").splitlines():
+                if not line or line[0] == "#":
+                    continue
+                name, _, rest = line.partition("{")
+                if not rest:
+                    name = line.split(" ", 1)[0]
+                value = float(line.rsplit(" ", 1)[1])
+                if name == "snmp_scrape_packets_sent":
+                    sent += value
+                elif name == "snmp_scrape_packets_retried":
+                    retried += value
+                if name not in wanted:
+                    continue
+                n += 1
+                if name in outlet_names:
+                    outlets.add(rest.split("}", 1)[0])
+                if name == power_name:
+                    pw += value
+            labels_per_outlet = len(outlets)
+            poll.values += n
+            poll.outlets.append(labels_per_outlet)
+            power += pw
+            self._check(poll, p, labels_per_outlet, n, pw)
+        poll.extra.update(
+            outlet_power_sum_w=power, snmp_packets_sent=sent, snmp_packets_retried=retried
+        )
+        return poll
+
+    def _exporter_metric_names(self) -> dict[str, str]:
+        import yaml
+
+        template = yaml.safe_load(MODULE_TEMPLATE.read_text())
+        return {m["oid"]: m["name"] for m in template["metrics"] if m["oid"] in self.cols.metrics}
+
+    # net-snmp
+
+    def _bulkwalk_pdu(self, p: Pdu) -> tuple[list[str], str]:
+        outs, errs = [], []
+        for root in self.cols.roots:
+            cmd = [
+                SNMPBULKWALK,
+                "-v2c",
+                "-c",
+                p.community,
+                f"-Cr{MAX_REPETITIONS}",
+                "-t",
+                f"{TIMEOUT:g}",
+                "-r",
+                str(RETRIES),
+                "-m",
+                "",
+                "-On",
+                "-Oq",
+                f"127.0.0.1:{p.port}",
+                root,
+            ]
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+            _track(proc, True)
+            try:
+                out, err = proc.communicate(timeout=60)
+            finally:
+                _track(proc, False)
+            outs.append(out.decode("latin-1"))
+            if proc.returncode != 0 or err.strip():
+                errs.append(f"{root}: rc {proc.returncode} {err.decode(errors='replace')[:200]}")
+        return outs, "; ".join(errs)
+
+    def poll_netsnmp(self) -> Poll:
+        poll = self.timed(
+            "net-snmp", lambda: list(self.pool.map(self._bulkwalk_pdu, self.pdus)), children_cpu
+        )
+        results = poll.extra.pop("_result")
+        power = 0.0
+        for p, (outs, err) in zip(self.pdus, results, strict=True):
+            if err:
+                poll.problems.append(f"{p.community}: {err}")
+            n = 0
+            outlets: set[str] = set()
+            pw = 0.0
+            for text in outs:
+                for line in text.splitlines():
+                    oid, _, value = line.partition(" ")
+                    col = self.cols.column_of(oid.lstrip("."))
+                    if col is None:
+                        continue
+                    n += 1
+                    if col in self.cols.outlet_metrics:
+                        outlets.add(oid.rpartition(".")[2])
+                    if col == self.cols.outlet_power:
+                        pw += float(value)
+            poll.values += n
+            poll.outlets.append(len(outlets))
+            power += pw
+            self._check(poll, p, len(outlets), n, pw)
+        poll.extra["outlet_power_sum_w"] = power
+        poll.extra["processes"] = len(self.pdus) * len(self.cols.roots)
+        return poll
+
+    def _check(self, poll: Poll, p: Pdu, outlets: int, values: int, power: float) -> None:
+        e = p.expect
+        if outlets != e.outlets or values != e.values or abs(power - e.power_sum) > 1e-6:
+            poll.problems.append(
+                f"{p.community}: read {outlets} outlets, {values} values, {power:g} W;"
+                f" expected {e.outlets}, {e.values}, {e.power_sum} W"
+            )
+
+    def run(self, tool: str) -> Poll:
+        return {
+            "wattbit": self.poll_wattbit,
+            "snmp_exporter": self.poll_exporter,
+            "net-snmp": self.poll_netsnmp,
+        }[tool]()
+
+    def close(self) -> None:
+        kill_children()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.client is not None:
+            self.client.close()
+        if self.loop is not None:
+            import asyncio
+
+            # let pysnmp's cancelled timer task finish before the loop goes
+            with contextlib.suppress(Exception):
+                tasks = asyncio.all_tasks(self.loop)
+                for task in tasks:
+                    task.cancel()
+                if tasks:
+                    self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            self.loop.close()
+
+
+# --- report ------------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem = ""
+    with contextlib.suppress(OSError):
+        mem = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
+
+    def version(cmd: list[str]) -> str:
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        except OSError:
+            return "(missing)"
+        return (out.stdout or out.stderr).strip().splitlines()[0]
+
+    from importlib.metadata import version as pkg_version
+
+    return {
+        "host": platform.node(),
+        "kernel": platform.release(),
+        "cpu": model,
+        "cpus": os.cpu_count(),
+        "memory": mem,
+        "python": platform.python_version(),
+        "pysnmp": pkg_version("pysnmp"),
+        "snmpsim": pkg_version("snmpsim"),
+        "snmp_exporter": version([SNMP_EXPORTER, "--version"]),
+        "net-snmp": version([SNMPBULKWALK, "--version"]),
+    }
+
+
+def fmt_ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "n/a"
+
+
+def report(polls: dict[str, list[Poll]], total_values: int, ncpu: int) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    print()
+    head = (
+        f"{'tool':<14} {'wall s':>8} {'(min..max)':>15} {'CPU s':>7} {'CPU us/value':>13}"
+        f" {'(min..max)':>15} {'agents CPU s':>13} {'others CPU s':>13} {'machine busy':>13}"
+    )
+    print(head)
+    print("-" * len(head))
+    for tool, ps in polls.items():
+        walls = [p.wall for p in ps]
+        cpus = [p.cpu for p in ps]
+        per = [p.cpu_us_per_value for p in ps]
+        agents = [p.agent_cpu for p in ps]
+        others = [p.others_cpu for p in ps]
+        busy = [p.machine_cpu / (p.wall * ncpu) for p in ps]
+        s = {
+            "wall_s_median": statistics.median(walls),
+            "cpu_s_median": statistics.median(cpus),
+            "cpu_us_per_value_median": statistics.median(per),
+            "agent_cpu_s_median": statistics.median(agents),
+            "others_cpu_s_median": statistics.median(others),
+            "machine_busy_share_median": statistics.median(busy),
+        }
+        summary[tool] = s
+        print(
+            f"{tool:<14} {s['wall_s_median']:>8.3f} {f'({min(walls):.2f}..{max(walls):.2f})':>15}"
+            f" {s['cpu_s_median']:>7.3f} {s['cpu_us_per_value_median']:>13.1f}"
+            f" {f'({min(per):.0f}..{max(per):.0f})':>15} {s['agent_cpu_s_median']:>13.2f}"
+            f" {s['others_cpu_s_median']:>13.2f} {s['machine_busy_share_median']:>12.0%}"
+        )
+    w, e = summary["wattbit"], summary["snmp_exporter"]
+    wall_ratio = w["wall_s_median"] / e["wall_s_median"]
+    cpu_ratio = w["cpu_us_per_value_median"] / e["cpu_us_per_value_median"]
+    cpu_ok = w["cpu_us_per_value_median"] <= CPU_GOAL_US
+    wall_ok = w["wall_s_median"] <= e["wall_s_median"]
+    print()
+    print(f"wattbit / snmp_exporter:  wall {wall_ratio:.2f}x   CPU per value {cpu_ratio:.2f}x")
+    print(
+        f"goal: wattbit CPU <= {CPU_GOAL_US:g} us/value: {w['cpu_us_per_value_median']:.1f}"
+        f" -> {'met' if cpu_ok else 'MISSED'}"
+    )
+    print(
+        f"goal: wattbit wall <= snmp_exporter wall: {w['wall_s_median']:.3f} s vs"
+        f" {e['wall_s_median']:.3f} s -> {'met' if wall_ok else 'MISSED'}"
+    )
+    print(
+        f"values per poll: {total_values}. Medians over rounds. 'agents': the snmpsim processes;"
+        f" 'others': every other process on the machine (not this bench, not the tool, not the"
+        f" agents); 'machine busy': all non-idle CPU time / (wall x {ncpu} CPUs)"
+    )
+    summary["ratios_wattbit_over_snmp_exporter"] = {"wall": wall_ratio, "cpu_per_value": cpu_ratio}
+    summary["goals"] = {
+        "wattbit_cpu_us_per_value_max": CPU_GOAL_US,
+        "wattbit_cpu_met": cpu_ok,
+        "wattbit_wall_not_worse_than_snmp_exporter": wall_ok,
+    }
+    return summary
+
+
+def profile_wattbit(bench: Bench, top: int) -> None:
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    bench.loop.run_until_complete(bench.poller.poll_all())
+    prof.disable()
+    for key in ("tottime", "cumulative"):
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
+        text = buf.getvalue()
+        start = text.find("   ncalls")
+        print(f"\ncProfile of one wattbit poll_all, top {top} by {key}:")
+        print(text[start:].rstrip() if start >= 0 else text.rstrip())
+
+
+# --- main --------------------------------------------------------------------------------------
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--pdus", type=int, default=100, help="simulated PDUs (half 24, half 48)")
+    ap.add_argument("--rounds", type=int, default=5, help="timed polls per tool")
+    ap.add_argument("--json", type=Path, help="write every raw number to this file")
+    ap.add_argument("--agents", type=int, default=4, help="snmpsim processes serving the PDUs")
+    ap.add_argument("--concurrency", type=int, default=32, help="PDUs polled at once, per tool")
+    ap.add_argument(
+        "--profile", type=int, default=0, metavar="N", help="cProfile one wattbit poll, top N"
+    )
+    args = ap.parse_args(argv)
+    if args.pdus < 2 or args.rounds < 1 or args.agents < 1 or args.concurrency < 1:
+        ap.error("--pdus >= 2, --rounds >= 1, --agents >= 1, --concurrency >= 1")
+    return args
+
+
+@contextlib.contextmanager
+def signals() -> Iterator[None]:
+    old = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from exporters.pdu.profile import load_profiles
+    from tests.snmpsim_harness import SnmpSim, have_netsnmp, have_snmpsim
+
+    if not have_snmpsim() or not have_netsnmp() or shutil.which(SNMP_EXPORTER) is None:
+        print("needs snmpsim (venv), net-snmp's snmpbulkwalk and", SNMP_EXPORTER, file=sys.stderr)
+        return 2
+    profile = {p.name: p for p in load_profiles()}[PROFILE]
+    assert profile.outlets is not None and profile.outlets.power_watts is not None
+    cols = Columns(
+        roots=profile.walk_roots(),
+        outlet_metrics=[s.oid for _, s in profile.outlets.metrics()],
+        unit_metrics=[s.oid for _, s in profile.unit.metrics()],
+        outlet_power=profile.outlets.power_watts.oid,
+    )
+    assert not profile.scalar_oids(), "the bench assumes walks only"
+
+    info = machine()
+    print(
+        f"PDU poll bench: {args.pdus} SIMULATED APC rPDU2 PDUs ({args.pdus - args.pdus // 2} x 24"
+        f" outlets, {args.pdus // 2} x 48), {args.rounds} rounds, concurrency {args.concurrency}"
+    )
+    print(
+        f"agents: {args.agents} snmpsim {info['snmpsim']} processes (single-threaded Python) on"
+        " 127.0.0.1, sharing this machine's CPUs with the tools: they may bound the wall times"
+    )
+    print(
+        f"machine: {info['cpu']}, {info['cpus']} CPUs, {info['memory']}, kernel"
+        f" {info['kernel']}, Python {info['python']}, pysnmp {info['pysnmp']}"
+    )
+    print(f"tools: wattbit; {info['snmp_exporter']}; {info['net-snmp']}")
+    load_start = loadavg()
+    print(f"load average at start: {load_start}")
+
+    tmp = Path(tempfile.mkdtemp(prefix="wattbit-bench-pdu-"))
+    sims: list[Any] = []
+    bench: Bench | None = None
+    exporter: Exporter | None = None
+    raw: dict[str, Any] = {"config": vars(args) | {"json": str(args.json)}, "machine": info}
+    with signals(), contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, tmp, True)
+        try:
+            # recordings
+            source = read_snmprec(SOURCE)
+            templates = {n: synthesize(source, n, seed=n) for n in (24, 48)}
+            rec_dir = tmp / "recordings"
+            rec_dir.mkdir()
+            files: list[dict[str, Path]] = [{} for _ in range(args.agents)]
+            specs: list[tuple[str, int, Expect]] = []
+            for i in range(args.pdus):
+                n = 24 if i < args.pdus - args.pdus // 2 else 48
+                community = f"pdu{i:03d}_{n}"
+                path = rec_dir / f"{community}.snmprec"
+                path.write_text(
+                    "".join(f"{o}|{t}|{v}\n" for o, t, v in templates[n]), encoding="latin-1"
+                )
+                files[i % args.agents][community] = path
+                specs.append((community, i % args.agents, expect_of(templates[n], cols)))
+            # agents
+            for agent_files in files:
+                if agent_files:
+                    sim = SnmpSim(agent_files)
+                    stack.callback(sim.stop)
+                    sim.start()
+                    sims.append(sim)
+            pdus = [Pdu(c, sims[a].port, a, e) for c, a, e in specs]
+            total_values = sum(p.expect.values for p in pdus)
+            bench = Bench(args, pdus, cols)
+            stack.callback(bench.close)
+            bench.agent_pids = [s._proc.pid for s in sims]  # the harness keeps it private
+            # snmp_exporter
+            exporter = Exporter(tmp, [p.community for p in pdus])
+            if exporter.walk != cols.roots:
+                raise RuntimeError(
+                    f"{MODULE_TEMPLATE.name} walks {exporter.walk}, the profile {cols.roots}"
+                )
+            stack.callback(exporter.stop)
+            exporter.start()
+            bench.exporter = exporter
+            bench.setup_wattbit()
+            print(
+                f"values per full poll: {total_values} ({args.pdus} PDUs; per PDU outlets x 3"
+                " outlet metrics + 4 unit metrics); subtrees per PDU:"
+                f" {len(cols.roots)}"
+            )
+
+            # untimed warm-up and check: snmpsim indexes its files, every tool must read all
+            print("warm-up poll (untimed) and correctness check of every tool...")
+            raw["warmup"] = {}
+            for tool in TOOLS:
+                p = bench.run(tool)
+                raw["warmup"][tool] = p.raw()
+                status = "ok" if not p.problems else f"{len(p.problems)} PROBLEMS"
+                print(
+                    f"  {tool:<14} {p.wall:6.2f} s  {p.values} values, outlets per PDU"
+                    f" {sorted(set(p.outlets))}: {status}"
+                )
+                if p.problems:
+                    for line in p.problems[:10]:
+                        print(f"    {line}")
+                    raise RuntimeError(f"{tool} did not read every value: not timing it")
+
+            polls: dict[str, list[Poll]] = {t: [] for t in TOOLS}
+            raw["rounds"] = []
+            print()
+            print(f"{'round':<6} {'order':<34} " + " ".join(f"{t:>22}" for t in TOOLS))
+            for r in range(args.rounds):
+                order = [TOOLS[(r + k) % len(TOOLS)] for k in range(len(TOOLS))]
+                got: dict[str, Poll] = {}
+                for tool in order:
+                    p = bench.run(tool)
+                    if p.problems:
+                        for line in p.problems[:10]:
+                            print(f"    {line}")
+                        raise RuntimeError(f"round {r + 1}: {tool} did not read every value")
+                    got[tool] = p
+                    polls[tool].append(p)
+                raw["rounds"].append(
+                    {"round": r + 1, "order": order, "load_average": loadavg()}
+                    | {t: got[t].raw() for t in TOOLS}
+                )
+                cells = " ".join(
+                    f"{f'{got[t].wall:.3f}s {got[t].cpu_us_per_value:.0f}us/v':>22}" for t in TOOLS
+                )
+                print(f"{r + 1:<6} {' > '.join(order):<34} {cells}")
+            raw["summary"] = report(polls, total_values, os.cpu_count() or 1)
+            retried = sum(p.extra.get("snmp_packets_retried", 0) for p in polls["snmp_exporter"])
+            failures = sum(p.extra.get("failures", 0) for p in polls["wattbit"])
+            print(
+                f"retries/failures during timed rounds: snmp_exporter packets retried {retried:g},"
+                f" wattbit poll failures {failures}"
+            )
+            raw["load_average_end"] = loadavg()
+            print(f"load average at end: {raw['load_average_end']} (start: {load_start})")
+            if args.profile:
+                profile_wattbit(bench, args.profile)
+        except KeyboardInterrupt:
+            print("\ninterrupted: cleaning up", file=sys.stderr)
+            return 130
+        finally:
+            if args.json:
+                args.json.write_text(json.dumps(raw, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
