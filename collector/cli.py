@@ -110,6 +110,12 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     c.set_defaults(func=_collector)
 
+    from . import runs_cli
+    from .report import cli as report_cli
+
+    runs_cli.register(sub)
+    report_cli.register(sub)
+
     d = sub.add_parser("demo", help="one-machine demo on loop disks (root)")
     d.add_argument("--duration", type=float, default=30.0, help="seconds of load (default 30)")
     d.add_argument("--disks", type=int, default=4, help="number of loop disks (default 4)")

@@ -1,0 +1,1 @@
+"""`wattbit report`: the energy-per-gigabit report of a run, read from Prometheus."""
