@@ -127,9 +127,10 @@ def load_model(model: type[M], path: str | Path | None) -> M:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
+        # `from None`: the YAML error quotes the offending line, which may hold a secret.
         raise ConfigError(
             path, "", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}"
-        ) from exc
+        ) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

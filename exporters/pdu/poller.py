@@ -77,6 +77,7 @@ class PduPoller:
         self._clock = clock
         self._by_name = {p.name: p for p in self.profiles}
         self._detected: dict[str, Profile] = {}
+        self._announced: dict[str, str] = {}
         self.states: dict[str, PduState] = {}
         self.failures: Counter[tuple[str, str]] = Counter()
         self.invalid: Counter[tuple[str, str]] = Counter()
@@ -94,7 +95,9 @@ class PduPoller:
             profile = match_profile(self.profiles, oid)
             if profile is None:
                 raise NoProfile(f"no profile matches sysObjectID {oid or '(none)'}")
-            log.info("pdu %s: sysObjectID %s -> profile %s", t.name, oid, profile.name)
+            if self._announced.get(t.name) != profile.name:  # not again after every failure
+                self._announced[t.name] = profile.name
+                log.info("pdu %s: sysObjectID %s -> profile %s", t.name, oid, profile.name)
             self._detected[t.name] = profile
         return self._detected[t.name]
 
