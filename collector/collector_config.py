@@ -1,8 +1,8 @@
-"""`wattbit collector` configuration: SNMP credentials, PDU targets, outlet mapping.
+"""`wattbit collector` configuration: SNMP credentials, PDU targets, outlet mapping, runs.
 
-Secrets (communities, v3 keys) may be inline, in a file (`*_file`) or in an environment
-variable (`*_env`); they are held as SecretStr, never echoed in errors, logs or
-`--print-config`, and resolved before anything starts.
+Secrets (communities, v3 keys, the run API token) may be inline, in a file (`*_file`) or in
+an environment variable (`*_env`); they are held as SecretStr, never echoed in errors, logs
+or `--print-config`, and resolved before anything starts.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
 
 from .config import Duration, Regex, Strict, parse_listen
 
@@ -173,6 +173,48 @@ class PduConfig(Strict):
         return self.host, self.component
 
 
+_DAYS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*d\s*$")
+# RFC 6750's b64token: what may follow "Bearer " in an Authorization header.
+_TOKEN = re.compile(r"^[A-Za-z0-9._~+/-]+=*$")
+MIN_TOKEN_LENGTH = 16
+
+
+def _long_duration(value: object) -> object:
+    """Also accept days ('7d') where a duration may be long."""
+    m = _DAYS.match(value) if isinstance(value, str) else None
+    return float(m.group(1)) * 86400.0 if m else value
+
+
+class RunsConfig(Strict):
+    """The run registry: who may start and stop runs, and how long ended runs are kept."""
+
+    token: SecretStr | None = None
+    token_file: Path | None = None
+    token_env: str | None = None
+    keep: int = Field(default=100, ge=0, le=100_000)  # ended runs kept and exported, at least
+    retention: Annotated[Duration, BeforeValidator(_long_duration)] = 7 * 86400.0
+
+    @field_validator("retention")
+    @classmethod
+    def _retention(cls, v: float) -> float:
+        if v < 0:
+            raise ValueError("retention must not be negative")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> RunsConfig:
+        token = _resolve(self.token, self.token_file, self.token_env, "token")
+        if token is not None:
+            value = token.get_secret_value()
+            if len(value) < MIN_TOKEN_LENGTH or not _TOKEN.fullmatch(value):
+                raise ValueError(
+                    f"the token must be at least {MIN_TOKEN_LENGTH} characters of "
+                    "A-Z a-z 0-9 - . _ ~ + / (e.g. from `openssl rand -hex 32`)"
+                )
+        object.__setattr__(self, "token", token)
+        return self
+
+
 class CollectorConfig(Strict):
     """`wattbit collector` configuration."""
 
@@ -185,6 +227,7 @@ class CollectorConfig(Strict):
     state_dir: Path = Path("/var/lib/wattbit")
     auths: dict[str, AuthConfig] = Field(default_factory=dict)
     pdus: list[PduConfig] = Field(default_factory=list)
+    runs: RunsConfig = RunsConfig()
 
     @field_validator("interval")
     @classmethod
@@ -219,4 +262,7 @@ def redacted(cfg: CollectorConfig) -> dict[str, object]:
         for key in ("community", "auth_key", "priv_key"):
             if key in auth:
                 auth[key] = "<redacted>"
+    runs = data.get("runs")
+    if isinstance(runs, dict) and "token" in runs:
+        runs["token"] = "<redacted>"
     return data

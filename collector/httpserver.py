@@ -84,11 +84,24 @@ def landing_page(title: str, links: list[str]) -> WSGIApp:
 
 
 def _router(routes: dict[str, WSGIApp]) -> WSGIApp:
-    """Dispatch on the exact request path; anything else is a 404."""
-    table = dict(routes)  # a copy, so later edits by the caller cannot race the server
+    """Dispatch on the exact request path; anything else is a 404.
+
+    A key ending in "/*" (e.g. "/api/v1/runs/*") is a prefix route: it serves every path
+    under it ("/api/v1/runs/x/stop") that has no exact route; the longest prefix wins. The
+    app sees the full PATH_INFO.
+    """
+    table = {k: v for k, v in routes.items() if not k.endswith("/*")}  # a copy: no races
+    prefixes = sorted(
+        ((k[:-1], v) for k, v in routes.items() if k.endswith("/*")),
+        key=lambda kv: len(kv[0]),
+        reverse=True,
+    )
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        target = table.get(environ.get("PATH_INFO") or "/")
+        path = environ.get("PATH_INFO") or "/"
+        target = table.get(path)
+        if target is None:
+            target = next((v for prefix, v in prefixes if path.startswith(prefix)), None)
         if target is None:
             return _text_response(start_response, "404 Not Found", "404 Not Found\n")
         return target(environ, start_response)

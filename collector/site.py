@@ -1,10 +1,12 @@
-"""`wattbit collector`: the site collector polling PDUs over SNMP (and, later, the run registry)."""
+"""`wattbit collector`: the site collector polling PDUs over SNMP and keeping the run registry."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import signal
 import threading
 from pathlib import Path
@@ -22,6 +24,7 @@ from .config import parse_listen
 from .errors import ConfigError
 from .exposition import metrics_app
 from .httpserver import landing_page, start_server
+from .runs import API_PREFIX, STATE_FILE, RunRegistry, api_routes
 from .webconfig import WebConfig
 
 log = logging.getLogger("wattbit.collector")
@@ -90,6 +93,28 @@ def build_poller(cfg: CollectorConfig, profiles: list[Profile], client: SnmpClie
     return PduPoller(targets, profiles, client, cfg.interval, cfg.concurrency)
 
 
+def open_runs(cfg: CollectorConfig) -> RunRegistry:
+    """The run registry in the state directory, loaded from its file.
+
+    With a token (writes possible) the state directory is created if missing and must be
+    writable, so a bad state_dir stops the start rather than the first `wattbit run start`.
+    Without one nothing is ever written, and the directory is not touched.
+    """
+    state = cfg.state_dir
+    runs = RunRegistry(state / STATE_FILE, keep=cfg.runs.keep, retention=cfg.runs.retention)
+    try:
+        if cfg.runs.token is not None:
+            state.mkdir(parents=True, exist_ok=True)
+            if not os.access(state, os.W_OK | os.X_OK):
+                raise PermissionError(errno.EACCES, "not writable")
+        runs.load()
+    except OSError as exc:
+        raise OSError(exc.errno, f"state_dir {state}: {exc.strerror or exc}") from exc
+    if cfg.runs.token is None:
+        log.warning("no runs.token configured: the run API is read-only (writes get 403)")
+    return runs
+
+
 def run(
     cfg: CollectorConfig,
     web: WebConfig | None,
@@ -101,13 +126,18 @@ def run(
     host, port = parse_listen(cfg.listen, DEFAULT_PORT)
     client = SnmpClient()
     poller = build_poller(cfg, profiles, client)
+    runs = open_runs(cfg)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ExportersCollector([PduExporter(poller)]))
+    registry.register(ExportersCollector([PduExporter(poller), runs]))
     ProcessCollector(registry=registry)
     server = start_server(
         host,
         port,
-        {"/metrics": metrics_app(registry), "/": landing_page("wattbit collector", ["/metrics"])},
+        {
+            "/metrics": metrics_app(registry),
+            "/": landing_page("wattbit collector", ["/metrics", API_PREFIX]),
+            **api_routes(runs, cfg.runs.token),
+        },
         web,
     )
     log.info(
@@ -125,6 +155,8 @@ def run(
         loop.run_in_executor(None, lambda: (stop.wait(), loop.call_soon_threadsafe(done.set)))
         task = asyncio.create_task(poller.run(done))
         await done.wait()
+        # Release the executor thread waiting on `stop`: asyncio.run() joins it on the way out.
+        stop.set()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task

@@ -1,0 +1,586 @@
+"""The run registry: named time windows (with labels) kept by the site collector.
+
+A run is a name, optional labels and a start time; stopping it sets its end time. Runs are
+held in memory behind a lock and persisted to `<state_dir>/runs.json` (written atomically:
+temporary file, fsync, rename, fsync of the directory) on every change, so an active run
+survives a restart of the collector. A corrupt file is moved aside to `runs.json.corrupt`
+(never overwritten, never silently dropped) and the registry starts empty.
+
+Exported metrics (see docs/runs.md):
+
+* `wattbit_run_active{run}`: 1 while the run is active, 0 for a recent ended run;
+* `wattbit_run_start_time_seconds{run}`, `wattbit_run_end_time_seconds{run}` (ended only);
+* `wattbit_run_info{run, labels}`: 1, the labels rendered as "k=v,k2=v2", sorted by name.
+
+Ended runs stay exported (and in the file) while they are one of the `keep` most recently
+ended, or ended less than `retention` ago; older ones are pruned.
+
+`api_app` is the WSGI application of the HTTP API under /api/v1/runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import os
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from pydantic import SecretStr
+
+log = logging.getLogger("wattbit.runs")
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+LABEL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_LABELS = 32
+MAX_LABEL_NAME = 64
+MAX_LABEL_VALUE = 256
+DEFAULT_KEEP = 100
+DEFAULT_RETENTION = 7 * 86400.0
+FILE_VERSION = 1
+STATE_FILE = "runs.json"
+
+API_PREFIX = "/api/v1/runs"
+MAX_BODY = 64 * 1024
+TOKEN_HEADER = "X-Wattbit-Token"  # for sites whose web config puts basic auth in Authorization
+
+
+class RunError(Exception):
+    """A request the registry refuses; `status` is the HTTP status that says why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def validate_name(name: object) -> str:
+    """A run name, or ValueError saying what is wrong with it."""
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise ValueError(
+            "a run name is 1-128 characters of A-Z a-z 0-9 _ . : -, starting with a letter or "
+            f"digit; got {name!r}"
+        )
+    return name
+
+
+def validate_labels(labels: object) -> dict[str, str]:
+    """Labels as {name: value}, or ValueError saying which one is wrong and why.
+
+    Names are Prometheus label names (not the reserved `__` ones). Values are non-empty, at
+    most 256 characters, without control characters or commas (the `labels` label of
+    wattbit_run_info joins them as "k=v,k2=v2", which must stay unambiguous).
+    """
+    if labels is None:
+        return {}
+    if not isinstance(labels, Mapping):
+        raise ValueError("labels must be an object of name: value strings")
+    if len(labels) > MAX_LABELS:
+        raise ValueError(f"at most {MAX_LABELS} labels per run")
+    out: dict[str, str] = {}
+    for key, value in labels.items():
+        if (
+            not isinstance(key, str)
+            or not LABEL_NAME_RE.fullmatch(key)
+            or len(key) > MAX_LABEL_NAME
+        ):
+            raise ValueError(
+                f"label name {key!r} is not a Prometheus label name ([A-Za-z_][A-Za-z0-9_]*, "
+                f"at most {MAX_LABEL_NAME} characters)"
+            )
+        if key.startswith("__"):
+            raise ValueError(f"label name {key!r}: names starting with __ are reserved")
+        if not isinstance(value, str):
+            raise ValueError(f"label {key}: the value must be a string")
+        if not value or len(value) > MAX_LABEL_VALUE:
+            raise ValueError(f"label {key}: the value must be 1-{MAX_LABEL_VALUE} characters")
+        if "," in value or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+            raise ValueError(
+                f"label {key}: the value must not contain commas or control characters"
+            )
+        out[key] = value
+    return out
+
+
+def parse_label(text: str) -> tuple[str, str]:
+    """('k', 'v') from 'k=v' (a command-line --label), validated."""
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise ValueError(f"expected a label as k=v, got {text!r}")
+    validate_labels({key: value})
+    return key, value
+
+
+def render_labels(labels: Mapping[str, str]) -> str:
+    """Labels as the `labels` label of wattbit_run_info: "k=v,k2=v2", sorted by name."""
+    return ",".join(f"{k}={labels[k]}" for k in sorted(labels))
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _number(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} must be a number of seconds since the epoch")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run: a name, labels and its time window (end None while active)."""
+
+    name: str
+    start: float
+    end: float | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        """True until the run is stopped."""
+        return self.end is None
+
+    def to_json(self) -> dict[str, Any]:
+        """The run as the API and the state file show it."""
+        return {
+            "name": self.name,
+            "labels": dict(sorted(self.labels.items())),
+            "active": self.active,
+            "start_time": self.start,
+            "end_time": self.end,
+            "start": _iso(self.start),
+            "end": _iso(self.end),
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> Run:
+        """A run from the state file; ValueError if anything in it is off."""
+        if not isinstance(data, dict):
+            raise ValueError("a run must be an object")
+        name = validate_name(data.get("name"))
+        start = _number(data.get("start_time"), f"run {name}: start_time")
+        end_raw = data.get("end_time")
+        end = None if end_raw is None else _number(end_raw, f"run {name}: end_time")
+        try:
+            labels = validate_labels(data.get("labels") or {})
+        except ValueError as exc:
+            raise ValueError(f"run {name}: {exc}") from None
+        return cls(name=name, start=start, end=end, labels=labels)
+
+
+def _dump(runs: Mapping[str, Run]) -> str:
+    ordered = sorted(runs.values(), key=lambda r: (r.start, r.name))
+    return json.dumps({"version": FILE_VERSION, "runs": [r.to_json() for r in ordered]}, indent=2)
+
+
+def _parse(text: str) -> dict[str, Run]:
+    """The runs of a state file; ValueError if it is not one."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or data.get("version") != FILE_VERSION:
+        raise ValueError(f"expected an object with version {FILE_VERSION}")
+    items = data.get("runs")
+    if not isinstance(items, list):
+        raise ValueError("expected a list of runs")
+    runs: dict[str, Run] = {}
+    for item in items:
+        run = Run.from_json(item)
+        if run.name in runs:
+            raise ValueError(f"run {run.name!r} appears twice")
+        runs[run.name] = run
+    return runs
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Replace `path` with `text`: a temporary file beside it, fsync, rename, fsync the dir.
+
+    A crash at any moment leaves either the old file or the new one, never a torn one.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), 0o644)  # runs are not secret; mkstemp makes 0600
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)  # make the rename itself durable
+    finally:
+        os.close(dfd)
+
+
+class RunRegistry:
+    """Thread-safe registry of runs, persisted to a JSON file; also a metric source."""
+
+    name = "runs"  # the exporter name in wattbit_exporter_up{exporter}
+
+    def __init__(
+        self,
+        path: Path | None,
+        keep: int = DEFAULT_KEEP,
+        retention: float = DEFAULT_RETENTION,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`path`: the state file (None: memory only); `clock`: seconds since the epoch."""
+        self.path = path
+        self.keep = keep
+        self.retention = retention
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._runs: dict[str, Run] = {}
+        self.load_error: str | None = None  # why the state file was set aside, if it was
+
+    # -- persistence ----------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read the state file. Missing: start empty. Corrupt: set it aside, start empty.
+
+        A file that exists but cannot be read (permissions, I/O error) raises OSError: the
+        collector must not start and later overwrite runs it could not see.
+        """
+        if self.path is None:
+            return
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        try:
+            runs = _parse(raw.decode("utf-8"))
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            aside = self._set_aside()
+            self.load_error = f"{self.path} is not a valid run registry ({exc})"
+            log.error(
+                "%s; moved it to %s and started with no runs (the file is kept for inspection)",
+                self.load_error,
+                aside,
+            )
+            with self._lock:
+                self._runs = {}
+            return
+        with self._lock:
+            self._runs = self._pruned(runs, self._clock())
+        active = sum(1 for r in self._runs.values() if r.active)
+        log.info("loaded %d run(s) from %s, %d active", len(self._runs), self.path, active)
+
+    def _set_aside(self) -> Path:
+        """Rename the state file to runs.json.corrupt (or .corrupt.N: never overwrite one)."""
+        assert self.path is not None
+        candidate = self.path.with_name(self.path.name + ".corrupt")
+        n = 0
+        while candidate.exists():
+            n += 1
+            candidate = self.path.with_name(f"{self.path.name}.corrupt.{n}")
+        os.rename(self.path, candidate)
+        return candidate
+
+    def _commit(self, runs: dict[str, Run]) -> None:
+        """Persist `runs`, then make them current (with the lock held)."""
+        if self.path is not None:
+            try:
+                atomic_write(self.path, _dump(runs) + "\n")
+            except OSError as exc:
+                log.error("cannot save the run registry to %s: %s", self.path, exc)
+                raise RunError(500, f"cannot save the run registry: {exc.strerror or exc}") from exc
+        self._runs = runs
+
+    def _pruned(self, runs: Mapping[str, Run], now: float) -> dict[str, Run]:
+        """Active runs, plus ended ones among the `keep` latest or within `retention`."""
+        ended = sorted(
+            (r for r in runs.values() if r.end is not None),
+            key=lambda r: (r.end, r.start, r.name),
+            reverse=True,
+        )
+        kept = {r.name for r in ended[: self.keep]}
+        kept |= {r.name for r in ended if r.end is not None and now - r.end < self.retention}
+        return {n: r for n, r in runs.items() if r.active or n in kept}
+
+    # -- the registry ---------------------------------------------------------------------
+
+    def start(self, name: str, labels: Mapping[str, str] | None = None) -> Run:
+        """Start a run; 400 for a bad name or label, 409 if it is already active.
+
+        A name whose earlier run has ended may be started again: a new window replaces it.
+        """
+        try:
+            validate_name(name)
+            clean = validate_labels(labels or {})
+        except ValueError as exc:
+            raise RunError(400, str(exc)) from None
+        with self._lock:
+            current = self._runs.get(name)
+            if current is not None and current.active:
+                raise RunError(409, f"run {name!r} is already active (since {_iso(current.start)})")
+            now = self._clock()
+            run = Run(name=name, start=now, labels=clean)
+            self._commit(self._pruned({**self._runs, name: run}, now))
+        log.info("run %s started%s", name, f" ({render_labels(clean)})" if clean else "")
+        return run
+
+    def stop(self, name: str) -> Run:
+        """Stop an active run; 404 if there is no such run, 409 if it has already ended."""
+        try:
+            validate_name(name)
+        except ValueError as exc:
+            raise RunError(400, str(exc)) from None
+        with self._lock:
+            current = self._runs.get(name)
+            if current is None:
+                raise RunError(404, f"no run named {name!r}")
+            if not current.active:
+                raise RunError(409, f"run {name!r} is not active (it ended {_iso(current.end)})")
+            now = self._clock()
+            end = max(now, current.start)  # a clock stepped back must not end it before it began
+            run = Run(name=name, start=current.start, end=end, labels=current.labels)
+            self._commit(self._pruned({**self._runs, name: run}, now))
+        log.info("run %s stopped after %.1fs", name, (run.end or 0.0) - run.start)
+        return run
+
+    def get(self, name: str) -> Run | None:
+        """One run (active or recent), or None."""
+        with self._lock:
+            return self._pruned(self._runs, self._clock()).get(name)
+
+    def runs(self) -> list[Run]:
+        """Active and recent runs, oldest start first."""
+        with self._lock:
+            current = self._pruned(self._runs, self._clock())
+        return sorted(current.values(), key=lambda r: (r.start, r.name))
+
+    # -- metrics --------------------------------------------------------------------------
+
+    def collect(self) -> Iterable[Metric]:
+        """The run metrics, for ExportersCollector."""
+        active = GaugeMetricFamily(
+            "wattbit_run_active",
+            "1 while the run is active, 0 for a recently ended run.",
+            labels=["run"],
+        )
+        start = GaugeMetricFamily(
+            "wattbit_run_start_time_seconds",
+            "When the run started, in seconds since the epoch.",
+            labels=["run"],
+        )
+        end = GaugeMetricFamily(
+            "wattbit_run_end_time_seconds",
+            "When the run ended, in seconds since the epoch.",
+            labels=["run"],
+        )
+        info = GaugeMetricFamily(
+            "wattbit_run_info",
+            'The run\'s labels as "k=v,k2=v2", sorted by name; always 1.',
+            labels=["run", "labels"],
+        )
+        for run in self.runs():
+            active.add_metric([run.name], 1.0 if run.active else 0.0)
+            start.add_metric([run.name], run.start)
+            if run.end is not None:
+                end.add_metric([run.name], run.end)
+            info.add_metric([run.name, render_labels(run.labels)], 1.0)
+        return [active, start, end, info]
+
+
+# -- the HTTP API -------------------------------------------------------------------------
+
+_STATUS = {
+    200: "200 OK",
+    201: "201 Created",
+    400: "400 Bad Request",
+    401: "401 Unauthorized",
+    403: "403 Forbidden",
+    404: "404 Not Found",
+    405: "405 Method Not Allowed",
+    409: "409 Conflict",
+    413: "413 Content Too Large",
+    500: "500 Internal Server Error",
+}
+
+NO_TOKEN_MESSAGE = (
+    "run API writes are disabled: the collector has no token "
+    "(set runs.token, runs.token_file or runs.token_env in its configuration)"
+)
+
+
+def _respond(
+    start_response: Callable[..., Any],
+    status: int,
+    body: object,
+    environ: Mapping[str, Any],
+    extra: list[tuple[str, str]] | None = None,
+) -> list[bytes]:
+    data = (json.dumps(body, indent=None) + "\n").encode("utf-8")
+    headers = [
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(data))),
+        ("Cache-Control", "no-store"),
+        *(extra or []),
+    ]
+    start_response(_STATUS[status], headers)
+    return [b""] if environ.get("REQUEST_METHOD") == "HEAD" else [data]
+
+
+def _presented_token(environ: Mapping[str, Any]) -> str | None:
+    """The bearer token of a request: `Authorization: Bearer`, else X-Wattbit-Token."""
+    auth = str(environ.get("HTTP_AUTHORIZATION") or "").strip()
+    scheme, _, value = auth.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    header = str(environ.get("HTTP_X_WATTBIT_TOKEN") or "").strip()
+    return header or None
+
+
+class _Api:
+    """WSGI app for /api/v1/runs, /api/v1/runs/<name> and /api/v1/runs/<name>/stop."""
+
+    def __init__(self, registry: RunRegistry, token: SecretStr | str | None) -> None:
+        self.registry = registry
+        secret = token.get_secret_value() if isinstance(token, SecretStr) else token
+        # Compare digests: equal lengths, so compare_digest's time says nothing about length.
+        self._digest = hashlib.sha256(secret.encode()).digest() if secret else None
+
+    def _authorised(
+        self, environ: Mapping[str, Any], start_response: Callable[..., Any]
+    ) -> list[bytes] | None:
+        """None if the request may write, else the refusal already sent."""
+        if self._digest is None:
+            return _respond(start_response, 403, {"error": NO_TOKEN_MESSAGE}, environ)
+        given = _presented_token(environ)
+        ok = given is not None and hmac.compare_digest(
+            hashlib.sha256(given.encode("utf-8", "surrogateescape")).digest(), self._digest
+        )
+        if ok:
+            return None
+        challenge = 'Bearer realm="wattbit"'
+        if given is None:
+            message = "this needs the collector's token: Authorization: Bearer <token>"
+        else:
+            challenge += ', error="invalid_token"'
+            message = "the token is not the collector's"
+            log.warning("refused a run API write from %s: wrong token", environ.get("REMOTE_ADDR"))
+        return _respond(
+            start_response, 401, {"error": message}, environ, [("WWW-Authenticate", challenge)]
+        )
+
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        path = str(environ.get("PATH_INFO") or "")
+        method = str(environ.get("REQUEST_METHOD") or "GET").upper()
+        if path in (API_PREFIX, API_PREFIX + "/"):
+            parts: list[str] = []
+        elif path.startswith(API_PREFIX + "/"):
+            parts = path[len(API_PREFIX) + 1 :].rstrip("/").split("/")
+        else:
+            return _respond(start_response, 404, {"error": "not found"}, environ)
+        try:
+            if not parts:
+                if method in ("GET", "HEAD"):
+                    body = [r.to_json() for r in self.registry.runs()]
+                    return _respond(start_response, 200, body, environ)
+                if method == "POST":
+                    return self._start(environ, start_response)
+                return self._not_allowed(environ, start_response, "GET, HEAD, POST")
+            if len(parts) == 1:
+                if method not in ("GET", "HEAD"):
+                    return self._not_allowed(environ, start_response, "GET, HEAD")
+                run = self.registry.get(parts[0])
+                if run is None:
+                    return _respond(
+                        start_response, 404, {"error": f"no run named {parts[0]!r}"}, environ
+                    )
+                return _respond(start_response, 200, run.to_json(), environ)
+            if len(parts) == 2 and parts[1] == "stop":
+                if method != "POST":
+                    return self._not_allowed(environ, start_response, "POST")
+                refused = self._authorised(environ, start_response)
+                if refused is not None:
+                    return refused
+                run = self.registry.stop(parts[0])
+                return _respond(start_response, 200, run.to_json(), environ)
+        except RunError as exc:
+            return _respond(start_response, exc.status, {"error": exc.message}, environ)
+        return _respond(start_response, 404, {"error": "not found"}, environ)
+
+    @staticmethod
+    def _not_allowed(
+        environ: Mapping[str, Any], start_response: Callable[..., Any], allow: str
+    ) -> list[bytes]:
+        return _respond(
+            start_response,
+            405,
+            {"error": f"method not allowed here (allowed: {allow})"},
+            environ,
+            [("Allow", allow)],
+        )
+
+    def _start(self, environ: Mapping[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        refused = self._authorised(environ, start_response)
+        if refused is not None:
+            return refused
+        body = self._json_body(environ)
+        if not isinstance(body, dict):
+            raise RunError(400, 'expected a JSON object: {"name": "...", "labels": {"k": "v"}}')
+        unknown = sorted(set(body) - {"name", "labels"})
+        if unknown:
+            raise RunError(400, f"unknown field(s): {', '.join(unknown)}")
+        if "name" not in body:
+            raise RunError(400, 'the "name" field is required')
+        name = body["name"]
+        if not isinstance(name, str):
+            raise RunError(400, 'the "name" field must be a string')
+        labels = body.get("labels") or {}
+        try:
+            clean = validate_labels(labels)
+        except ValueError as exc:
+            raise RunError(400, str(exc)) from None
+        run = self.registry.start(name, clean)
+        location = [("Location", f"{API_PREFIX}/{run.name}")]
+        return _respond(start_response, 201, run.to_json(), environ, location)
+
+    @staticmethod
+    def _json_body(environ: Mapping[str, Any]) -> object:
+        raw_length = str(environ.get("CONTENT_LENGTH") or "").strip()
+        if not raw_length.isdigit():
+            raise RunError(400, "bad Content-Length" if raw_length else "no Content-Length")
+        length = int(raw_length)
+        if length == 0:
+            raise RunError(400, "the request has no body: send a JSON object")
+        if length > MAX_BODY:
+            raise RunError(413, f"the body is larger than {MAX_BODY} bytes")
+        data = environ["wsgi.input"].read(length) if length else b""
+        try:
+            return json.loads(data.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise RunError(400, "the body is not UTF-8") from None
+        except json.JSONDecodeError as exc:
+            where = f"line {exc.lineno} column {exc.colno}"
+            raise RunError(400, f"the body is not valid JSON: {exc.msg} at {where}") from None
+
+
+def api_app(registry: RunRegistry, token: SecretStr | str | None) -> Callable[..., Iterable[bytes]]:
+    """The WSGI app of the run API; writes need `token` (None: writes refused with 403)."""
+    return _Api(registry, token)
+
+
+def api_routes(registry: RunRegistry, token: SecretStr | str | None) -> dict[str, Any]:
+    """Routes for httpserver.start_server: the list itself and everything under it."""
+    app = api_app(registry, token)
+    return {API_PREFIX: app, API_PREFIX + "/*": app}
