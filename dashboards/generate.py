@@ -1,0 +1,790 @@
+"""wattbit's Grafana dashboards, written as code with grafana-foundation-sdk.
+
+    python dashboards/generate.py            # writes dashboards/json/*.json
+    python dashboards/generate.py --out DIR  # writes them elsewhere (the unit test compares)
+
+The generated JSON is committed; tests/unit/test_dashboards.py regenerates it and fails on
+any difference. Every panel query reads a metric of docs/exporters/*.md, docs/runs.md or a
+recording rule of alerts/wattbit-recording.yml (node_exporter's `node_cpu_seconds_total` and
+Prometheus's `ALERTS` are the two documented outside names); docs/dashboards.md says what
+each panel shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from grafana_foundation_sdk.builders import bargauge, heatmap, stat, table, timeseries
+from grafana_foundation_sdk.builders import prometheus as prom
+from grafana_foundation_sdk.builders.common import ReduceDataOptions
+from grafana_foundation_sdk.builders.dashboard import (
+    AnnotationQuery,
+    Dashboard,
+    DashboardLink,
+    DatasourceVariable,
+    QueryVariable,
+    Row,
+)
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardCursorSync,
+    DashboardLinkType,
+    DataSourceRef,
+    DataTransformerConfig,
+    VariableRefresh,
+    VariableSort,
+)
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "json"
+DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
+
+# Selectors every host-scoped query uses. Grafana expands a multi-value variable inside a
+# regex matcher to (a|b|c); "All" to the same list of every value.
+H = 'host=~"$host"'
+HD = 'host=~"$host", device=~"$device"'
+HI = 'host=~"$host", interface=~"$interface"'
+RI = "[$__rate_interval]"
+
+# The run annotation of docs/runs.md: every sample above 0 is drawn, samples one step apart
+# merge into one region per run. The SDK's AnnotationQuery has no fields for the Prometheus
+# data source's step/titleFormat/textFormat/tagKeys: they are added after encoding.
+RUN_ANNOTATION_EXPR = "(wattbit_run_active * on (run) group_left (labels) wattbit_run_info) > 0"
+RUN_ANNOTATION_EXTRA = {
+    "step": "5s",
+    "titleFormat": "{{run}}",
+    "textFormat": "{{labels}}",
+    "tagKeys": "run",
+    "useValueForTime": False,
+}
+
+
+# ---- building blocks ----------------------------------------------------------------------
+
+
+def q(expr: str, legend: str = "", ref: str = "A", fmt: str = "time_series") -> prom.Dataquery:
+    """A Prometheus range query."""
+    b = prom.Dataquery().expr(expr).ref_id(ref).legend_format(legend or "__auto")
+    if fmt == "heatmap":
+        b = b.format(PromQueryFormat.HEATMAP)
+    return b.range()
+
+
+def qi(expr: str, ref: str = "A") -> prom.Dataquery:
+    """An instant query in table format (for tables and bar gauges)."""
+    return prom.Dataquery().expr(expr).ref_id(ref).format(PromQueryFormat.TABLE).instant()
+
+
+def ts(
+    title: str, unit: str, queries: list[prom.Dataquery], desc: str = "", w: int = 12, h: int = 8
+) -> timeseries.Panel:
+    """A time series panel."""
+    p = timeseries.Panel().title(title).unit(unit).datasource(DS).span(w).height(h)
+    if desc:
+        p = p.description(desc)
+    for query in queries:
+        p = p.with_target(query)
+    return p
+
+
+def letters(queries: list[tuple[str, str]]) -> list[prom.Dataquery]:
+    """(expr, legend) pairs as range queries A, B, C..."""
+    return [q(e, leg, chr(ord("A") + i)) for i, (e, leg) in enumerate(queries)]
+
+
+def ds_var() -> DatasourceVariable:
+    return DatasourceVariable("datasource").label("Data source").type("prometheus")
+
+
+def var(name: str, label: str, query: str) -> QueryVariable:
+    """A multi-value query variable with All, refreshed when the time range changes."""
+    return (
+        QueryVariable(name)
+        .label(label)
+        .datasource(DS)
+        .query({"query": query, "refId": f"{name}-var"})
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+    )
+
+
+HOST_VAR_QUERY = "label_values(wattbit_exporter_up, host)"
+DEVICE_VAR_QUERY = 'label_values(wattbit_disk_info{host=~"$host", parent=""}, device)'
+INTERFACE_VAR_QUERY = 'label_values(wattbit_nic_info{host=~"$host"}, interface)'
+RUN_VAR_QUERY = "label_values(wattbit_run_info, run)"
+
+
+def base(uid: str, title: str, desc: str) -> Dashboard:
+    """Common settings: time, refresh, tags, the run annotation, links between dashboards."""
+    return (
+        Dashboard(title)
+        .uid(uid)
+        .description(desc)
+        .tags(["wattbit"])
+        .time("now-30m", "now")
+        .refresh("10s")
+        .timezone("browser")
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .editable()
+        .annotation(
+            AnnotationQuery()
+            .name("Runs")
+            .datasource(DS)
+            .enable(True)
+            .icon_color("rgba(255, 152, 48, 0.4)")
+            .expr(RUN_ANNOTATION_EXPR)
+        )
+        .link(
+            DashboardLink("wattbit")
+            .type(DashboardLinkType.DASHBOARDS)
+            .tags(["wattbit"])
+            .as_dropdown(True)
+            .include_vars(True)
+            .keep_time(True)
+        )
+        .with_variable(ds_var())
+        .with_variable(var("host", "Host", HOST_VAR_QUERY))
+    )
+
+
+def run_picker() -> table.Panel:
+    """Runs with start and end; clicking a run zooms the dashboard to its window."""
+    start = "wattbit_run_start_time_seconds * 1000"
+    # an active run has no end yet: it ends now
+    end = "wattbit_run_end_time_seconds * 1000 or on (run) (wattbit_run_active * 0 + time() * 1000)"
+    link = (
+        "/d/${__dashboard.uid}/${__dashboard}?${__url_time_range}&${host:queryparam}"
+        "&var-run=${__data.fields.run}"
+        "&from=${__data.fields.start:raw}&to=${__data.fields.end:raw}"
+    )
+    return (
+        table.Panel()
+        .title("Runs (click a run to zoom to its window)")
+        .description("Runs of the site collector's registry (docs/runs.md), newest first.")
+        .datasource(DS)
+        .unit("dateTimeAsIso")
+        .span(24)
+        .height(6)
+        .with_target(qi(start, "A"))
+        .with_target(qi(end, "B"))
+        .with_transformation(DataTransformerConfig(id_val="merge", options={}))
+        .with_transformation(
+            DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Time": True, "job": True, "instance": True},
+                    "renameByName": {"Value #A": "start", "Value #B": "end"},
+                },
+            )
+        )
+        .with_transformation(
+            DataTransformerConfig(
+                id_val="sortBy", options={"sort": [{"field": "start", "desc": True}]}
+            )
+        )
+        .data_links([DashboardLink("Zoom to this run").url(link)])
+    )
+
+
+def bars(
+    title: str, unit: str, expr: str, legend: str, desc: str = "", w: int = 12
+) -> bargauge.Panel:
+    """A bar gauge of the latest value of each series."""
+    p = (
+        bargauge.Panel()
+        .title(title)
+        .unit(unit)
+        .datasource(DS)
+        .span(w)
+        .height(8)
+        .min(0)
+        .display_mode(common.BarGaugeDisplayMode.GRADIENT)
+        .orientation(common.VizOrientation.HORIZONTAL)
+        .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+        .with_target(q(expr, legend))
+    )
+    return p.description(desc) if desc else p
+
+
+# ---- the dashboards -------------------------------------------------------------------------
+
+
+def streaming() -> Dashboard:
+    d = base(
+        "wattbit-streaming",
+        "wattbit / Streaming run",
+        "Gbit/s, watts and joules per gigabit of a run, the disks and NICs behind it.",
+    )
+    d = d.with_variable(var("device", "Device", DEVICE_VAR_QUERY))
+    d = d.with_variable(var("run", "Run", RUN_VAR_QUERY).multi(False).include_all(False))
+    d = d.with_row(Row("Runs")).with_panel(run_picker())
+    d = d.with_row(Row("Gbit/s, watts, joules per gigabit"))
+    d = d.with_panel(
+        ts(
+            "Site Gbit/s",
+            "bps",
+            letters([("site:wattbit_nic_gigabits_per_second:rate1m * 1e9", "site {{direction}}")]),
+            "All hosts' NIC traffic per direction (1-minute rate).",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Gbit/s per host",
+            "bps",
+            letters(
+                [
+                    (
+                        f"host:wattbit_nic_gigabits_per_second:rate1m{{{H}}} * 1e9",
+                        "{{host}} {{direction}}",
+                    )
+                ]
+            ),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Watts",
+            "watt",
+            letters(
+                [
+                    (f"host:wattbit_power_watts:sum{{{H}}}", "{{host}}"),
+                    ("site:wattbit_power_watts:sum", "site"),
+                ]
+            ),
+            "Per host: the outlets mapped to it. Site: every PDU's unit reading or outlet sum.",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Joules per gigabit",
+            "suffix: J/Gbit",
+            letters(
+                [
+                    (f"host:wattbit_joules_per_gigabit:ratio1m{{{H}}}", "{{host}}"),
+                    ("site:wattbit_joules_per_gigabit:ratio1m", "site"),
+                ]
+            ),
+            "Minute-averaged watts over the minute's Gbit/s; none below 0.01 Gbit/s.",
+        )
+    )
+    d = d.with_row(Row("Disks and NICs"))
+    d = d.with_panel(
+        bars(
+            "Disk busy %",
+            "percentunit",
+            f"host_device:wattbit_disk_busy:ratio1m{{{HD}}}",
+            "{{host}} {{device}}",
+            "Fraction of the last minute with at least one request in flight (iostat %util).",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "NIC utilisation of link speed",
+            "percentunit",
+            letters(
+                [
+                    (
+                        f"sum by (host, interface, direction) "
+                        f"(rate(wattbit_nic_bytes_total{{{H}}}{RI}))"
+                        " / on (host, interface) group_left ()"
+                        f" max by (host, interface) "
+                        f"(wattbit_nic_link_speed_bytes_per_second{{{H}}})",
+                        "{{host}} {{interface}} {{direction}}",
+                    )
+                ]
+            ),
+            "Each direction against the negotiated speed (full duplex). Interfaces whose "
+            "driver reports no speed (veth, virtio-net) are not shown.",
+        )
+    )
+    d = d.with_panel(
+        stat.Panel()
+        .title("Energy in the time range (zoom to a run)")
+        .description("Joules drawn by each host's outlets between the range's ends.")
+        .datasource(DS)
+        .unit("joule")
+        .span(24)
+        .height(5)
+        .with_target(
+            q(
+                f"sum by (host) "
+                f"(increase(wattbit_pdu_outlet_energy_joules_total{{{H}}}[$__range]))",
+                "{{host}}",
+            )
+        )
+    )
+    return d
+
+
+def disks() -> Dashboard:
+    d = base(
+        "wattbit-disks",
+        "wattbit / Disks",
+        "Per-disk latency, throughput, IOPS, bandwidth per controller and NUMA node, outliers.",
+    )
+    d = d.with_variable(var("device", "Device", DEVICE_VAR_QUERY))
+    bucket = f"rate(wattbit_disk_io_latency_seconds_bucket{{{HD}}}{RI})"
+    d = d.with_row(Row("Latency"))
+    d = d.with_panel(
+        heatmap.Panel()
+        .title("I/O latency heatmap")
+        .description(
+            "Issue-to-completion latency of the selected devices, all ops (eBPF histogram)."
+        )
+        .datasource(DS)
+        .unit("s")
+        .span(12)
+        .height(9)
+        .calculate(False)
+        .y_axis(heatmap.YAxisConfig().unit("s"))
+        .cell_values(heatmap.CellValues().unit("reqps"))
+        .with_target(q(f"sum by (le) ({bucket})", "{{le}}", fmt="heatmap"))
+    )
+    d = d.with_panel(
+        ts(
+            "Latency p50 / p99 per op",
+            "s",
+            letters(
+                [
+                    (
+                        f"histogram_quantile(0.5, sum by (host, device, op, le) ({bucket}))",
+                        "p50 {{host}} {{device}} {{op}}",
+                    ),
+                    (
+                        f"histogram_quantile(0.99, sum by (host, device, op, le) ({bucket}))",
+                        "p99 {{host}} {{device}} {{op}}",
+                    ),
+                ]
+            ),
+            h=9,
+        )
+    )
+    # "> 0" drops the NaN of disks without I/O in the range, which would make the median NaN
+    p99_range = (
+        "(histogram_quantile(0.99, sum by (host, device, le) "
+        f"(rate(wattbit_disk_io_latency_seconds_bucket{{{H}}}[$__range]))) > 0)"
+    )
+    d = d.with_panel(
+        table.Panel()
+        .title("Devices ranked by p99 latency relative to their host's median")
+        .description(
+            "Each disk's p99 over the time range divided by the median p99 of the same host's "
+            "disks: 100 % is typical, a slow or failing drive stands out at the top."
+        )
+        .datasource(DS)
+        .unit("percentunit")
+        .span(24)
+        .height(7)
+        .with_target(
+            qi(
+                f"sort_desc({p99_range} / on (host) group_left () "
+                f"quantile by (host) (0.5, {p99_range}))"
+            )
+        )
+        .with_transformation(
+            DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Time": True},
+                    "renameByName": {"Value": "p99 / host median"},
+                },
+            )
+        )
+    )
+    d = d.with_row(Row("Throughput"))
+    d = d.with_panel(
+        ts(
+            "Throughput per device",
+            "Bps",
+            letters(
+                [
+                    (
+                        f"sum by (host, device, op) "
+                        f"(rate(wattbit_disk_io_bytes_total{{{HD}}}{RI}))",
+                        "{{host}} {{device}} {{op}}",
+                    )
+                ]
+            ),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "IOPS per device",
+            "iops",
+            letters(
+                [
+                    (
+                        f"sum by (host, device, op) (rate(wattbit_disk_ios_total{{{HD}}}{RI}))",
+                        "{{host}} {{device}} {{op}}",
+                    )
+                ]
+            ),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Bandwidth per controller",
+            "Bps",
+            letters(
+                [
+                    (
+                        f"host_controller:wattbit_disk_bytes_per_second:rate1m{{{H}}}",
+                        "{{host}} {{controller}}",
+                    )
+                ]
+            ),
+            "Reads + writes of the whole disks on each controller (PCI address); loop, dm and "
+            "md devices have no controller and are not counted.",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Bandwidth per NUMA node",
+            "Bps",
+            letters(
+                [
+                    (
+                        f"host_numa:wattbit_disk_bytes_per_second:rate1m{{{H}}}",
+                        "{{host}} node {{numa_node}}",
+                    )
+                ]
+            ),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Disk busy %",
+            "percentunit",
+            letters([(f"host_device:wattbit_disk_busy:ratio1m{{{HD}}}", "{{host}} {{device}}")]),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Requests in flight (a stalled disk keeps them)",
+            "short",
+            letters([(f"wattbit_disk_inflight_requests{{{HD}}}", "{{host}} {{device}}")]),
+        )
+    )
+    d = d.with_row(Row("Errors and alerts"))
+    d = d.with_panel(
+        ts(
+            "I/O errors",
+            "short",
+            letters(
+                [
+                    (
+                        f"sum by (host, device, op) "
+                        f"(increase(wattbit_disk_io_errors_total{{{HD}}}{RI}))",
+                        "{{host}} {{device}} {{op}}",
+                    )
+                ]
+            ),
+            "Completions with a non-zero error, per op (eBPF backend only).",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Skipped tracepoint events",
+            "short",
+            letters(
+                [
+                    (
+                        "sum by (host, event) "
+                        f"(increase(wattbit_blockio_bpf_missed_events_total{{{H}}}{RI}))",
+                        "{{host}} {{event}}",
+                    )
+                ]
+            ),
+            "Events the kernel skipped: those completions are missing from the counts.",
+        )
+    )
+    d = d.with_panel(
+        table.Panel()
+        .title("Firing disk alerts")
+        .datasource(DS)
+        .unit("short")
+        .span(24)
+        .height(6)
+        .with_target(qi(f'ALERTS{{alertname=~"WattbitDisk.*", alertstate="firing", {H}}}'))
+    )
+    return d
+
+
+def power() -> Dashboard:
+    d = base(
+        "wattbit-power",
+        "wattbit / Power",
+        "Watts per outlet, host and component; energy over a run; PDU health.",
+    )
+    d = d.with_row(Row("Watts"))
+    d = d.with_panel(
+        ts(
+            "Watts per outlet",
+            "watt",
+            letters(
+                [
+                    (
+                        "wattbit_pdu_outlet_power_watts",
+                        "{{pdu}} {{outlet_name}} {{host}} {{component}}",
+                    )
+                ]
+            ),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Watts per host, component and site",
+            "watt",
+            letters(
+                [
+                    (f"host:wattbit_power_watts:sum{{{H}}}", "host {{host}}"),
+                    ("component:wattbit_power_watts:sum", "component {{component}}"),
+                    ("site:wattbit_power_watts:sum", "site"),
+                ]
+            ),
+        )
+    )
+    d = d.with_row(Row("Energy"))
+    d = d.with_panel(
+        bars(
+            "Energy per outlet in the time range (zoom to a run)",
+            "joule",
+            "increase(wattbit_pdu_outlet_energy_joules_total[$__range])",
+            "{{pdu}} {{outlet_name}} {{host}}",
+            "From each outlet's energy register, between the range's ends.",
+        )
+    )
+    d = d.with_panel(
+        table.Panel()
+        .title("Run durations")
+        .datasource(DS)
+        .unit("s")
+        .span(12)
+        .height(8)
+        .with_target(qi("wattbit_run_end_time_seconds - wattbit_run_start_time_seconds"))
+    )
+    d = d.with_row(Row("PDU health"))
+    d = d.with_panel(ts("PDU up", "bool_yes_no", letters([("wattbit_pdu_up", "{{pdu}}")]), w=8))
+    d = d.with_panel(
+        ts(
+            "PDU poll time",
+            "s",
+            letters([("wattbit_pdu_poll_duration_seconds", "{{pdu}}")]),
+            w=8,
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Invalid values and poll failures",
+            "short",
+            letters(
+                [
+                    (
+                        f"sum by (pdu, reason) (increase(wattbit_pdu_invalid_values_total{RI}))",
+                        "invalid {{pdu}} {{reason}}",
+                    ),
+                    (
+                        f"sum by (pdu, reason) (increase(wattbit_pdu_poll_failures_total{RI}))",
+                        "failed {{pdu}} {{reason}}",
+                    ),
+                ]
+            ),
+            "Values the collector refused (never exported as 0), and failed polls, by reason.",
+            w=8,
+        )
+    )
+    return d
+
+
+def network() -> Dashboard:
+    d = base(
+        "wattbit-network",
+        "wattbit / Network",
+        "Per-interface and per-queue traffic, drops, errors, retransmits, and the CPUs that "
+        "take the NICs' interrupts next to their busy %.",
+    )
+    d = d.with_variable(var("interface", "Interface", INTERFACE_VAR_QUERY))
+    d = d.with_row(Row("Traffic"))
+    d = d.with_panel(
+        ts(
+            "Throughput per interface",
+            "bps",
+            letters(
+                [
+                    (
+                        "sum by (host, interface, direction) "
+                        f"(rate(wattbit_nic_bytes_total{{{HI}}}{RI})) * 8",
+                        "{{host}} {{interface}} {{direction}}",
+                    )
+                ]
+            ),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Throughput per queue",
+            "bps",
+            letters(
+                [
+                    (
+                        "sum by (host, interface, queue, direction) "
+                        f"(rate(wattbit_nic_queue_bytes_total{{{HI}}}{RI})) * 8",
+                        "{{host}} {{interface}} q{{queue}} {{direction}}",
+                    )
+                ]
+            ),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Drops and errors",
+            "pps",
+            letters(
+                [
+                    (
+                        f"sum by (host, interface, direction) "
+                        f"(rate(wattbit_nic_drops_total{{{HI}}}{RI}))",
+                        "drops {{host}} {{interface}} {{direction}}",
+                    ),
+                    (
+                        f"sum by (host, interface, direction) "
+                        f"(rate(wattbit_nic_errors_total{{{HI}}}{RI}))",
+                        "errors {{host}} {{interface}} {{direction}}",
+                    ),
+                ]
+            ),
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "TCP retransmits",
+            "percentunit",
+            letters(
+                [
+                    (
+                        f"sum by (host) (rate(wattbit_tcp_retransmitted_segments_total{{{H}}}{RI}))"
+                        " / on (host) "
+                        f"sum by (host) "
+                        f'(rate(wattbit_tcp_segments_total{{{H}, direction="out"}}{RI}))',
+                        "{{host}}",
+                    )
+                ]
+            ),
+            "Retransmitted segments as a share of the segments sent.",
+        )
+    )
+    d = d.with_row(Row("CPUs: interrupts and softirqs next to busy %"))
+    d = d.with_panel(
+        ts(
+            "NIC interrupts per CPU",
+            "cps",
+            letters(
+                [
+                    (
+                        f"sum by (host, cpu) (rate(wattbit_nic_cpu_interrupts_total{{{HI}}}{RI}))",
+                        "{{host}} cpu{{cpu}}",
+                    )
+                ]
+            ),
+            w=8,
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Network softirqs per CPU",
+            "cps",
+            letters(
+                [
+                    (
+                        f"sum by (host, cpu, type) (rate(wattbit_cpu_softirqs_total{{{H}}}{RI}))",
+                        "{{host}} cpu{{cpu}} {{type}}",
+                    ),
+                    (
+                        "sum by (host, cpu) "
+                        f"(rate(wattbit_softnet_times_squeezed_total{{{H}}}{RI}))",
+                        "{{host}} cpu{{cpu}} squeezed",
+                    ),
+                ]
+            ),
+            "net_rx/net_tx softirqs run, and times net_rx_action ran out of budget "
+            "(squeezed: the core is saturated).",
+            w=8,
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "CPU busy % (node_exporter)",
+            "percentunit",
+            letters(
+                [
+                    (
+                        "1 - avg by (host, cpu) "
+                        f'(rate(node_cpu_seconds_total{{{H}, mode="idle"}}{RI}))',
+                        "{{host}} cpu{{cpu}}",
+                    )
+                ]
+            ),
+            "A core near 100 % that also takes the NIC's interrupts is the receive ceiling.",
+            w=8,
+        )
+    )
+    return d
+
+
+DASHBOARDS = {
+    "streaming": streaming,
+    "disks": disks,
+    "power": power,
+    "network": network,
+}
+
+
+# ---- output ---------------------------------------------------------------------------------
+
+
+def build_all() -> dict[str, dict[str, Any]]:
+    """{file stem: dashboard JSON (as a dict)}."""
+    out = {}
+    for name, fn in DASHBOARDS.items():
+        doc = json.loads(JSONEncoder(sort_keys=True).encode(fn().build()))
+        for ann in doc.get("annotations", {}).get("list", []):
+            if ann.get("expr") == RUN_ANNOTATION_EXPR:
+                ann.update(RUN_ANNOTATION_EXTRA)
+        out[name] = doc
+    return out
+
+
+def render_json(doc: dict[str, Any]) -> str:
+    """The committed byte form: sorted keys, 2-space indent, final newline."""
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def write_all(out: Path = OUT) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, doc in build_all().items():
+        path = out / f"{name}.json"
+        path.write_text(render_json(doc))
+        paths.append(path)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=OUT, help="output directory")
+    args = ap.parse_args(argv)
+    for p in write_all(args.out):
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The dashboards: generated JSON up to date, units everywhere, only documented metrics."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "dashboards"))
+generate = pytest.importorskip("generate", reason="grafana-foundation-sdk is not installed")
+
+JSON_DIR = ROOT / "dashboards" / "json"
+DOCS = [*sorted((ROOT / "docs" / "exporters").glob("*.md")), ROOT / "docs" / "runs.md"]
+RULES = ROOT / "alerts" / "wattbit-recording.yml"
+# Names that no wattbit exporter or rule produces but that are documented dependencies
+# (docs/dashboards.md): node_exporter's CPU time, and the series Prometheus keeps for alerts.
+EXTERNAL = {"node_cpu_seconds_total": "node_exporter", "ALERTS": "Prometheus"}
+PROMQL_WORDS = {
+    "sum", "avg", "max", "min", "by", "on", "group_left", "rate", "increase", "histogram_quantile",
+    "quantile", "sort_desc", "time", "or", "and", "unless", "le", "offset", "bool",
+}  # fmt: skip
+QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+IDENT = re.compile(r"(?<![\w:$.])([a-zA-Z_:][a-zA-Z0-9_:]*)")
+ALLOWED_UNITS = {
+    "bps", "Bps", "watt", "joule", "s", "percentunit", "iops", "pps", "cps", "short",
+    "bool_yes_no", "dateTimeAsIso", "suffix: J/Gbit",
+}  # fmt: skip
+
+
+def dashboards() -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(JSON_DIR.glob("*.json"))}
+
+
+def panels(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in doc["panels"] if p["type"] != "row"]
+
+
+def exprs(doc: dict[str, Any]) -> list[str]:
+    out = [t["expr"] for p in panels(doc) for t in p.get("targets", [])]
+    out += [a["expr"] for a in doc["annotations"]["list"] if "expr" in a]
+    for v in doc["templating"]["list"]:
+        if v["type"] == "query":
+            out.append(v["query"]["query"])
+    return out
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names in a PromQL expression (label names and values, functions left out)."""
+    expr = QUOTED.sub('""', expr)
+    expr = re.sub(r"\{[^}]*\}", "{}", expr)  # matchers: label names
+    expr = re.sub(r"\[[^\]]*\]", "", expr)  # range selectors
+    expr = re.sub(r"\b(?:by|on|without|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
+    expr = re.sub(r"label_values\((.*),\s*\w+\)", r"\1", expr)
+    names = set()
+    for m in IDENT.finditer(expr):
+        name = m.group(1)
+        rest = expr[m.end() :].lstrip()
+        if rest.startswith("(") or name in PROMQL_WORDS or re.fullmatch(r"\d.*|e\d+", name):
+            continue
+        names.add(name)
+    return names
+
+
+def documented() -> set[str]:
+    text = "\n".join(p.read_text() for p in DOCS)
+    names = set(re.findall(r"(?<![\w:])wattbit_[a-z_]+", text))
+    for group in yaml.safe_load(RULES.read_text())["groups"]:
+        names |= {r["record"] for r in group["rules"] if "record" in r}
+    return names
+
+
+def test_committed_json_is_what_the_code_generates(tmp_path: Path) -> None:
+    generate.write_all(tmp_path)
+    made = sorted(p.name for p in tmp_path.glob("*.json"))
+    assert made == sorted(p.name for p in JSON_DIR.glob("*.json")), "run dashboards/generate.py"
+    for name in made:
+        assert (tmp_path / name).read_bytes() == (JSON_DIR / name).read_bytes(), (
+            f"dashboards/json/{name} differs from the code: run dashboards/generate.py"
+        )
+
+
+def test_the_four_dashboards_and_their_variables() -> None:
+    docs = dashboards()
+    assert set(docs) == {"streaming", "disks", "power", "network"}
+    for stem, doc in docs.items():
+        assert doc["uid"] == f"wattbit-{stem}"
+        names = [v["name"] for v in doc["templating"]["list"]]
+        assert names[:2] == ["datasource", "host"], names
+        assert any(
+            a.get("expr") == generate.RUN_ANNOTATION_EXPR for a in doc["annotations"]["list"]
+        )
+    assert "device" in [v["name"] for v in docs["disks"]["templating"]["list"]]
+    assert "device" in [v["name"] for v in docs["streaming"]["templating"]["list"]]
+
+
+def test_every_panel_has_a_unit_and_a_prometheus_query() -> None:
+    for stem, doc in dashboards().items():
+        for p in panels(doc):
+            unit = p.get("fieldConfig", {}).get("defaults", {}).get("unit")
+            assert unit in ALLOWED_UNITS, f"{stem}: {p['title']!r} has unit {unit!r}"
+            assert p.get("targets"), f"{stem}: {p['title']!r} has no query"
+            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            for t in p["targets"]:
+                assert t["expr"].strip(), f"{stem}: {p['title']!r}"
+
+
+def test_every_metric_is_documented_or_recorded() -> None:
+    known = documented()
+    assert "wattbit_nic_bytes_total" in known and "host:wattbit_power_watts:sum" in known
+    used = set()
+    for stem, doc in dashboards().items():
+        for expr in exprs(doc):
+            for name in metric_names(expr):
+                used.add(name)
+                base = re.sub(r"_(bucket|sum|count)$", "", name)
+                assert name in known or base in known or name in EXTERNAL, (
+                    f"{stem}: {name} (in {expr}) is in no exporter doc, docs/runs.md or rule"
+                )
+    # the parser found what the dashboards are about
+    assert {"site:wattbit_joules_per_gigabit:ratio1m", "wattbit_disk_io_latency_seconds_bucket",
+            "node_cpu_seconds_total", "wattbit_run_active"} <= used  # fmt: skip
+    doc = (ROOT / "docs" / "dashboards.md").read_text()
+    for name in EXTERNAL:
+        assert name in doc, f"docs/dashboards.md does not document the dependency on {name}"
+
+
+def test_metric_name_parser() -> None:
+    assert metric_names(
+        'sum by (host, le) (rate(a_b_bucket{host=~"$host", x="y:z"}[5m])) * 1e9'
+    ) == {"a_b_bucket"}
+    assert metric_names("x:y:z / on (host) group_left () quantile by (host) (0.5, w)") == {
+        "x:y:z",
+        "w",
+    }
+    assert metric_names('label_values(wattbit_disk_info{parent=""}, device)') == {
+        "wattbit_disk_info"
+    }
+
+
+def test_provisioning_points_at_the_mounted_json() -> None:
+    prov = ROOT / "dashboards" / "provisioning"
+    ds = yaml.safe_load((prov / "datasources" / "prometheus.yml").read_text())
+    assert ds["datasources"][0]["type"] == "prometheus"
+    dash = yaml.safe_load((prov / "dashboards" / "wattbit.yml").read_text())
+    assert dash["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards/wattbit"
+    assert "/var/lib/grafana/dashboards/wattbit" in (ROOT / "docs" / "dashboards.md").read_text()
