@@ -43,6 +43,7 @@ import contextlib
 import copy
 import http.client
 import json
+import logging
 import os
 import platform
 import random
@@ -143,6 +144,12 @@ def synthesize(source: list[Row], outlets: int, seed: int) -> list[Row]:
         return sorted(rows, key=lambda r: arcs(r[0]))
     rnd = random.Random(seed)
     factor = {j: rnd.uniform(0.7, 1.3) for j in range(base + 1, outlets + 1)}
+    # index-like columns (index, outlet number): every row's value is its own index
+    not_index = {
+        (loc[0], loc[1])
+        for oid, tag, value in rows
+        if (loc := _outlet_row(oid)) and (tag != "2" or value != str(loc[2]))
+    }
     new: list[Row] = []
     for oid, tag, value in rows:
         loc = _outlet_row(oid)
@@ -152,10 +159,10 @@ def synthesize(source: list[Row], outlets: int, seed: int) -> list[Row]:
         for j in range(idx + base, outlets + 1, base):
             if col == NAME_COLUMN:
                 t, v = "4", f"Outlet {j}"
-            elif tag == "2" and value == str(idx):  # index-like columns (index, number)
-                t, v = tag, str(j)
             elif entry == METERED_STATUS and col in METERED_COLUMNS and tag == "2":
                 t, v = tag, _scaled(value, factor[j])
+            elif (entry, col) not in not_index:
+                t, v = tag, str(j)
             else:
                 t, v = tag, value
             new.append((f"{entry}.{col}.{j}", t, v))
@@ -227,6 +234,7 @@ def expect_of(rows: list[Row], cols: Columns) -> Expect:
 
 _children: set[subprocess.Popen[bytes]] = set()
 _children_lock = threading.Lock()
+_stopping = threading.Event()  # set on the way out: worker threads start nothing new
 
 
 def _track(p: subprocess.Popen[bytes], add: bool) -> None:
@@ -236,6 +244,7 @@ def _track(p: subprocess.Popen[bytes], add: bool) -> None:
 
 def kill_children() -> None:
     """Kill every snmpbulkwalk still running (Ctrl-C or error in the middle of a poll)."""
+    _stopping.set()
     with _children_lock:
         procs = list(_children)
     for p in procs:
@@ -377,6 +386,9 @@ class Poll:
     def cpu_us_per_value(self) -> float:
         return self.cpu / self.values * 1e6 if self.values else float("nan")
 
+    def cell(self) -> str:
+        return f"{self.wall:.2f}s {self.cpu_us_per_value:.0f}us/v o{self.others_cpu:.1f}"
+
     def raw(self) -> dict[str, Any]:
         return {
             "wall_s": self.wall,
@@ -446,13 +458,23 @@ class Bench:
         ]
         self.loop = asyncio.new_event_loop()
         self.client = SnmpClient()
+        # the collector's default deadline (interval 10 s) per PDU poll
         self.poller = PduPoller(
             targets, load_profiles(), self.client, concurrency=self.args.concurrency
         )
 
+    def wattbit_in_pkts(self) -> int:
+        """SNMP messages wattbit's engine received so far (pysnmp's snmpInPkts)."""
+        engine = getattr(self.client, "_engine", None)  # private: None before the first poll
+        if engine is None:
+            return 0
+        (counter,) = engine.get_mib_builder().import_symbols("__SNMPv2-MIB", "snmpInPkts")
+        return int(counter.syntax)
+
     def poll_wattbit(self) -> Poll:
         poller = self.poller
         failures_before = sum(poller.failures.values())
+        in_before = self.wattbit_in_pkts()
         poll = self.timed(
             "wattbit",
             lambda: self.loop.run_until_complete(poller.poll_all()),
@@ -486,6 +508,7 @@ class Bench:
             power += pw
             self._check(poll, p, len(r.outlets), n, pw)
         poll.extra["failures"] = sum(poller.failures.values()) - failures_before
+        poll.extra["snmp_responses"] = self.wattbit_in_pkts() - in_before
         poll.extra["outlet_power_sum_w"] = power
         return poll
 
@@ -493,6 +516,8 @@ class Bench:
 
     def _scrape(self, path: str) -> tuple[int, bytes]:
         assert self.exporter is not None
+        if _stopping.is_set():
+            raise RuntimeError("stopping")
         conn = getattr(self.local, "conn", None)
         for attempt in range(2):
             if conn is None:
@@ -575,6 +600,8 @@ class Bench:
     def _bulkwalk_pdu(self, p: Pdu) -> tuple[list[str], str]:
         outs, errs = [], []
         for root in self.cols.roots:
+            if _stopping.is_set():
+                raise RuntimeError("stopping")
             cmd = [
                 SNMPBULKWALK,
                 "-v2c",
@@ -593,9 +620,15 @@ class Bench:
                 root,
             ]
             proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self.env,
             )
             _track(proc, True)
+            if _stopping.is_set():  # kill_children() may have missed it
+                proc.kill()
             try:
                 out, err = proc.communicate(timeout=60)
             finally:
@@ -654,6 +687,8 @@ class Bench:
     def close(self) -> None:
         kill_children()
         self.pool.shutdown(wait=True, cancel_futures=True)
+        # an interrupted poll's PDUs fail as the client closes: nothing to report about them
+        logging.getLogger("exporters.pdu").setLevel(logging.CRITICAL)
         if self.client is not None:
             self.client.close()
         if self.loop is not None:
@@ -706,10 +741,6 @@ def machine() -> dict[str, Any]:
     }
 
 
-def fmt_ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}x" if b else "n/a"
-
-
 def report(polls: dict[str, list[Poll]], total_values: int, ncpu: int) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     print()
@@ -741,6 +772,14 @@ def report(polls: dict[str, list[Poll]], total_values: int, ncpu: int) -> dict[s
             f" {f'({min(per):.0f}..{max(per):.0f})':>15} {s['agent_cpu_s_median']:>13.2f}"
             f" {s['others_cpu_s_median']:>13.2f} {s['machine_busy_share_median']:>12.0%}"
         )
+    print()
+    print(f"average CPUs in use during a poll (median round; this machine has {ncpu}):")
+    for tool, ps in polls.items():
+        mid = sorted(ps, key=lambda p: p.wall)[len(ps) // 2]
+        print(
+            f"  {tool:<14} tool {mid.cpu / mid.wall:4.2f}, snmpsim agents"
+            f" {mid.agent_cpu / mid.wall:4.2f}, other users {mid.others_cpu / mid.wall:4.2f}"
+        )
     w, e = summary["wattbit"], summary["snmp_exporter"]
     wall_ratio = w["wall_s_median"] / e["wall_s_median"]
     cpu_ratio = w["cpu_us_per_value_median"] / e["cpu_us_per_value_median"]
@@ -770,22 +809,109 @@ def report(polls: dict[str, list[Poll]], total_values: int, ncpu: int) -> dict[s
     return summary
 
 
-def profile_wattbit(bench: Bench, top: int) -> None:
+def pyasn1_decode_cost(repeat: int = 300) -> float:
+    """CPU seconds pyasn1 needs to decode one 25-var-bind v2c GetResponse, as pysnmp does."""
+    from pyasn1.codec.ber import decoder, encoder
+    from pysnmp.proto import api
+    from pysnmp.proto.mpmod.rfc2576 import SnmpV2cMessageProcessingModel
+
+    p = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
+    pdu = p.ResponsePDU()
+    p.apiPDU.set_defaults(pdu)
+    p.apiPDU.set_varbinds(
+        pdu,
+        [(p.ObjectIdentifier(f"{METERED_STATUS}.7.{i}"), p.Integer(100 + i)) for i in range(1, 26)],
+    )
+    msg = p.Message()
+    p.apiMessage.set_defaults(msg)
+    p.apiMessage.set_community(msg, "pdu000_24")
+    p.apiMessage.set_pdu(msg, pdu)
+    wire = encoder.encode(msg)
+    spec = SnmpV2cMessageProcessingModel.SNMP_MSG_SPEC()
+    t0 = time.process_time()
+    for _ in range(repeat):
+        decoder.decode(wire, asn1Spec=spec)
+    return (time.process_time() - t0) / repeat
+
+
+def _group(path: str, func: str) -> str:
+    if "/pyasn1/" in path:
+        return "pyasn1 (BER decode/encode, ASN.1 objects)"
+    if "/pysnmp/" in path:
+        return "pysnmp (engine, message processing, cmdgen)"
+    if "/exporters/pdu/" in path:
+        return "wattbit exporters/pdu"
+    if "asyncio" in path:
+        return "asyncio"
+    if path == "~" and ("sendto" in func or "recv" in func):
+        return "socket sendto/recvfrom (syscalls)"
+    return "other"
+
+
+def profile_wattbit(bench: Bench, top: int, median_cpu: float, responses: int) -> dict[str, Any]:
+    """cProfile (timer: this process's CPU time, not wall) of one more wattbit poll_all."""
     import cProfile
     import io
     import pstats
 
-    prof = cProfile.Profile()
+    from exporters.pdu.poller import PduPoller
+
+    # Same targets and client; a long deadline, as the profiler slows the poll down a lot.
+    poller = PduPoller(
+        bench.poller.targets,
+        bench.poller.profiles,
+        bench.client,
+        interval=600,
+        concurrency=bench.args.concurrency,
+    )
+    prof = cProfile.Profile(time.process_time)
     prof.enable()
-    bench.loop.run_until_complete(bench.poller.poll_all())
+    states = bench.loop.run_until_complete(poller.poll_all())
     prof.disable()
+    down = sum(not s.up for s in states)
+    stats = pstats.Stats(prof)
+    raw_stats: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in raw_stats.values())
+    groups: dict[str, float] = {}
+    for (path, _, func), (_, _, tt, _, callers) in raw_stats.items():
+        g = _group(path, func)
+        if path == "~" and g == "other" and callers:
+            # C builtins (isinstance, len, dict methods...) count for the code calling them
+            for (cpath, _, cfunc), cv in callers.items():
+                cg = _group(cpath, cfunc)
+                groups[cg] = groups.get(cg, 0.0) + cv[2]
+        else:
+            groups[g] = groups.get(g, 0.0) + tt
+    print(
+        f"\ncProfile of one wattbit poll_all (CPU-time timer: {total:.2f} s profiled CPU, about"
+        f" {total / max(median_cpu, 1e-9):.1f}x the unprofiled poll, as the profiler inflates"
+        f" call-heavy code{f'; {down} PDUs DOWN' if down else ''})."
+    )
+    print("Own time by package (C builtins counted for their callers):")
+    for g, t in sorted(groups.items(), key=lambda kv: -kv[1]):
+        print(f"  {t / total:6.1%}  {t:6.2f} s  {g}")
+    per_msg = pyasn1_decode_cost()
+    est = per_msg * responses
+    print(
+        f"Unprofiled check: pyasn1 decodes one 25-var-bind GetResponse in {per_msg * 1e6:.0f} us"
+        f" CPU; x {responses} responses per poll = {est:.2f} s = {est / median_cpu:.0%} of"
+        f" wattbit's median poll CPU ({median_cpu:.2f} s)"
+    )
+    site = str(Path(__import__("pysnmp").__file__).parent.parent) + "/"
     for key in ("tottime", "cumulative"):
         buf = io.StringIO()
         pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
-        text = buf.getvalue()
+        text = buf.getvalue().replace(site, "").replace(str(ROOT) + "/", "")
         start = text.find("   ncalls")
-        print(f"\ncProfile of one wattbit poll_all, top {top} by {key}:")
+        print(f"\ntop {top} by {key}:")
         print(text[start:].rstrip() if start >= 0 else text.rstrip())
+    return {
+        "profiled_cpu_s": total,
+        "down": down,
+        "own_cpu_s_by_package": groups,
+        "pyasn1_decode_25_varbind_response_s": per_msg,
+        "responses_per_poll": responses,
+    }
 
 
 # --- main --------------------------------------------------------------------------------------
@@ -806,6 +932,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--profile", type=int, default=0, metavar="N", help="cProfile one wattbit poll, top N"
     )
     args = ap.parse_args(argv)
+    args.agents = min(args.agents, args.pdus)
     if args.pdus < 2 or args.rounds < 1 or args.agents < 1 or args.concurrency < 1:
         ap.error("--pdus >= 2, --rounds >= 1, --agents >= 1, --concurrency >= 1")
     return args
@@ -813,7 +940,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 @contextlib.contextmanager
 def signals() -> Iterator[None]:
-    old = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, _interrupt)
     try:
         yield
     finally:
@@ -929,13 +1058,23 @@ def main(argv: list[str] | None = None) -> int:
             polls: dict[str, list[Poll]] = {t: [] for t in TOOLS}
             raw["rounds"] = []
             print()
-            print(f"{'round':<6} {'order':<34} " + " ".join(f"{t:>22}" for t in TOOLS))
+            print(
+                "per round: wall, CPU us per value, o = CPU s of other users' processes meanwhile"
+            )
+            print(f"{'round':<6} {'order':<34} " + " ".join(f"{t:>24}" for t in TOOLS))
             for r in range(args.rounds):
                 order = [TOOLS[(r + k) % len(TOOLS)] for k in range(len(TOOLS))]
                 got: dict[str, Poll] = {}
                 for tool in order:
                     p = bench.run(tool)
                     if p.problems:
+                        raw["failed_poll"] = {"round": r + 1, "tool": tool} | p.raw()
+                        print(
+                            f"round {r + 1}: {tool} FAILED the check ({len(p.problems)} PDUs):"
+                            f" wall {p.wall:.2f} s, CPU {p.cpu:.2f} s, agents CPU"
+                            f" {p.agent_cpu:.2f} s, other users' CPU {p.others_cpu:.2f} s,"
+                            f" load average {loadavg()}"
+                        )
                         for line in p.problems[:10]:
                             print(f"    {line}")
                         raise RuntimeError(f"round {r + 1}: {tool} did not read every value")
@@ -945,12 +1084,16 @@ def main(argv: list[str] | None = None) -> int:
                     {"round": r + 1, "order": order, "load_average": loadavg()}
                     | {t: got[t].raw() for t in TOOLS}
                 )
-                cells = " ".join(
-                    f"{f'{got[t].wall:.3f}s {got[t].cpu_us_per_value:.0f}us/v':>22}" for t in TOOLS
-                )
+                cells = " ".join(f"{got[t].cell():>24}" for t in TOOLS)
                 print(f"{r + 1:<6} {' > '.join(order):<34} {cells}")
             raw["summary"] = report(polls, total_values, os.cpu_count() or 1)
             retried = sum(p.extra.get("snmp_packets_retried", 0) for p in polls["snmp_exporter"])
+            w_in = statistics.median(p.extra["snmp_responses"] for p in polls["wattbit"])
+            e_out = statistics.median(p.extra["snmp_packets_sent"] for p in polls["snmp_exporter"])
+            print(
+                f"SNMP messages per poll: wattbit received {w_in:.0f}, snmp_exporter sent"
+                f" {e_out:.0f}; net-snmp ran {len(pdus) * len(cols.roots)} snmpbulkwalk"
+            )
             failures = sum(p.extra.get("failures", 0) for p in polls["wattbit"])
             print(
                 f"retries/failures during timed rounds: snmp_exporter packets retried {retried:g},"
@@ -959,11 +1102,19 @@ def main(argv: list[str] | None = None) -> int:
             raw["load_average_end"] = loadavg()
             print(f"load average at end: {raw['load_average_end']} (start: {load_start})")
             if args.profile:
-                profile_wattbit(bench, args.profile)
+                raw["profile"] = profile_wattbit(
+                    bench,
+                    args.profile,
+                    raw["summary"]["wattbit"]["cpu_s_median"],
+                    int(statistics.median(p.extra["snmp_responses"] for p in polls["wattbit"])),
+                )
         except KeyboardInterrupt:
             print("\ninterrupted: cleaning up", file=sys.stderr)
             return 130
         finally:
+            # cleanup (the ExitStack, next) must not be cut short by a second signal
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)
             if args.json:
                 args.json.write_text(json.dumps(raw, indent=1, default=str) + "\n")
     return 0
