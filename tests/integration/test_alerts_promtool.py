@@ -1,0 +1,126 @@
+"""The alerting rules (alerts/wattbit-alerts.yml), checked by the real promtool.
+
+* `promtool check rules` on the rules and on the test-only variant, `promtool test rules` on
+  alerts/tests/alerts_test.yml: exit 0, no warnings.
+* Every alert the issue names exists, with a summary, a description, a runbook link and a
+  severity; every alert has a promtool test where it fires and one where it must not; every
+  alert has its runbook section in docs/alerts.md, with the expression shown.
+* The test-only variant is exactly what alerts/test-overrides/make_fast.py makes from the
+  production file (durations / 20, nothing else).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+from typing import Any
+
+import yaml
+from conftest import ROOT, require
+
+ALERTS = ROOT / "alerts" / "wattbit-alerts.yml"
+FAST = ROOT / "alerts" / "test-overrides" / "wattbit-alerts-fast.yml"
+TESTS = ROOT / "alerts" / "tests" / "alerts_test.yml"
+DOC = ROOT / "docs" / "alerts.md"
+
+NAMES = {
+    "WattbitDiskSlow",
+    "WattbitDiskLatencyHigh",
+    "WattbitDiskErrors",
+    "WattbitDiskStalled",
+    "WattbitControllerSaturated",
+    "WattbitPduDown",
+    "WattbitPduInvalidValues",
+    "WattbitExporterDown",
+    "WattbitBlockioFallback",
+    "WattbitNicDrops",
+    "WattbitTcpRetransmits",
+    "WattbitOutletPowerHigh",
+    "WattbitEnergyCounterReset",
+}
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    require(shutil.which("promtool") is not None, "promtool (Debian package prometheus) missing")
+    return subprocess.run(
+        ["promtool", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+def assert_clean(proc: subprocess.CompletedProcess[str]) -> None:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "warn" not in out.lower(), out
+    assert "SUCCESS" in out, out
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    doc = yaml.safe_load(ALERTS.read_text())
+    return [r for g in doc["groups"] for r in g["rules"]]
+
+
+def test_promtool_check_rules() -> None:
+    assert_clean(promtool("check", "rules", str(ALERTS.relative_to(ROOT))))
+    assert_clean(promtool("check", "rules", str(FAST.relative_to(ROOT))))
+
+
+def test_promtool_test_rules() -> None:
+    assert_clean(promtool("test", "rules", str(TESTS.relative_to(ROOT))))
+
+
+def test_every_alert_is_there_with_its_annotations() -> None:
+    rules = alert_rules()
+    assert all("alert" in r for r in rules), "recording rules belong in wattbit-recording.yml"
+    names = [r["alert"] for r in rules]
+    assert len(names) == len(set(names))
+    assert set(names) == NAMES
+    for r in rules:
+        assert r["labels"]["severity"] in {"info", "warning", "critical"}, r["alert"]
+        ann = r["annotations"]
+        assert ann["summary"] and ann["description"], r["alert"]
+        assert ann["runbook"] == f"docs/alerts.md#{r['alert'].lower()}", r["alert"]
+
+
+def test_every_alert_fires_in_a_test_and_has_a_near_miss() -> None:
+    doc = yaml.safe_load(TESTS.read_text())
+    fires: set[str] = set()
+    misses: set[str] = set()
+    for case in doc["tests"]:
+        for t in case.get("alert_rule_test", []):
+            (fires if t.get("exp_alerts") else misses).add(t["alertname"])
+    assert fires == NAMES, NAMES - fires
+    assert misses >= NAMES, NAMES - misses
+
+
+def test_disk_slow_cases_the_issue_asks_for() -> None:
+    text = TESTS.read_text()
+    for case in ("one disk of four drifting slow", "whole host slows down together",
+                 "near-idle disk", "slow only on writes"):  # fmt: skip
+        assert case in text, case
+
+
+def test_every_alert_has_a_runbook_section_with_its_expression() -> None:
+    text = DOC.read_text()
+    blocks = [re.sub(r"\s+", "", b) for b in re.findall(r"```promql\n(.*?)```", text, re.S)]
+    for r in alert_rules():
+        assert f"\n## `{r['alert']}`" in text, f"{r['alert']} has no section in docs/alerts.md"
+        assert re.sub(r"\s+", "", r["expr"]) in blocks, f"docs show another expr for {r['alert']}"
+    for heading in ("What to do", "Threshold"):
+        assert text.count(heading) >= len(NAMES), heading
+
+
+def test_fast_variant_is_generated_from_the_rules() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "make_fast", ROOT / "alerts" / "test-overrides" / "make_fast.py"
+    )
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert FAST.read_text() == mod.fast(ALERTS.read_text()), "run make_fast.py"
+    fast = {r["alert"]: r for g in yaml.safe_load(FAST.read_text())["groups"] for r in g["rules"]}
+    assert fast["WattbitDiskSlow"]["for"] == "30s"
+    assert (
+        "[15s]" in fast["WattbitDiskSlow"]["expr"] and "[5m]" not in fast["WattbitDiskSlow"]["expr"]
+    )
