@@ -3,9 +3,153 @@
 from __future__ import annotations
 
 import argparse
+import re
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+EPILOG = """\
+examples:
+  wattbit report stream-42 --prometheus http://prom:9090
+  wattbit report --start 2024-05-01T10:00:00Z --end 2024-05-01T11:00:00Z \\
+      --prometheus http://prom:9090 --name lab-hour --out reports/
+  wattbit report after-irq --compare before-irq --prometheus http://prom:9090
+See docs/report.md for every figure and how it is computed."""
+
+
+def parse_time(text: str, now: float | None = None) -> float:
+    """Unix seconds, RFC 3339 (``2024-05-01T10:00:00Z``), ``now`` or ``now-2h``."""
+    now = time.time() if now is None else now
+    s = text.strip()
+    m = re.fullmatch(r"now(?:\s*-\s*(\d+(?:\.\d+)?)\s*([smhd]))?", s)
+    if m:
+        if not m.group(1):
+            return now
+        mult = {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+        return now - float(m.group(1)) * mult
+    try:
+        return float(s)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time (unix seconds, RFC 3339 or now-1h)"
+        ) from exc
+    if dt.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no time zone (add Z or +02:00)")
+    return dt.timestamp()
+
+
+def _duration(text: str) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)?", text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (10s, 1m, 0.5)")
+    mult = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+    v = float(m.group(1)) * mult
+    if v <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return v
+
+
+def _import_matplotlib() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the `report` subcommand."""
-    p = sub.add_parser("report", help="write the energy-per-gigabit report of a run")
-    p.set_defaults(func=lambda args: 2)
+    p = sub.add_parser(
+        "report",
+        help="write the energy-per-gigabit report of a run",
+        description="Read a run's window from Prometheus and write RUN.json, RUN.md and "
+        "RUN.html (charts embedded), then print a short summary.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run", nargs="?", help="run name (from the run registry's series)")
+    p.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus base URL")
+    p.add_argument("--out", default=".", metavar="DIR", help="output directory (default .)")
+    p.add_argument("--start", metavar="TIME", help="window start instead of a run's")
+    p.add_argument("--end", metavar="TIME", help="window end (default now with --start)")
+    p.add_argument("--name", help="report name with --start/--end (default window-START)")
+    p.add_argument("--compare", metavar="OTHER_RUN", help="put another run side by side")
+    p.add_argument(
+        "--step", type=_duration, help="analysis step (default: the scrape interval, coarser "
+        "for windows longer than 10 000 steps)"
+    )  # fmt: skip
+    p.add_argument(
+        "--max-lag", type=_duration, default=120.0, metavar="DURATION",
+        help="lag search range either way (default 120s)",
+    )  # fmt: skip
+    p.add_argument("--interfaces", metavar="REGEX", help="count only these interfaces' bytes")
+    p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout, seconds")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Make the report; 0 on success, 1 when it cannot be made, 2 on bad arguments."""
+    import threading
+
+    from .analysis import Options, ReportError, Window, analyse, compare, find_run
+    from .prom import PromError, Prometheus
+
+    # matplotlib takes a good part of a second to import: do it while Prometheus works
+    threading.Thread(target=_import_matplotlib, daemon=True).start()
+
+    if args.run is None and args.start is None:
+        print("wattbit report: give a run name or --start/--end", file=sys.stderr)
+        return 2
+    if args.end is not None and args.start is None:
+        print("wattbit report: --end needs --start", file=sys.stderr)
+        return 2
+    if args.interfaces:
+        try:
+            re.compile(args.interfaces)
+        except re.error as exc:
+            print(f"wattbit report: --interfaces: {exc}", file=sys.stderr)
+            return 2
+    prom = Prometheus(args.prometheus, timeout=args.timeout)
+    opts = Options(step=args.step, max_lag=args.max_lag, interfaces=args.interfaces)
+    try:
+        now = time.time()
+        if args.start is not None:
+            try:
+                start = parse_time(args.start, now)
+                end = parse_time(args.end, now) if args.end else now
+            except argparse.ArgumentTypeError as exc:
+                print(f"wattbit report: {exc}", file=sys.stderr)
+                return 2
+            name = (
+                args.run
+                or args.name
+                or "window-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(start))
+            )
+            window = Window(name, round(start, 3), round(end, 3), "explicit")
+        else:
+            window = find_run(prom, args.run, now)
+            window = Window(
+                window.name, round(window.start, 3), round(window.end, 3), window.source,
+                window.in_progress,
+            )  # fmt: skip
+        result = analyse(prom, window, opts)
+        other = None
+        if args.compare:
+            ow = find_run(prom, args.compare, now)
+            ow = Window(ow.name, round(ow.start, 3), round(ow.end, 3), ow.source, ow.in_progress)
+            other = analyse(prom, ow, opts)
+            result.doc["compare"] = compare(result.doc, other.doc)
+    except (PromError, ReportError) as exc:
+        print(f"wattbit report: {exc}", file=sys.stderr)
+        return 1
+    from . import render
+
+    paths = render.write(result, Path(args.out), other)
+    for line in render.summary_lines(result.doc):
+        print(line)
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0

@@ -1,0 +1,253 @@
+"""Time of `wattbit report` for a 24-hour run scraped every second (4 hosts, 16 outlets).
+
+Run: PYTHONPATH=. .venv/bin/python bench/report.py [--hours 24] [--repeat 3] [--keep DIR]
+Goal: <= 10 s end to end (the median of --repeat runs of the real command line, Python start,
+Prometheus queries, arithmetic, charts and files included).
+
+The data set is synthetic and generated here: per host 2 interfaces (tx, rx) and 4 disks
+(busy, read and write bytes); 4 PDUs of 4 outlets (3 per host, the 4th a switch or display),
+three PDUs with energy counters and one with watts only (so one host's energy is integrated).
+It is written as OpenMetrics in 2-hour files (promtool 2.42 re-reads its whole input once per
+2-hour block), loaded with `promtool tsdb create-blocks-from openmetrics`, and served by a
+real Prometheus on 127.0.0.1 with a temporary data directory; everything is removed at the
+end unless --keep is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BLOCK = 7200
+HOSTS = ["mover1", "mover2", "mover3", "mover4"]
+GOAL_SECONDS = 10.0
+
+
+def host_traffic(seed: int, n: int) -> list[float]:
+    """Gbit/s per second: a stepwise random walk between 0 and ~40 with idle pauses."""
+    rnd = random.Random(seed)
+    out: list[float] = []
+    level = 10.0
+    while len(out) < n:
+        walk = min(40.0, max(0.5, level + rnd.uniform(-8, 8)))
+        level = 0.0 if rnd.random() < 0.1 else walk
+        out += [max(0.0, level + rnd.uniform(-0.3, 0.3)) for _ in range(rnd.randint(20, 300))]
+    return out[:n]
+
+
+def series_lines(t0: int, n: int) -> dict[str, list[tuple[str, list[float]]]]:
+    """Every series' values per second, grouped by metric family: {family: [(labels, values)]}."""
+    fams: dict[str, list[tuple[str, list[float]]]] = {
+        "wattbit_nic_bytes": [],
+        "wattbit_disk_busy_seconds": [],
+        "wattbit_disk_io_bytes": [],
+        "wattbit_pdu_outlet_power_watts": [],
+        "wattbit_pdu_outlet_energy_joules": [],
+        "wattbit_run_start_time_seconds": [],
+        "wattbit_run_end_time_seconds": [],
+        "wattbit_run_active": [],
+    }
+    rnd = random.Random(1)
+    for hi, h in enumerate(HOSTS):
+        g = host_traffic(hi, n)
+        for iface, share in (("ens1f0", 0.5), ("ens1f1", 0.5)):
+            for d, ds in (("tx", 0.8), ("rx", 0.2)):
+                acc, vals = 1e12, []
+                for x in g:
+                    acc += round(x * 1e9 / 8 * share * ds)
+                    vals.append(acc)
+                labels = f'host="{h}",interface="{iface}",direction="{d}"'
+                fams["wattbit_nic_bytes"].append((labels, vals))
+        for di in range(4):
+            dev = f"nvme{di}n1"
+            busy_acc, rd_acc, wr_acc = 1e5, 1e13, 1e13
+            busy, rd, wr = [], [], []
+            for x in g:
+                busy_acc += min(1.0, x / 40 + 0.02)
+                rd_acc += round(x * 1e9 / 8 / 4)
+                wr_acc += 4096 * 10
+                busy.append(busy_acc)
+                rd.append(rd_acc)
+                wr.append(wr_acc)
+            fams["wattbit_disk_busy_seconds"].append((f'host="{h}",device="{dev}"', busy))
+            fams["wattbit_disk_io_bytes"].append((f'host="{h}",device="{dev}",op="read"', rd))
+            fams["wattbit_disk_io_bytes"].append((f'host="{h}",device="{dev}",op="write"', wr))
+        pdu = f"pdu{hi + 1}"
+        for o in range(1, 5):
+            if o <= 3:
+                host, comp = h, "server"
+                watts = [90 + 2.0 * x + rnd.uniform(-2, 2) for x in g]
+            else:
+                host, comp = "", "switch" if hi % 2 == 0 else "display"
+                watts = [150 + rnd.uniform(-1, 1) for _ in g]
+            labels = (
+                f'pdu="{pdu}",outlet="{o}",outlet_name="{pdu}-{o}",host="{host}",component="{comp}"'
+            )
+            fams["wattbit_pdu_outlet_power_watts"].append((labels, watts))
+            if hi < 3:  # pdu4 has no energy counters: its outlets' energy is integrated
+                acc, energy = 3.6e9, []
+                for w in watts:
+                    acc += w
+                    energy.append(acc)
+                fams["wattbit_pdu_outlet_energy_joules"].append((labels, energy))
+    end = t0 + n - 1
+    fams["wattbit_run_start_time_seconds"].append(('run="bench"', [float(t0)] * n))
+    fams["wattbit_run_end_time_seconds"].append(('run="bench"', [float(end)] * n))
+    fams["wattbit_run_active"].append(('run="bench"', [1.0] * n))
+    return fams
+
+
+def write_openmetrics(fams: dict, t0: int, n: int, directory: Path) -> list[Path]:
+    """One OpenMetrics file per 2-hour block."""
+    files = []
+    for b0 in range(0, n, BLOCK):
+        b1 = min(n, b0 + BLOCK)
+        path = directory / f"block{b0 // BLOCK:03d}.om"
+        with path.open("w") as f:
+            for fam, series in fams.items():
+                kind = "counter" if fam.endswith(("_bytes", "_seconds", "_joules")) else "gauge"
+                if fam.startswith("wattbit_run_"):
+                    kind = "gauge"
+                name = fam + "_total" if kind == "counter" else fam
+                f.write(f"# TYPE {fam} {kind}\n")
+                for labels, vals in series:
+                    f.write(
+                        "".join(f"{name}{{{labels}}} {vals[i]!r} {t0 + i}\n" for i in range(b0, b1))
+                    )
+            f.write("# EOF\n")
+        files.append(path)
+    return files
+
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def prometheus(data: Path, directory: Path) -> Iterator[str]:
+    """A real Prometheus over the blocks, on 127.0.0.1; always stopped."""
+    cfg = directory / "prometheus.yml"
+    cfg.write_text("global:\n  scrape_interval: 1s\nscrape_configs: []\n")
+    port = free_port()
+    log = (directory / "prometheus.log").open("wb")
+    proc = subprocess.Popen(
+        ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data}",
+         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("prometheus did not start; see " + str(log.name))
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def main() -> int:
+    """Generate, load, time, clean up."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hours", type=float, default=24.0)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--keep", type=Path, help="keep the data and reports in this directory")
+    args = ap.parse_args()
+    for tool in ("prometheus", "promtool"):
+        if shutil.which(tool) is None:
+            print(f"bench/report: {tool} is not installed (Debian package prometheus)")
+            return 1
+    n = int(args.hours * 3600) + 1
+    # whole 2-hour blocks, ending two hours ago
+    t0 = (int(time.time()) - 7200 - n) // BLOCK * BLOCK
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="wattbit-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        t = time.monotonic()
+        fams = series_lines(t0, n)
+        n_series = sum(len(v) for v in fams.values())
+        files = write_openmetrics(fams, t0, n, work)
+        del fams
+        gen = time.monotonic() - t
+        size = sum(f.stat().st_size for f in files)
+        print(f"data: {args.hours:g} h at 1 s, {len(HOSTS)} hosts, 16 outlets, {n_series} series, "
+              f"{n_series * n / 1e6:.1f} M samples, {size / 1e6:.0f} MB OpenMetrics "
+              f"(generated in {gen:.0f} s)")  # fmt: skip
+        t = time.monotonic()
+        data = work / "tsdb"
+
+        def load(f: Path) -> None:
+            subprocess.run(
+                ["promtool", "tsdb", "create-blocks-from", "openmetrics", "-q", str(f), str(data)],
+                check=True, capture_output=True,
+            )  # fmt: skip
+            f.unlink()
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            list(pool.map(load, files))
+        print(f"promtool: {len(files)} blocks in {time.monotonic() - t:.0f} s")
+        with prometheus(data, work) as url:
+            times = []
+            for i in range(args.repeat):
+                out = work / f"out{i}"
+                t = time.monotonic()
+                r = subprocess.run(
+                    [sys.executable, "-m", "collector.cli", "report", "bench", "--prometheus",
+                     url, "--out", str(out)],
+                    cwd=ROOT, capture_output=True, text=True,
+                )  # fmt: skip
+                dt = time.monotonic() - t
+                if r.returncode != 0:
+                    print(r.stdout, r.stderr)
+                    return 1
+                doc = json.loads((out / "bench.json").read_text())
+                times.append(dt)
+                parts = ", ".join(f"{k} {v:.2f}" for k, v in doc["timings_seconds"].items())
+                reqs, step = doc["prometheus_requests"], doc["step_seconds"]
+                print(f"run {i + 1}: {dt:.2f} s end to end (analysis: {parts}; {reqs} requests, "
+                      f"step {step:g} s; load average {os.getloadavg()[0]:.1f})")  # fmt: skip
+            print("\n".join(r.stdout.splitlines()[:8]))
+            med = statistics.median(times)
+            verdict = "meets" if med <= GOAL_SECONDS else "MISSES"
+            print(f"median {med:.2f} s of {len(times)} (min {min(times):.2f}, max "
+                  f"{max(times):.2f}): {verdict} the {GOAL_SECONDS:g} s goal")  # fmt: skip
+            return 0 if med <= GOAL_SECONDS or math.isnan(med) else 2
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

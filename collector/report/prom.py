@@ -1,0 +1,210 @@
+"""A small client of Prometheus' HTTP API (``/api/v1/query``, ``/api/v1/query_range``).
+
+Standard library only. Queries are sent as form-encoded POSTs (long selectors do not hit URL
+length limits); answers are parsed into :class:`Series`. ``query_range`` is cut into chunks
+under Prometheus' limit of 11 000 points per series, and raw-sample fetches (range selectors
+in an instant query) are cut into time chunks so that no single answer grows without bound.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+# Prometheus answers "exceeded maximum resolution of 11,000 points per timeseries" above this.
+MAX_POINTS = 11_000
+
+LabelKey = tuple[tuple[str, str], ...]
+
+
+class PromError(Exception):
+    """Prometheus could not be reached or refused a query."""
+
+
+@dataclass
+class Series:
+    """One time series of an answer: its labels and its samples (seconds, value)."""
+
+    labels: dict[str, str]
+    samples: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def key(self) -> LabelKey:
+        """The labels as a sorted, hashable tuple."""
+        return label_key(self.labels)
+
+
+def label_key(labels: dict[str, str]) -> LabelKey:
+    """Sorted, hashable form of a label set."""
+    return tuple(sorted(labels.items()))
+
+
+def escape(value: str) -> str:
+    """A label value quoted for PromQL."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def selector(metric: str, labels: dict[str, str] | None = None, **regex: str) -> str:
+    """``metric{l="v",...,r=~"re"}`` with exact matchers for ``labels`` and regex ones."""
+    parts = [f"{k}={escape(v)}" for k, v in sorted((labels or {}).items()) if k != "__name__"]
+    parts += [f"{k}=~{escape(v)}" for k, v in sorted(regex.items())]
+    return metric + ("{" + ",".join(parts) + "}" if parts else "")
+
+
+def duration(seconds: float) -> str:
+    """A PromQL duration in whole milliseconds (at least 1 ms)."""
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+def _ts(t: float) -> str:
+    return f"{t:.3f}"
+
+
+class Prometheus:
+    """Client of one Prometheus server (or anything speaking its query API)."""
+
+    def __init__(self, url: str, timeout: float = 120.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._closed_ranges: bool | None = None
+        self.requests = 0
+
+    # --- transport --------------------------------------------------------------------
+
+    def _call(self, path: str, params: dict[str, str] | None = None) -> Any:
+        data = urllib.parse.urlencode(params).encode() if params is not None else None
+        req = urllib.request.Request(
+            self.url + path,
+            data=data,
+            headers={"Accept": "application/json", "User-Agent": "wattbit-report"},
+        )
+        if data is not None:
+            req.add_header("Content-Type", "application/x-www-form-urlencoded")
+        self.requests += 1
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                body = resp.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", "replace")
+            try:
+                err = json.loads(detail)
+                detail = f"{err.get('errorType', '')}: {err.get('error', detail)}"
+            except ValueError:
+                detail = detail.strip()[:300]
+            raise PromError(f"{self.url}{path}: HTTP {exc.code}: {detail}") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise PromError(f"cannot reach Prometheus at {self.url}: {reason}") from exc
+        try:
+            doc = json.loads(body)
+        except ValueError as exc:
+            raise PromError(f"{self.url}{path}: the answer is not JSON") from exc
+        if doc.get("status") != "success":
+            raise PromError(f"{self.url}{path}: {doc.get('errorType')}: {doc.get('error')}")
+        return doc.get("data")
+
+    # --- server facts -----------------------------------------------------------------
+
+    def closed_ranges(self) -> bool:
+        """True when range selectors include their left end (Prometheus 2; 3 made them open).
+
+        Unknown servers (no buildinfo endpoint) are taken as closed: the report then asks for
+        ranges 1 ms shorter, which is exact for both kinds at Prometheus' millisecond precision.
+        """
+        if self._closed_ranges is None:
+            try:
+                version = str(self._call("/api/v1/status/buildinfo").get("version", ""))
+            except PromError:
+                version = ""
+            m = re.match(r"(\d+)\.", version)
+            self._closed_ranges = not (m and int(m.group(1)) >= 3)
+        return self._closed_ranges
+
+    def range_for(self, seconds: float) -> str:
+        """A range selector duration meaning exactly ``(t - seconds, t]`` on this server."""
+        if self.closed_ranges():
+            return duration(seconds - 0.001)
+        return duration(seconds)
+
+    # --- queries ----------------------------------------------------------------------
+
+    def query(self, expr: str, at: float) -> list[Series]:
+        """Instant query at ``at``: a vector (one sample each) or a matrix (raw samples)."""
+        data = self._call("/api/v1/query", {"query": expr, "time": _ts(at)})
+        return _parse(data)
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
+        """Range query evaluated at ``start, start+step, ... <= end``, chunked under 11 000 points.
+
+        Series of the chunks are joined by label set.
+        """
+        if step <= 0:
+            raise ValueError("step must be positive")
+        n = math.floor((end - start) / step + 1e-9) + 1
+        per = MAX_POINTS - 1
+        out: dict[LabelKey, Series] = {}
+        for first in range(0, n, per):
+            last = min(n, first + per) - 1
+            data = self._call(
+                "/api/v1/query_range",
+                {
+                    "query": expr,
+                    "start": _ts(start + first * step),
+                    "end": _ts(start + last * step),
+                    "step": repr(float(step)),
+                },
+            )
+            _merge(out, _parse(data))
+        return list(out.values())
+
+    def raw(
+        self, sel: str, start: float, end: float, chunk_seconds: float = 3600.0
+    ) -> list[Series]:
+        """Every raw sample of the series matching ``sel`` in ``(start, end]``.
+
+        Fetched as range selectors in instant queries, one time chunk at a time.
+        """
+        out: dict[LabelKey, Series] = {}
+        t = start
+        while t < end:
+            stop = min(end, t + chunk_seconds)
+            _merge(out, self.query(f"{sel}[{self.range_for(stop - t)}]", stop))
+            t = stop
+        for s in out.values():
+            s.samples = [p for p in s.samples if start < p[0] <= end]
+        return [s for s in out.values() if s.samples]
+
+
+def _parse(data: Any) -> list[Series]:
+    kind = data.get("resultType")
+    result = data.get("result") or []
+    out: list[Series] = []
+    if kind == "vector":
+        for r in result:
+            t, v = r["value"]
+            out.append(Series(dict(r["metric"]), [(float(t), float(v))]))
+    elif kind == "matrix":
+        for r in result:
+            out.append(Series(dict(r["metric"]), [(float(t), float(v)) for t, v in r["values"]]))
+    elif kind == "scalar":
+        t, v = result
+        out.append(Series({}, [(float(t), float(v))]))
+    else:
+        raise PromError(f"unexpected result type {kind!r}")
+    return out
+
+
+def _merge(into: dict[LabelKey, Series], series: Iterable[Series]) -> None:
+    for s in series:
+        have = into.get(s.key)
+        if have is None:
+            into[s.key] = s
+        else:
+            have.samples.extend(s.samples)

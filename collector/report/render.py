@@ -1,0 +1,573 @@
+"""Write a report as JSON, Markdown and self-contained HTML (charts as embedded PNGs)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .analysis import COMPARE_KEYS, Result
+
+# --- formatting ---------------------------------------------------------------------------
+
+
+def num(v: Any, digits: int = 3) -> str:
+    """A number with ``digits`` significant digits (thousands kept whole); "—" for None."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    if isinstance(v, bool):
+        return str(v)
+    v = float(v)
+    if v == 0:
+        return "0"
+    if abs(v) >= 10**digits:
+        return f"{v:,.0f}".replace(",", " ")
+    return f"{v:.{digits}g}"
+
+
+def si(v: Any, unit: str, base: float = 1000.0) -> str:
+    """``12.3 kJ`` style; "—" for None."""
+    if v is None:
+        return "—"
+    v = float(v)
+    for prefix in ("", "k", "M", "G", "T", "P"):
+        if abs(v) < base or prefix == "P":
+            return f"{num(v)} {prefix}{unit}"
+        v /= base
+    return f"{num(v)} {unit}"  # pragma: no cover
+
+
+def pct(v: Any) -> str:
+    """A ratio as a percentage; "—" for None."""
+    return "—" if v is None else f"{float(v) * 100:.1f} %"
+
+
+def seconds(v: Any) -> str:
+    """A duration as ``1h 02m 03s``."""
+    if v is None:
+        return "—"
+    s = round(float(v))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h {m:02d}m {sec:02d}s" if h else f"{m}m {sec:02d}s" if m else f"{sec}s"
+
+
+def safe_name(name: str) -> str:
+    """A run name usable as a file name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "report"
+
+
+def finite(obj: Any) -> Any:
+    """The document with NaN and infinities replaced by None (JSON has neither)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj
+
+
+# --- tables -------------------------------------------------------------------------------
+
+SCOPE_COLUMNS: list[tuple[str, str, Any]] = [
+    ("energy", "energy_joules", lambda v: si(v, "J")),
+    ("source", "energy_source", str),
+    ("W mean", "watts_mean", num),
+    ("sent", "bytes_tx", lambda v: si(v, "B")),
+    ("received", "bytes_rx", lambda v: si(v, "B")),
+    ("Gbit/s mean", "gbit_per_second_mean", num),
+    ("Gbit/s peak", "gbit_per_second_peak", num),
+    ("J/Gbit", "joules_per_gigabit", num),
+    ("idle W", "idle_watts", num),
+    ("marginal J/Gbit", "marginal_joules_per_gigabit", num),
+    ("r²", "r_squared", num),
+    ("Pearson r", "pearson_r", num),
+    ("lag s", "lag_seconds", num),
+    ("coverage", "coverage", pct),
+]
+
+
+def scope_rows(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(label, scope) for the site, every host and every component."""
+    rows = [("site", doc["site"])]
+    rows += [(f"host {h}", d) for h, d in doc["hosts"].items()]
+    rows += [(f"component {c}", d) for c, d in doc["components"].items()]
+    return rows
+
+
+def table_cells(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of the summary table."""
+    head = ["scope", "duration"] + [c[0] for c in SCOPE_COLUMNS]
+    body = []
+    for label, d in scope_rows(doc):
+        row = [label, seconds(d.get("duration_seconds"))]
+        row += [fmt(d.get(key)) if d.get(key) is not None else "—" for _, key, fmt in SCOPE_COLUMNS]
+        body.append(row)
+    return head, body
+
+
+def disk_cells(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Per-disk table: busy ratio and throughput."""
+    head = ["host", "device", "busy", "busy peak", "read", "write", "read MB/s", "write MB/s",
+            "coverage"]  # fmt: skip
+    body = []
+    for h, hd in doc["hosts"].items():
+        for dev, d in hd.get("disks", {}).items():
+            b = d.get("bytes", {})
+            m = d.get("bytes_per_second_mean", {})
+            body.append(
+                [
+                    h,
+                    dev,
+                    pct(d.get("busy_ratio")),
+                    pct(d.get("busy_ratio_peak")),
+                    si(b.get("read"), "B"),
+                    si(b.get("write"), "B"),
+                    num(m["read"] / 1e6) if "read" in m else "—",
+                    num(m["write"] / 1e6) if "write" in m else "—",
+                    pct(d.get("coverage")),
+                ]
+            )
+    return head, body
+
+
+def outlet_cells(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Per-outlet table."""
+    head = ["pdu", "outlet", "name", "host", "component", "energy", "source", "resets",
+            "peak W", "coverage"]  # fmt: skip
+    body = [
+        [
+            o["pdu"],
+            o["outlet"],
+            o["outlet_name"],
+            o["host"] or "—",
+            o["component"] or "—",
+            si(o["energy_joules"], "J"),
+            o["energy_source"],
+            num(o["energy_counter_resets"]),
+            num(o["watts_peak"]),
+            pct(o["coverage"]),
+        ]
+        for o in doc["outlets"]
+    ]
+    return head, body
+
+
+def source_cells(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Coverage per source."""
+    head = ["source", "series", "scrape interval", "coverage", "longest gap"]
+    body = [
+        [
+            src,
+            str(s["series"]),
+            num(s["interval_seconds"]) + " s",
+            pct(s["coverage"]),
+            seconds(s["longest_gap_seconds"]),
+        ]
+        for src, s in doc["sources"].items()
+    ]
+    return head, body
+
+
+def compare_cells(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Two runs side by side."""
+    cmp = doc["compare"]
+    head = ["scope", "figure", doc["run"], cmp["run"], "change"]
+    body = []
+    scopes = [("site", cmp["site"])]
+    scopes += [(f"host {h}", v) for h, v in cmp["hosts"].items()]
+    scopes += [(f"component {c}", v) for c, v in cmp["components"].items()]
+    for label, rows in scopes:
+        for key in COMPARE_KEYS:
+            r = rows[key]
+            ch = r["change"]
+            body.append(
+                [
+                    label,
+                    key,
+                    num(r["this"], 4),
+                    num(r["other"], 4),
+                    "—" if ch is None else f"{ch * 100:+.1f} %",
+                ]
+            )
+    return head, body
+
+
+def busy_sentence(s: dict[str, Any]) -> str:
+    """'4 disks were 96 % busy on average (min 94 %, max 98 % on sdc)'."""
+    n = s["devices"]
+    return (
+        f"{'1 disk was' if n == 1 else f'{n} disks were'} {s['busy_ratio_mean'] * 100:.0f} % "
+        f"busy on average (min {s['busy_ratio_min'] * 100:.0f} %, max "
+        f"{s['busy_ratio_max'] * 100:.0f} % on {s['busiest']})"
+    )
+
+
+# --- summary ------------------------------------------------------------------------------
+
+
+def summary_lines(doc: dict[str, Any]) -> list[str]:
+    """The few lines printed after a report is written."""
+    w = doc["window"]
+    lines = [
+        f"run {doc['run']}: {w['start_iso']} → {w['end_iso']} ({seconds(w['duration_seconds'])}"
+        f"), step {num(doc['step_seconds'])} s"
+    ]
+    for label, d in scope_rows(doc):
+        parts = []
+        if d.get("gigabits") is not None:
+            parts.append(
+                f"{si((d['bytes_tx'] or 0) + (d['bytes_rx'] or 0), 'B')} moved, "
+                f"{num(d['gbit_per_second_mean'])} Gbit/s mean, "
+                f"{num(d['gbit_per_second_peak'])} peak"
+            )
+        if d.get("energy_joules") is not None:
+            parts.append(
+                f"{si(d['energy_joules'], 'J')} ({d['energy_source']}), "
+                f"{num(d['watts_mean'])} W mean"
+            )
+        if d.get("joules_per_gigabit") is not None:
+            parts.append(f"{num(d['joules_per_gigabit'])} J/Gbit")
+        if d.get("idle_watts") is not None:
+            parts.append(
+                f"idle {num(d['idle_watts'])} W + {num(d['marginal_joules_per_gigabit'])} "
+                f"J/Gbit (r² {num(d['r_squared'])}), r {num(d['pearson_r'])}, "
+                f"lag {num(d['lag_seconds'])} s"
+            )
+        lines.append(f"  {label}: " + ("; ".join(parts) or "no data"))
+    for h, hd in doc["hosts"].items():
+        s = hd.get("disk_summary")
+        if s and "busy_ratio_mean" in s:
+            mb = sum(s["bytes_per_second_mean"].values()) / 1e6
+            lines.append(f"  disks of {h}: {busy_sentence(s)}, {num(mb)} MB/s")
+    if "compare" in doc:
+        c = doc["compare"]["site"]
+        lines.append(
+            f"  vs {doc['compare']['run']}: site J/Gbit {num(c['joules_per_gigabit']['other'])}"
+            f" → {num(c['joules_per_gigabit']['this'])}, Gbit/s "
+            f"{num(c['gbit_per_second_mean']['other'])} → {num(c['gbit_per_second_mean']['this'])}"
+        )
+    lines += [f"WARNING: {w}" for w in doc["warnings"]]
+    return lines
+
+
+# --- Markdown -----------------------------------------------------------------------------
+
+
+def _md_table(head: list[str], body: list[list[str]]) -> str:
+    def esc(c: str) -> str:
+        return c.replace("|", "\\|")
+
+    out = ["| " + " | ".join(esc(h) for h in head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in body]
+    return "\n".join(out)
+
+
+def markdown(doc: dict[str, Any], html_name: str) -> str:
+    """The Markdown report (tables; the charts are in the HTML one)."""
+    w = doc["window"]
+    parts = [
+        f"# wattbit report: {doc['run']}",
+        "",
+        f"Window {w['start_iso']} → {w['end_iso']} ({seconds(w['duration_seconds'])}, from "
+        f"{'the run registry' if w['source'] == 'run' else '--start/--end'}), analysis step "
+        f"{num(doc['step_seconds'])} s, Prometheus {doc['prometheus']}. "
+        f"Charts: [{html_name}]({html_name}).",
+        "",
+    ]
+    if doc["warnings"]:
+        parts += ["## Warnings", ""] + [f"* **{x}**" for x in doc["warnings"]] + [""]
+    parts += ["## Summary", "", _md_table(*table_cells(doc)), ""]
+    parts += [
+        "Bits are (tx + rx) bytes × 8 of every interface each host's agent exports; traffic "
+        "between two monitored hosts counts at both. J/Gbit = energy ÷ those gigabits. Idle W "
+        "and marginal J/Gbit: least squares of watts on Gbit/s per step. Methods: docs/report.md.",
+        "",
+    ]
+    head, body = disk_cells(doc)
+    if body:
+        parts += ["## Disks", ""]
+        for h, hd in doc["hosts"].items():
+            s = hd.get("disk_summary")
+            if s and "busy_ratio_mean" in s:
+                parts.append(f"* {h}: {busy_sentence(s)}")
+        parts += ["", _md_table(head, body), ""]
+    parts += ["## Outlets", "", _md_table(*outlet_cells(doc)), ""]
+    parts += ["## Coverage by source", "", _md_table(*source_cells(doc)), ""]
+    if "compare" in doc:
+        parts += [f"## Compared with {doc['compare']['run']}", ""]
+        parts += [_md_table(*compare_cells(doc)), ""]
+    return "\n".join(parts)
+
+
+# --- charts -------------------------------------------------------------------------------
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    _plt().close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+MAX_LINE_POINTS = 1200  # a chart is ~900 px wide: more points draw nothing more
+MAX_SCATTER_POINTS = 3000
+
+
+def _minutes(result: Result) -> list[float]:
+    g = result.grid
+    return [(t - g.start) / 60 for t in g.edges[1:]]
+
+
+def decimate(
+    x: Sequence[float], *series: Sequence[float | None], max_points: int = MAX_LINE_POINTS
+) -> tuple[list[float], ...]:
+    """Average consecutive points into at most ``max_points`` buckets (NaN where all missing).
+
+    Keeps the drawing cost of a 24-hour line at 1 s the same as a short run's; a bucket with
+    no value stays a gap in the line.
+    """
+    n = len(x)
+    per = max(1, math.ceil(n / max_points))
+    xs: list[float] = []
+    outs: list[list[float]] = [[] for _ in series]
+    for i in range(0, n, per):
+        xs.append(x[min(n - 1, i + per // 2)])
+        for out, s in zip(outs, series, strict=True):
+            vals = [v for v in s[i : i + per] if v is not None]
+            out.append(math.fsum(vals) / len(vals) if vals else math.nan)
+    return (xs, *outs)
+
+
+def _shade_gaps(ax: Any, x: Sequence[float], *series: Sequence[float]) -> None:
+    """Grey bands where any of the series has no data."""
+    if len(x) < 2:
+        return
+    half = (x[1] - x[0]) / 2
+    start = None
+    for i, _ in enumerate([*x, math.nan]):
+        missing = i < len(x) and any(math.isnan(s[i]) for s in series)
+        if missing and start is None:
+            start = i
+        elif not missing and start is not None:
+            ax.axvspan(x[start] - half, x[i - 1] + half, color="#999", alpha=0.2, lw=0)
+            start = None
+
+
+def chart_timeline(result: Result, key: str, title: str) -> str:
+    """Gbit/s and watts of one scope against time."""
+    plt = _plt()
+    tl = result.timelines[key]
+    x, gbps, watts = decimate(_minutes(result), tl.gbps, tl.watts)
+    fig, ax = plt.subplots(figsize=(11, 3.2))
+    _shade_gaps(ax, x, gbps, watts)
+    ax.plot(x, gbps, color="#1f77b4", lw=1, label="Gbit/s")
+    ax.set_xlabel("minutes from start")
+    ax.set_ylabel("Gbit/s", color="#1f77b4")
+    ax2 = ax.twinx()
+    ax2.plot(x, watts, color="#d62728", lw=1, label="W")
+    ax2.set_ylabel("W", color="#d62728")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.subplots_adjust(left=0.06, right=0.93, top=0.89, bottom=0.16)
+    return _png(fig)
+
+
+def chart_scatter(
+    result: Result, key: str, scope: dict[str, Any], title: str, other: Result | None = None
+) -> str:
+    """Watts against Gbit/s per step, with the least-squares line."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    series = [(result, scope, "#1f77b4", result.doc["run"])]
+    if other is not None and key in other.timelines:
+        sc = other.doc["site"] if key == "site" else None
+        series.append((other, sc or {}, "#ff7f0e", other.doc["run"]))
+    for res, sc, color, label in series:
+        tl = res.timelines[key]
+        pts = [
+            (g, w)
+            for g, w in zip(tl.gbps, tl.watts, strict=True)
+            if g is not None and w is not None
+        ]
+        pts = pts[:: max(1, math.ceil(len(pts) / MAX_SCATTER_POINTS))]
+        if pts:
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            ax.scatter(xs, ys, s=6, alpha=0.5, color=color, label=label)
+        a, b = sc.get("idle_watts"), sc.get("marginal_joules_per_gigabit")
+        if pts and a is not None and b is not None:
+            ends = [0.0, max(p[0] for p in pts)]
+            fit = f"{num(a)} W + {num(b)} J/Gbit (r² {num(sc.get('r_squared'))})"
+            ax.plot(ends, [a + b * x for x in ends], color=color, lw=1.5, label=fit)
+    ax.set_xlabel("Gbit/s")
+    ax.set_ylabel("W")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="best")
+    fig.subplots_adjust(left=0.14, right=0.97, top=0.91, bottom=0.14)
+    return _png(fig)
+
+
+def chart_disks(result: Result, host: str) -> str | None:
+    """Busy % of a host's disks against time (a band for many disks)."""
+    busy = result.disk_busy.get(host) or {}
+    if not busy:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(11, 2.8))
+    if len(busy) <= 12:
+        x, *lines = decimate(_minutes(result), *busy.values())
+        for dev, vals in zip(busy, lines, strict=True):
+            ax.plot(x, [v * 100 for v in vals], lw=1, label=dev)
+        ax.legend(fontsize=7, ncol=6, loc="lower right")
+    else:
+        cols = list(zip(*busy.values(), strict=True))
+        lo_, hi_, mean_ = [], [], []
+        for c in cols:
+            vals = [v for v in c if v is not None]
+            lo_.append(min(vals) if vals else None)
+            hi_.append(max(vals) if vals else None)
+            mean_.append(math.fsum(vals) / len(vals) if vals else None)
+        x, lo, hi, mean = decimate(_minutes(result), lo_, hi_, mean_)
+        lo, hi, mean = ([v * 100 for v in s] for s in (lo, hi, mean))
+        ax.fill_between(x, lo, hi, alpha=0.3, label="min–max")
+        ax.plot(x, mean, lw=1, label=f"mean of {len(busy)} disks")
+        ax.legend(fontsize=7, loc="lower right")
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("busy %")
+    ax.set_xlabel("minutes from start")
+    ax.set_title(f"disks of {host}")
+    ax.grid(alpha=0.3)
+    fig.subplots_adjust(left=0.06, right=0.98, top=0.88, bottom=0.18)
+    return _png(fig)
+
+
+def chart_components(result: Result) -> str | None:
+    """Watts of every component against time."""
+    keys = [k for k in result.timelines if k.startswith("component:")]
+    if not keys:
+        return None
+    plt = _plt()
+    x, *lines = decimate(_minutes(result), *(result.timelines[k].watts for k in keys))
+    fig, ax = plt.subplots(figsize=(11, 2.8))
+    for k, vals in zip(keys, lines, strict=True):
+        ax.plot(x, vals, lw=1, label=k.split(":", 1)[1])
+    ax.set_ylabel("W")
+    ax.set_xlabel("minutes from start")
+    ax.set_title("watts by component")
+    ax.legend(fontsize=7, ncol=6, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.subplots_adjust(left=0.06, right=0.98, top=0.88, bottom=0.18)
+    return _png(fig)
+
+
+# --- HTML ---------------------------------------------------------------------------------
+
+CSS = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; background: #fff; }
+h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 28px; } h3 { font-size: 15px; }
+table { border-collapse: collapse; margin: 8px 0; font-size: 12px; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: right; }
+th { background: #f0f0f0; } td:first-child, th:first-child { text-align: left; }
+.warn { background: #fff0f0; border: 1px solid #d33; padding: 8px 12px; color: #900; }
+.charts img { display: block; margin: 6px 0; max-width: 100%; }
+.note { color: #555; font-size: 12px; }
+"""
+
+
+def _html_table(head: list[str], body: list[list[str]]) -> str:
+    e = html.escape
+    rows = ["<tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"]
+    rows += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in body]
+    return "<table>" + "".join(rows) + "</table>"
+
+
+def _img(png: str | None, alt: str) -> str:
+    if png is None:
+        return ""
+    return f'<img class="chart" alt="{html.escape(alt)}" src="data:image/png;base64,{png}">'
+
+
+def html_report(result: Result, other: Result | None = None) -> str:
+    """The self-contained HTML report."""
+    doc = result.doc
+    e = html.escape
+    w = doc["window"]
+    out = [
+        "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
+        f"<title>wattbit report: {e(doc['run'])}</title><style>{CSS}</style></head><body>",
+        f"<h1>wattbit report: {e(doc['run'])}</h1>",
+        f"<p>{e(w['start_iso'])} → {e(w['end_iso'])} ({e(seconds(w['duration_seconds']))}); "
+        f"analysis step {e(num(doc['step_seconds']))} s; Prometheus {e(doc['prometheus'])}</p>",
+    ]
+    if doc["warnings"]:
+        out.append(
+            '<div class="warn"><b>Warnings</b><ul>'
+            + "".join(f"<li>{e(x)}</li>" for x in doc["warnings"])
+            + "</ul></div>"
+        )
+    out += ["<h2>Summary</h2>", _html_table(*table_cells(doc))]
+    out.append(
+        '<p class="note">Bits: (tx + rx) bytes × 8 of every interface each host\'s agent '
+        "exports (traffic between two monitored hosts counts at both). J/Gbit = energy ÷ "
+        "those gigabits. Idle W, marginal J/Gbit, r²: least squares of watts on Gbit/s per "
+        "step; lag: the shift (positive: power follows traffic) that maximises Pearson's r."
+        "</p>"
+    )
+    out.append('<div class="charts">')
+    out.append("<h2>Site</h2>")
+    out.append(_img(chart_timeline(result, "site", "site: Gbit/s and W"), "site timeline"))
+    out.append(
+        _img(chart_scatter(result, "site", doc["site"], "site: W vs Gbit/s", other), "site fit")
+    )
+    out.append(_img(chart_components(result), "watts by component"))
+    for h, hd in doc["hosts"].items():
+        out.append(f"<h2>Host {e(h)}</h2>")
+        key = "host:" + h
+        out.append(_img(chart_timeline(result, key, f"{h}: Gbit/s and W"), f"{h} timeline"))
+        if hd.get("idle_watts") is not None:
+            out.append(_img(chart_scatter(result, key, hd, f"{h}: W vs Gbit/s"), f"{h} fit"))
+        s = hd.get("disk_summary")
+        if s and "busy_ratio_mean" in s:
+            out.append(f"<p>{e(busy_sentence(s))}.</p>")
+        out.append(_img(chart_disks(result, h), f"{h} disks"))
+    out.append("</div>")
+    head, body = disk_cells(doc)
+    if body:
+        out += ["<h2>Disks</h2>", _html_table(head, body)]
+    out += ["<h2>Outlets</h2>", _html_table(*outlet_cells(doc))]
+    out += ["<h2>Coverage by source</h2>", _html_table(*source_cells(doc))]
+    if "compare" in doc:
+        out += [f"<h2>Compared with {e(doc['compare']['run'])}</h2>"]
+        out += [_html_table(*compare_cells(doc))]
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def write(result: Result, out_dir: Path, other: Result | None = None) -> list[Path]:
+    """Write ``RUN.json``, ``RUN.md`` and ``RUN.html`` into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    base = safe_name(result.doc["run"])
+    pj, pm, ph = (out_dir / f"{base}.{ext}" for ext in ("json", "md", "html"))
+    doc = finite(result.doc)
+    pj.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    pm.write_text(markdown(doc, ph.name))
+    ph.write_text(html_report(result, other))
+    return [pj, pm, ph]
