@@ -22,7 +22,7 @@ test-unit: bootstrap
 	$(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)
 
 demo: bootstrap
-	$(PY) -m collector.cli demo
+	$(PY) -m collector.demo $(DEMO_ARGS)
 
 bench: bootstrap
 	$(PY) bench/agent_scrape.py

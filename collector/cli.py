@@ -71,7 +71,7 @@ def _demo(args: argparse.Namespace) -> int:
     from . import demo
 
     _logging(args.log_level or "warning")
-    return demo.main(duration=args.duration, disks=args.disks)
+    return demo.main(args.duration, args.disks, args.out, args.wait, args.disk_mb)
 
 
 def _logging(level: str) -> None:
@@ -88,7 +88,7 @@ def parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True)
 
-    a = sub.add_parser("agent", help="host agent: serve block I/O metrics on /metrics")
+    a = sub.add_parser("agent", help="host agent: serve block I/O and NIC metrics on /metrics")
     a.add_argument("--config", help="agent YAML configuration (default: built-in defaults)")
     a.add_argument("--listen", help="HOST:PORT to serve on (default :9731)")
     a.add_argument(
@@ -116,9 +116,20 @@ def parser() -> argparse.ArgumentParser:
     runs_cli.register(sub)
     report_cli.register(sub)
 
-    d = sub.add_parser("demo", help="one-machine demo on loop disks (root)")
-    d.add_argument("--duration", type=float, default=30.0, help="seconds of load (default 30)")
-    d.add_argument("--disks", type=int, default=4, help="number of loop disks (default 4)")
+    d = sub.add_parser(
+        "demo",
+        help="one-machine demo: loop disks, a veth stream, a simulated PDU, the stack, a report",
+    )
+    d.add_argument("--duration", type=float, default=60.0, help="seconds of run (default 60)")
+    d.add_argument("--disks", type=int, default=4, help="loop disks (default 4)")
+    d.add_argument("--disk-mb", type=int, default=256, help="size of each loop disk in MB")
+    d.add_argument("--out", default="demo-report", help="report directory (default demo-report)")
+    d.add_argument(
+        "--wait",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep Prometheus up until Enter (default: when stdin is a terminal)",
+    )
     d.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     d.set_defaults(func=_demo)
     return p

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 # promtool; bpftrace is the comparison point in bench/blockio_overhead.
 PKGS=(python3-bpfcc bpftrace prometheus fio python3-venv python3-dev iproute2 kmod openssl ethtool iperf3
       util-linux bpftool snmp chromium fonts-liberation prometheus-alertmanager fuse3 libfuse2
-      prometheus-node-exporter)
+      prometheus-node-exporter docker-compose)
 
 missing=()
 for p in "${PKGS[@]}"; do

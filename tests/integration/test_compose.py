@@ -1,0 +1,215 @@
+"""docker-compose.yml, validated without a container engine.
+
+`docker-compose config -q` (Debian's docker-compose v1), then on the configuration it resolves:
+every bind-mounted path and secret file exists, `promtool check config` on the Prometheus
+configuration the stack mounts (its container paths mapped back onto the repository, so the
+rule files it loads are the real alerts/*.yml), `amtool check-config` on Alertmanager's,
+Grafana's provisioning points at the dashboards that exist and at the Prometheus service, and
+every image is pinned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import require
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _compose(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    require(shutil.which("docker-compose") is not None, "docker-compose is not installed")
+    secrets = tmp_path / "secrets"
+    if not secrets.exists():
+        r = subprocess.run(
+            [str(ROOT / "deploy/compose/init-secrets.sh"), str(secrets)],
+            capture_output=True,
+            text=True,
+        )
+        assert r.returncode == 0, r.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSE_")}
+    env["WATTBIT_SECRETS_DIR"] = str(secrets)
+    return subprocess.run(
+        ["docker-compose", "-f", str(ROOT / "docker-compose.yml"), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def resolved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("compose")
+    r = _compose(tmp, "--profile", "demo", "config")
+    assert r.returncode == 0, r.stderr
+    doc = yaml.safe_load(r.stdout)
+    doc["_tmp"] = tmp
+    return dict(doc)
+
+
+def test_config_is_valid(tmp_path: Path) -> None:
+    r = _compose(tmp_path, "config", "-q")
+    assert r.returncode == 0, r.stderr
+    r = _compose(tmp_path, "--profile", "demo", "config", "-q")
+    assert r.returncode == 0, r.stderr
+
+
+def test_services(resolved: dict[str, Any]) -> None:
+    services = resolved["services"]
+    assert set(services) >= {
+        "prometheus",
+        "alertmanager",
+        "grafana",
+        "node-exporter",
+        "agent",
+        "collector",
+        "pdusim",
+    }
+    assert services["pdusim"].get("profiles") == ["demo"]
+    agent = services["agent"]
+    assert agent["network_mode"] == "host"
+    assert {"BPF", "PERFMON"} <= set(agent["cap_add"])
+    assert not agent.get("privileged"), "capabilities, not privileged: docs/deploy.md"
+
+
+def _binds(service: dict[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    for v in service.get("volumes", []):
+        if isinstance(v, dict):
+            if v.get("type") == "bind":
+                out.append((v["source"], v["target"]))
+        else:
+            src, dst = v.split(":")[:2]
+            if src.startswith(("/", ".")):
+                out.append((src, dst))
+    return out
+
+
+def test_every_mounted_path_exists(resolved: dict[str, Any]) -> None:
+    host_paths = ("/lib/modules", "/usr/src", "/sys/kernel", "/")  # the host's, not ours
+    for name, svc in resolved["services"].items():
+        for src, _ in _binds(svc):
+            if any(src == p or src.startswith(p + "/") for p in host_paths[:3]) or src == "/":
+                continue
+            assert Path(src).exists(), f"{name}: {src} does not exist"
+            assert Path(src).resolve().is_relative_to(ROOT), f"{name}: {src} outside the repo"
+    for name, sec in resolved.get("secrets", {}).items():
+        assert Path(sec["file"]).is_file(), f"secret {name}: {sec['file']} missing"
+        assert Path(sec["file"]).stat().st_mode & 0o077 == 0, f"secret {name} not 0600"
+
+
+def test_secrets_are_files_not_inline(resolved: dict[str, Any]) -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert not re.search(r"(?i)(password|token|community|secret)\s*[:=]\s*['\"]?\w{6,}", text)
+    grafana = resolved["services"]["grafana"]["environment"]
+    assert grafana["GF_SECURITY_ADMIN_PASSWORD__FILE"].startswith("/run/secrets/")
+    cfg = yaml.safe_load((ROOT / "deploy/compose/collector.yml").read_text())
+    for auth in cfg["auths"].values():
+        assert "community" not in auth and "auth_key" not in auth
+    assert cfg["runs"]["token_file"].startswith("/run/secrets/")
+
+
+def test_images_are_pinned(resolved: dict[str, Any]) -> None:
+    for name, svc in resolved["services"].items():
+        image = svc["image"]
+        tag = image.rsplit(":", 1)[-1] if ":" in image else ""
+        assert re.fullmatch(r"v?\d+\.\d+\.\d+", tag), f"{name}: {image} is not pinned"
+    base = re.search(r"^FROM (\S+)", (ROOT / "Dockerfile").read_text(), re.M)
+    assert base and re.search(r":\d+\.\d+", base.group(1)), "Dockerfile base image not pinned"
+
+
+def _mapped(service: dict[str, Any], container_path: str) -> Path:
+    """The repository path that a container path of a service comes from."""
+    best = ("", "")
+    for src, dst in _binds(service):
+        if (container_path == dst or container_path.startswith(dst.rstrip("/") + "/")) and len(
+            dst
+        ) > len(best[1]):
+            best = (src, dst)
+    assert best[0], f"{container_path} is not mounted"
+    return Path(best[0] + container_path[len(best[1]) :])
+
+
+def test_promtool_checks_the_mounted_prometheus_config(
+    resolved: dict[str, Any], tmp_path: Path
+) -> None:
+    require(shutil.which("promtool") is not None, "promtool is not installed")
+    prom = resolved["services"]["prometheus"]
+    cfg_path = _mapped(prom, "/etc/prometheus/prometheus.yml")
+    cfg = yaml.safe_load(cfg_path.read_text())
+    # map every container path the configuration names back onto the repository
+    rules = [str(_mapped(prom, f)) for f in cfg["rule_files"]]
+    assert any(list(Path(r).parent.glob(Path(r).name)) for r in rules), "no rule file matched"
+    cfg["rule_files"] = rules
+    for job in cfg["scrape_configs"]:
+        for sd in job.get("file_sd_configs", []):
+            sd["files"] = [str(_mapped(prom, f)) for f in sd["files"]]
+            for f in sd["files"]:
+                assert Path(f).is_file(), f
+    local = tmp_path / "prometheus.yml"
+    local.write_text(yaml.safe_dump(cfg))
+    r = subprocess.run(["promtool", "check", "config", str(local)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "SUCCESS" in r.stdout + r.stderr
+    jobs = {j["job_name"] for j in cfg["scrape_configs"]}
+    assert jobs == {"wattbit-agent", "wattbit-collector", "node"}
+    collector = next(j for j in cfg["scrape_configs"] if j["job_name"] == "wattbit-collector")
+    assert collector["honor_labels"] is True
+    assert collector["static_configs"][0]["targets"] == ["collector:9732"]
+    am = cfg["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+    assert am == ["alertmanager:9093"]
+
+
+def test_amtool_checks_the_mounted_alertmanager_config(resolved: dict[str, Any]) -> None:
+    require(shutil.which("amtool") is not None, "amtool is not installed")
+    am = resolved["services"]["alertmanager"]
+    path = _mapped(am, "/etc/alertmanager/alertmanager.yml")
+    r = subprocess.run(["amtool", "check-config", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_collector_config_validates(resolved: dict[str, Any], tmp_path: Path) -> None:
+    from collector.collector_config import CollectorConfig
+    from collector.config import load_model
+
+    svc = resolved["services"]["collector"]
+    text = _mapped(svc, "/etc/wattbit/collector.yml").read_text()
+    secrets = resolved["_tmp"] / "secrets"
+    local = tmp_path / "collector.yml"
+    local.write_text(text.replace("/run/secrets/", f"{secrets}/"))
+    cfg = load_model(CollectorConfig, local)
+    assert cfg.pdus and all(p.outlets for p in cfg.pdus)
+    from collector.config import AgentConfig
+
+    load_model(AgentConfig, _mapped(resolved["services"]["agent"], "/etc/wattbit/agent.yml"))
+
+
+def test_grafana_provisioning_points_at_existing_dashboards(resolved: dict[str, Any]) -> None:
+    grafana = resolved["services"]["grafana"]
+    prov = _mapped(grafana, "/etc/grafana/provisioning")
+    providers = yaml.safe_load((prov / "dashboards" / "wattbit.yml").read_text())["providers"]
+    for p in providers:
+        folder = _mapped(grafana, p["options"]["path"])
+        dashboards = sorted(folder.glob("*.json"))
+        assert dashboards, f"no dashboards in {folder}"
+        for d in dashboards:
+            doc = json.loads(d.read_text())
+            assert doc.get("uid") and doc.get("panels"), d
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert _mapped(grafana, home).is_file()
+    sources = yaml.safe_load((prov / "datasources" / "prometheus.yml").read_text())
+    url = sources["datasources"][0]["url"]
+    m = re.fullmatch(r"http://([a-z0-9-]+):(\d+)", url)
+    assert m and m.group(1) in resolved["services"], url
+    assert m.group(2) == "9090"
