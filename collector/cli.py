@@ -6,27 +6,48 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+from pydantic import BaseModel
 
 from .errors import ConfigError
 
+if TYPE_CHECKING:
+    from .webconfig import WebConfig
 
-def _agent(args: argparse.Namespace) -> int:
-    from . import agent
-    from .config import AgentConfig, load_model, parse_listen
+M = TypeVar("M", bound=BaseModel)
+
+
+def _load(
+    model: type[M], args: argparse.Namespace, default_port: int
+) -> tuple[M, WebConfig | None]:
+    """The validated config file with --listen and --web-config applied, and its web config.
+
+    Every problem is a ConfigError (exit 2) raised before anything starts.
+    """
+    from .config import load_model, parse_listen
     from .webconfig import load_web_config
 
-    cfg = load_model(AgentConfig, args.config)
+    cfg = load_model(model, args.config)
     updates: dict[str, object] = {}
     if args.listen:
         try:
-            parse_listen(args.listen, agent.DEFAULT_PORT)
+            parse_listen(args.listen, default_port)
         except ValueError as exc:
             raise ConfigError("--listen", "listen", str(exc)) from exc
         updates["listen"] = args.listen
     if args.web_config:
         updates["web_config"] = args.web_config
     cfg = cfg.model_copy(update=updates)
-    web = load_web_config(cfg.web_config) if cfg.web_config else None
+    web_path = getattr(cfg, "web_config", None)
+    return cfg, load_web_config(web_path) if web_path else None
+
+
+def _agent(args: argparse.Namespace) -> int:
+    from . import agent
+    from .config import AgentConfig
+
+    cfg, web = _load(AgentConfig, args, agent.DEFAULT_PORT)
     _logging(args.log_level or cfg.log_level)
     try:
         return agent.run(cfg, web)
@@ -40,21 +61,8 @@ def _collector(args: argparse.Namespace) -> int:
 
     from . import site
     from .collector_config import CollectorConfig, redacted
-    from .config import load_model, parse_listen
-    from .webconfig import load_web_config
 
-    cfg = load_model(CollectorConfig, args.config)
-    updates: dict[str, object] = {}
-    if args.listen:
-        try:
-            parse_listen(args.listen, site.DEFAULT_PORT)
-        except ValueError as exc:
-            raise ConfigError("--listen", "listen", str(exc)) from exc
-        updates["listen"] = args.listen
-    if args.web_config:
-        updates["web_config"] = args.web_config
-    cfg = cfg.model_copy(update=updates)
-    web = load_web_config(cfg.web_config) if cfg.web_config else None
+    cfg, web = _load(CollectorConfig, args, site.DEFAULT_PORT)
     site.profiles_for(cfg, args.config)  # a configured profile that does not exist: exit 2 now
     if args.print_config:
         print(json.dumps(redacted(cfg), indent=2, default=str))

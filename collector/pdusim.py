@@ -139,6 +139,10 @@ def _types() -> dict[str, Any]:
         "67": p.TimeTicks,
         "68": p.Opaque,
         "70": p.Counter64,
+        # snmpsim's tags for the RFC 3416 exceptions (fault-test recordings use them)
+        "128": p.NoSuchObject,
+        "129": p.NoSuchInstance,
+        "130": p.EndOfMibView,
     }
 
 
@@ -159,7 +163,7 @@ def load_snmprec(path: Path) -> dict[tuple[int, ...], Any]:
             continue
         if tag.endswith("x"):
             value = cls(bytes.fromhex(text))
-        elif tag == "5":
+        elif tag in ("5", "128", "129", "130"):
             value = cls("")
         elif tag in ("4", "68"):
             value = cls(text.encode("latin-1"))

@@ -247,6 +247,21 @@ class Collector(Agent):
     command = "collector"
 
 
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run promtool from the repository root."""
+    return subprocess.run(
+        ["promtool", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+def assert_promtool_clean(proc: subprocess.CompletedProcess[str]) -> None:
+    """Exit 0, SUCCESS, and no warning anywhere in promtool's output."""
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "warn" not in out.lower(), out
+    assert "SUCCESS" in out, out
+
+
 def parse_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Exposition text as {(sample name, sorted labels): value}."""
     out = {}

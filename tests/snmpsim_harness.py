@@ -321,48 +321,9 @@ def raw_get(host: str, port: int, community: str, oid: str, timeout: float) -> A
 
 def load_snmprec(path: Path) -> list[tuple[tuple[int, ...], Any]]:
     """A .snmprec recording as sorted (oid, pysnmp value); variation rows take their value."""
-    from pysnmp.proto import api
+    from collector.pdusim import load_snmprec as load
 
-    p = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
-    types: dict[str, Any] = {
-        "2": p.Integer32,
-        "4": p.OctetString,
-        "5": p.Null,
-        "6": p.ObjectIdentifier,
-        "64": p.IpAddress,
-        "65": p.Counter32,
-        "66": p.Gauge32,
-        "67": p.TimeTicks,
-        "68": p.Opaque,
-        "70": p.Counter64,
-        "128": p.NoSuchObject,
-        "129": p.NoSuchInstance,
-        "130": p.EndOfMibView,
-    }
-    rows = []
-    for line in path.read_text(encoding="latin-1").splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        oid, tag, text = line.split("|", 2)
-        tag, _, module = tag.partition(":")
-        if module:  # e.g. 2:numeric|min=1,max=2,initial=2 or 4:writecache|value=x
-            opts = dict(kv.split("=", 1) for kv in text.split(",") if "=" in kv)
-            text = opts.get("value", opts.get("initial", opts.get("min", "")))
-        hexed = tag.endswith("x")
-        cls = types[tag.rstrip("x")]
-        if hexed:
-            value = cls(bytes.fromhex(text))
-        elif cls in (p.Null, p.NoSuchObject, p.NoSuchInstance, p.EndOfMibView):
-            value = cls("")
-        elif cls in (p.OctetString, p.Opaque):
-            value = cls(text.encode("latin-1"))
-        elif cls is p.ObjectIdentifier or cls is p.IpAddress:
-            value = cls(text)
-        else:
-            value = cls(int(text))
-        rows.append((tuple(int(x) for x in oid.split(".")), value))
-    rows.sort(key=lambda r: r[0])
-    return rows
+    return sorted(load(path).items(), key=lambda r: r[0])
 
 
 @dataclass
