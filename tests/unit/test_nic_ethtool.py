@@ -8,6 +8,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from conftest import require
 
 from exporters.nic import ethtool
 from exporters.nic.ethtool import MAX_QUEUES, Ethtool, QueueStat, queue_stats
@@ -298,8 +299,8 @@ def test_interface_name_too_long_is_enodev() -> None:
     assert e.value.errno == errno.ENODEV
 
 
-@pytest.mark.skipif(struct.calcsize("P") != 8, reason="layouts checked for LP64 (x86_64)")
 def test_struct_layouts() -> None:
+    require(struct.calcsize("P") == 8, "layouts checked for LP64 (x86_64)")
     # include/uapi/linux/if.h and ethtool.h on x86_64.
     assert ethtool._IFREQ.size == 40
     assert ethtool._DRVINFO.size == 196
@@ -309,8 +310,7 @@ def test_struct_layouts() -> None:
 
 
 def test_buffer_is_followed_by_a_guard_page() -> None:
-    if ethtool._MPROTECT is None:
-        pytest.skip("no mprotect through ctypes")
+    require(ethtool._MPROTECT is not None, "no mprotect through ctypes")
     with ethtool._Buffer(100) as buf:
         guard = buf.address + ethtool.mmap.PAGESIZE
         for line in Path("/proc/self/maps").read_text().splitlines():
