@@ -12,7 +12,11 @@ drift does not bias one side. Tracers:
 
 Kernel-side cost comes from kernel.bpf_stats_enabled (run_time_ns / run_cnt per program, read
 with bpftool): the deltas of the issue and complete programs over a run, divided by fio's
-total I/Os. Needs root, fio (libaio), bpftool, bpftrace, losetup and bcc.
+total I/Os. That accounting is not free (two clock reads and a per-CPU update around every
+program run, ~40 ns per run here), and it slows only the side with a tracer: so the IOPS of
+both sides are measured with it off, and each tracer session then runs a separate cost run
+(--cost-runtime seconds) with it on, whose IOPS are reported but not compared. Needs root, fio
+(libaio), bpftool, bpftrace, losetup and bcc.
 
     sudo .venv/bin/python bench/blockio_overhead.py [--pairs 5] [--runtime 10] [--json out.json]
 """
@@ -413,14 +417,24 @@ def loop_device() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def bpf_stats_enabled() -> Iterator[None]:
-    """kernel.bpf_stats_enabled=1 for the duration, the previous value restored after."""
+def bpf_stats_off() -> Iterator[None]:
+    """kernel.bpf_stats_enabled=0 for the duration (see bpf_stats_on), the previous value after."""
     previous = BPF_STATS.read_text().strip()
-    BPF_STATS.write_text("1")
+    BPF_STATS.write_text("0")
     try:
         yield
     finally:
         BPF_STATS.write_text(previous)
+
+
+@contextlib.contextmanager
+def bpf_stats_on() -> Iterator[None]:
+    """kernel.bpf_stats_enabled=1 for one cost run only: the accounting slows every program run."""
+    BPF_STATS.write_text("1")
+    try:
+        yield
+    finally:
+        BPF_STATS.write_text("0")
 
 
 def fio_run(dev: str, runtime: int) -> dict[str, Any]:
@@ -479,8 +493,9 @@ class Run:
     fio_usr_cpu_pct: float = 0.0
     fio_sys_cpu_pct: float = 0.0
     tracer_cpu_s: float | None = None
-    kernel_ns_per_io: float | None = None
-    progs: list[dict[str, Any]] = field(default_factory=list)
+    kernel_ns_per_io: float | None = None  # from the cost run, bpf_stats on
+    progs: list[dict[str, Any]] = field(default_factory=list)  # the cost run's deltas
+    cost_run: dict[str, Any] = field(default_factory=dict)  # its fio numbers, steal, neighbours
     extra: dict[str, Any] = field(default_factory=dict)
     loadavg_before: str = ""
     foreign_progs: list[str] = field(default_factory=list)
@@ -510,43 +525,50 @@ def _cpu_totals() -> list[int]:
     return [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
 
 
-def _fio_watched(dev: str, runtime: int, run: Run, ours: set[int]) -> None:
-    """fio_run into run, noting other processes' CPU and the VM's steal time meanwhile."""
+def _fio_watched(dev: str, runtime: int, ours: set[int]) -> dict[str, Any]:
+    """fio_run, plus other processes' CPU and the VM's steal time meanwhile."""
     # On a 2-CPU box anything else busy (a build, a test suite) moves IOPS far more than a
     # tracer does, so every run records who else ran; the report flags those runs.
     procs0, cpu0 = _processes(), _cpu_totals()
-    for key, value in fio_run(dev, runtime).items():
-        setattr(run, key, value)
+    out = fio_run(dev, runtime)
     procs1, cpu1 = _processes(), _cpu_totals()
     delta = [b - a for a, b in zip(cpu0, cpu1, strict=False)]
-    run.steal_pct = round(100 * delta[7] / max(1, sum(delta)), 2) if len(delta) > 7 else 0.0
+    out["steal_pct"] = round(100 * delta[7] / max(1, sum(delta)), 2) if len(delta) > 7 else 0.0
+    out["neighbours"] = []
     me = os.getpid()
     for pid, (comm, secs) in procs1.items():
         used = secs - procs0.get(pid, (comm, 0.0))[1]
         if pid in ours or pid == me or comm == "fio" or used < NEIGHBOUR_SHARE * runtime:
             continue
-        run.neighbours.append({"pid": pid, "comm": comm, "cpu_s": round(used, 2)})
+        out["neighbours"].append({"pid": pid, "comm": comm, "cpu_s": round(used, 2)})
+    return out
 
 
-def measure(dev: str, runtime: int, run: Run, tracer: Tracer | None) -> Run:
-    """One fio run, with tracer attached if given."""
+def measure(dev: str, runtime: int, cost_runtime: int, run: Run, tracer: Tracer | None) -> Run:
+    """One fio run (bpf_stats off), with tracer attached if given; then its cost run."""
     run.loadavg_before = Path("/proc/loadavg").read_text().strip()
     if tracer is None:
         run.foreign_progs = foreign_block_progs(set())
-        _fio_watched(dev, runtime, run, set())
+        for key, value in _fio_watched(dev, runtime, set()).items():
+            setattr(run, key, value)
         return run
     try:
         ids = tracer.start()
         run.foreign_progs = foreign_block_progs(set(ids))
-        before = bpf_progs()
         cpu0 = _cpu_seconds(tracer.pid)
         finish = tracer.during_run()
         try:
-            _fio_watched(dev, runtime, run, {tracer.pid})
+            # The IOPS the pair compares: bpf_stats off, as on a production host.
+            for key, value in _fio_watched(dev, runtime, {tracer.pid}).items():
+                setattr(run, key, value)
+            run.tracer_cpu_s = round(_cpu_seconds(tracer.pid) - cpu0, 3)
+            # The cost run: the same tracer session, bpf_stats on, a fio run of its own.
+            with bpf_stats_on():
+                before = bpf_progs()
+                run.cost_run = _fio_watched(dev, cost_runtime, {tracer.pid})
+                after = bpf_progs()
         finally:
             run.extra = finish()
-        after = bpf_progs()
-        run.tracer_cpu_s = round(_cpu_seconds(tracer.pid) - cpu0, 3)
     finally:
         tracer.stop()
     ns = 0
@@ -560,7 +582,8 @@ def measure(dev: str, runtime: int, run: Run, tracer: Tracer | None) -> Run:
         )
         if a.kind in ("issue", "complete"):
             ns += d_ns
-    run.kernel_ns_per_io = ns / run.total_ios if run.total_ios else None
+    cost_ios = run.cost_run.get("total_ios", 0)
+    run.kernel_ns_per_io = ns / cost_ios if cost_ios else None
     leaked = set(ids) & set(bpf_progs())
     if leaked:
         log(f"warning: {tracer.name}'s programs {sorted(leaked)} still loaded after it stopped")
@@ -570,10 +593,16 @@ def measure(dev: str, runtime: int, run: Run, tracer: Tracer | None) -> Run:
 def _describe(run: Run) -> str:
     s = f"{run.iops:>10,.0f} IOPS"
     if run.kernel_ns_per_io is not None:
-        s += f", {run.kernel_ns_per_io:6.1f} ns/IO in BPF"
+        cost = run.cost_run
+        s += f"; cost run: {cost['iops']:,.0f} IOPS, {run.kernel_ns_per_io:6.1f} ns/IO in BPF"
         cnt = {p["kind"]: p["run_cnt"] for p in run.progs}
         s += f" (runs: issue {cnt.get('issue', 0):,}, complete {cnt.get('complete', 0):,}"
-        s += f", fio I/Os {run.total_ios:,})"
+        s += f", fio I/Os {cost['total_ios']:,})"
+        if cost["neighbours"]:
+            busy = ", ".join(
+                f"{n['comm']}[{n['pid']}] {n['cpu_s']:.1f} s" for n in cost["neighbours"]
+            )
+            s += f"  [cost run NOISY: {busy}]"
     if run.tracer_cpu_s is not None:
         s += f", tracer CPU {run.tracer_cpu_s:.2f} s"
     if run.steal_pct >= 1:
@@ -599,6 +628,11 @@ def summarise(runs: list[Run], tracers: list[str]) -> dict[str, dict[str, Any]]:
             continue
         ratios = [p["on"].iops / p["off"].iops for p in done]
         ns = [p["on"].kernel_ns_per_io for p in done if p["on"].kernel_ns_per_io is not None]
+        per_prog: dict[str, list[float]] = {}
+        for p in done:
+            cost_ios = p["on"].cost_run.get("total_ios", 0)
+            for prog in p["on"].progs if cost_ios else []:
+                per_prog.setdefault(prog["kind"], []).append(prog["run_time_ns"] / cost_ios)
         out[name] = {
             "pairs": len(done),
             "ratio_median": statistics.median(ratios),
@@ -609,7 +643,14 @@ def summarise(runs: list[Run], tracers: list[str]) -> dict[str, dict[str, Any]]:
             "iops_on_median": statistics.median(p["on"].iops for p in done),
             "ns_per_io_median": statistics.median(ns) if ns else None,
             "ns_per_io": ns,
+            "ns_per_io_by_program_median": {k: statistics.median(v) for k, v in per_prog.items()},
+            "cost_iops_median": statistics.median(
+                p["on"].cost_run["iops"] for p in done if p["on"].cost_run
+            )
+            if any(p["on"].cost_run for p in done)
+            else None,
             "noisy_runs": sum(bool(r.neighbours) for p in done for r in p.values()),
+            "noisy_cost_runs": sum(bool(p["on"].cost_run.get("neighbours")) for p in done),
         }
     return out
 
@@ -630,6 +671,15 @@ def table(summary: dict[str, dict[str, Any]]) -> str:
             f"{s['iops_on_median']:>10,.0f} {s['ratio_median']:>9.4f} {s['ratio_min']:>6.3f} "
             f"{s['ratio_max']:>6.3f} {ns if ns is not None else float('nan'):>9.1f}  "
             f"ratio>={GOAL_RATIO} {ratio_ok}, ns/IO<={GOAL_NS_PER_IO:.0f} {ns_ok}"
+        )
+    for name, s in summary.items():
+        progs = ", ".join(
+            f"{k} {v:.1f}" for k, v in sorted(s["ns_per_io_by_program_median"].items())
+        )
+        cost = s["cost_iops_median"]
+        lines.append(
+            f"{name}: ns/IO by program (median): {progs or '-'}; IOPS in the cost runs "
+            f"(bpf_stats on, not compared): {cost if cost is None else f'{cost:,.0f}'}"
         )
     return "\n".join(lines)
 
@@ -698,7 +748,7 @@ def bench(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     with (
         tempfile.TemporaryDirectory(prefix="wattbit-bench-") as tmp,
-        bpf_stats_enabled(),
+        bpf_stats_off(),
         loop_device() as dev,
     ):
         log(f"loop device {dev} over 1 GiB in /dev/shm, nomerges=2")
@@ -722,7 +772,7 @@ def bench(args: argparse.Namespace) -> int:
                             pair=pair,
                             position=position,
                         )
-                        runs.append(measure(dev, args.runtime, run, side))
+                        runs.append(measure(dev, args.runtime, args.cost_runtime, run, side))
                         log(
                             f"pair {pair + 1}/{args.pairs} [{tracer.name}] {label}: "
                             + _describe(run)
@@ -733,7 +783,8 @@ def bench(args: argparse.Namespace) -> int:
     summary = summarise(runs, [t.name for t in tracers])
     print()
     print(
-        f"fio 4k randread QD32 libaio direct, {args.runtime} s per run, loop on tmpfs, "
+        f"fio 4k randread QD32 libaio direct, {args.runtime} s per run (bpf_stats off), "
+        f"+{args.cost_runtime} s cost run per tracer run (bpf_stats on), loop on tmpfs, "
         f"{info['nproc']} CPUs, kernel {info['kernel']}"
     )
     print(table(summary))
@@ -743,6 +794,12 @@ def bench(args: argparse.Namespace) -> int:
             f"WARNING: in {noisy} of {len(runs)} runs other processes used more than "
             f"{NEIGHBOUR_SHARE:.0%} of a CPU (see the log above or 'neighbours' in the JSON): "
             "the IOPS ratios are not trustworthy; rerun on an idle machine"
+        )
+    noisy_cost = sum(bool(r.cost_run.get("neighbours")) for r in runs)
+    if noisy_cost:
+        print(
+            f"WARNING: other processes were busy in {noisy_cost} cost runs: ns/IO may be "
+            "inflated (cache contention)"
         )
     if args.json:
         doc = {
@@ -761,12 +818,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pairs", type=int, default=5, help="pairs per tracer (default 5)")
     p.add_argument("--runtime", type=int, default=10, help="seconds per fio run (default 10)")
+    p.add_argument(
+        "--cost-runtime",
+        type=int,
+        default=5,
+        help="seconds of the extra fio run with bpf_stats on that measures ns/IO (default 5)",
+    )
     p.add_argument("--warmup", type=int, default=3, help="uncounted first fio run, s (0: none)")
     p.add_argument("--seed", type=int, help="shuffle the order in each pair (default alternate)")
     p.add_argument("--json", metavar="FILE", help="write every run's raw numbers here")
     args = p.parse_args(argv)
-    if args.pairs < 1 or args.runtime < 1:
-        p.error("--pairs and --runtime must be at least 1")
+    if args.pairs < 1 or args.runtime < 1 or args.cost_runtime < 1:
+        p.error("--pairs, --runtime and --cost-runtime must be at least 1")
     signal.signal(signal.SIGTERM, _sigterm)
     try:
         return bench(args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import subprocess
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "blockio.c"
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
+_U64 = (1 << 64) - 1
 
 
 def _fdinfo(fd: int) -> dict[str, int]:
@@ -62,9 +64,22 @@ def ensure_tracefs() -> None:
         )
 
 
-def cflags(max_inflight: int) -> list[str]:
-    """The compile flags that size blockio.c's maps and histograms."""
-    return [
+def percpu_stats_safe(release: str | None = None) -> bool:
+    """Whether this kernel (6.1 or later) lets tracing programs use run-time allocated maps."""
+    # Before 6.1 (bpf_mem_alloc) the verifier accepts them with a WARN_ONCE, a panic under
+    # panic_on_warn, and PREEMPT_RT refuses them: blockio.c then keeps its shared,
+    # preallocated statistics map. A backport we cannot see only costs the speed-up.
+    release = os.uname().release if release is None else release
+    try:
+        major, minor = (int(part) for part in release.split("-")[0].split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (6, 1)
+
+
+def cflags(max_inflight: int, percpu_stats: bool | None = None) -> list[str]:
+    """The compile flags that size blockio.c's maps and histograms (and pick the stats map)."""
+    flags = [
         f"-I{HERE}",
         f"-DLAT_SLOTS={LAT_SLOTS}",
         f"-DSIZE_SLOTS={SIZE_SLOTS}",
@@ -73,6 +88,30 @@ def cflags(max_inflight: int) -> list[str]:
         f"-DMAX_INFLIGHT={max_inflight}",
         "-DMAX_STATS=8192",
     ]
+    if percpu_stats_safe() if percpu_stats is None else percpu_stats:
+        flags.append("-DPERCPU_STATS")
+    return flags
+
+
+def _stat_fields(leaf: Any) -> dict[str, int]:
+    """Word (u64) index of each field of blockio.c's struct stat_val, and its size in words."""
+    out = {name: getattr(leaf, name).offset // 8 for name, *_ in leaf._fields_}
+    out["_words"] = ctypes.sizeof(leaf) // 8
+    return out
+
+
+def _sum_percpu(percpu: Any, words: int) -> list[int]:
+    """Sum the per-CPU copies of one stat_val word by word, modulo 2^64 as atomics would wrap.
+
+    The copies lie one after the other (every field is a u64), so a strided memoryview hands
+    each word's column of CPUs to sum() in C. Measured at 128 CPUs: 0.09 ms per (dev, op)
+    with a typical dozen non-zero words, 0.16-0.2 ms with all 48 non-zero (17-40 ms for 192
+    entries); summing ctypes attributes CPU by CPU takes 0.8 ms, big-integer lane tricks
+    ~0.16 ms. numpy is not a dependency. At 2 CPUs, read() of 192 entries takes 3.4 ms
+    (1.5 ms with the former shared map).
+    """
+    flat = memoryview(percpu).cast("B").cast("Q")
+    return [sum(flat[i::words]) & _U64 for i in range(words)]
 
 
 class BccBackend:
@@ -130,20 +169,24 @@ class BccBackend:
     def read(self) -> dict[str, DeviceStats]:
         """Cumulative per-device statistics since the program was loaded."""
         out: dict[str, DeviceStats] = {}
-        for key, val in self.bpf["stats"].items():
+        table = self.bpf["stats"]
+        # A per-CPU table's Leaf is stat_val * CPUs (sLeaf is stat_val); a shared one's is
+        # stat_val, which _sum_percpu sums as one CPU.
+        fields = _stat_fields(getattr(table, "sLeaf", table.Leaf))
+        lat, size = fields["lat"], fields["size"]
+        for key, percpu in table.items():
             if key.op >= len(OPS):
                 continue
+            val = _sum_percpu(percpu, fields["_words"])
             dev = out.setdefault(self._name(key.dev), DeviceStats())
-            lat = list(val.lat)
-            size = list(val.size)
             dev.ops[OPS[key.op]] = OpStats(
-                ios=val.ios,
-                bytes=val.bytes,
-                errors=val.errors,
-                lat_slots=lat,
-                lat_sum_seconds=val.lat_sum_ns / 1e9,
-                size_slots=size,
-                size_sum_bytes=val.size_sum,
+                ios=val[fields["ios"]],
+                bytes=val[fields["bytes"]],
+                errors=val[fields["errors"]],
+                lat_slots=val[lat : lat + LAT_SLOTS],
+                lat_sum_seconds=val[fields["lat_sum_ns"]] / 1e9,
+                size_slots=val[size : size + SIZE_SLOTS],
+                size_sum_bytes=val[fields["size_sum"]],
             )
         # Busy time and in-flight from the kernel's accounting (see blockio.c for why).
         for name, kernel in self.diskstats.read().items():

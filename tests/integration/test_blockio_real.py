@@ -106,7 +106,10 @@ def test_counts_bytes_busy_and_latency_match_the_kernel_and_fio(
             # the deficit, if any, must be no more than what the agent says it missed.
             missed = sample(s1, "wattbit_blockio_bpf_missed_events_total", event="complete")
             missed -= sample(s0, "wattbit_blockio_bpf_missed_events_total", event="complete")
-            assert kd[ios_f] - missed <= ios <= kd[ios_f], f"{d.name} {op}: {ios} vs {kd[ios_f]}"
+            # (plus 0.1 %: perf can also drop a tracepoint event before BPF sees it, uncounted)
+            assert kd[ios_f] - missed - kd[ios_f] * 0.001 <= ios <= kd[ios_f], (
+                f"{d.name} {op}: {ios} vs {kd[ios_f]}"
+            )
             assert ios >= kd[ios_f] * 0.995
             # The histograms time requests paired by (dev, sector); two requests in flight
             # for one sector (likely here: 16 deep over only 8192 blocks) time only one.
