@@ -22,18 +22,18 @@ import math
 import os
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from realparts import prometheus_on_blocks  # noqa: E402  (the same helper the report tests use)
+
 BLOCK = 7200
 HOSTS = ["mover1", "mover2", "mover3", "mover4"]
 GOAL_SECONDS = 10.0
@@ -135,47 +135,9 @@ def write_openmetrics(fams: dict, t0: int, n: int, directory: Path) -> list[Path
     return files
 
 
-def free_port() -> int:
-    """An unused TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def prometheus(data: Path, directory: Path) -> Iterator[str]:
-    """A real Prometheus over the blocks, on 127.0.0.1; always stopped."""
-    cfg = directory / "prometheus.yml"
-    cfg.write_text("global:\n  scrape_interval: 1s\nscrape_configs: []\n")
-    port = free_port()
-    log = (directory / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data}",
-         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("prometheus did not start; see " + str(log.name))
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+def prometheus(data: Path, directory: Path) -> contextlib.AbstractContextManager[str]:
+    """A real Prometheus over the blocks, on 127.0.0.1; always stopped (tests/realparts.py)."""
+    return prometheus_on_blocks(data, directory, "1s", timeout=120)
 
 
 def main() -> int:

@@ -247,6 +247,45 @@ class Collector(Agent):
     command = "collector"
 
 
+@contextlib.contextmanager
+def prometheus_on_blocks(
+    data: Path, directory: Path, scrape_interval: str = "10s", timeout: float = 120.0
+) -> Iterator[str]:
+    """A real Prometheus serving the TSDB in `data` on 127.0.0.1 (no scrapes); always stopped."""
+    cfg = directory / "prometheus.yml"
+    cfg.write_text(f"global:\n  scrape_interval: {scrape_interval}\nscrape_configs: []\n")
+    port = free_port()
+    log_path = directory / "prometheus.log"
+    log = log_path.open("wb")
+    proc = subprocess.Popen(
+        ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data}",
+         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(url + "/-/ready", timeout=2) as r,
+            ):
+                if r.status == 200:
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("prometheus did not start: " + log_path.read_text()[-2000:])
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     """Run promtool from the repository root."""
     return subprocess.run(

@@ -23,7 +23,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT, require
-from realparts import free_port, have
+from realparts import have, prometheus_on_blocks
 
 STEP = 10
 HOUR = 3600
@@ -187,39 +186,8 @@ def prometheus_with(om_text: str, directory: Path) -> Iterator[str]:
         ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
         check=True, capture_output=True, timeout=120,
     )  # fmt: skip
-    cfg = directory / "prometheus.yml"
-    cfg.write_text("global:\n  scrape_interval: 10s\nscrape_configs: []\n")
-    port = free_port()
-    log = (directory / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data}",
-         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    "prometheus did not start: " + (directory / "prometheus.log").read_text()
-                )
-            time.sleep(0.2)
+    with prometheus_on_blocks(data, directory, "10s", timeout=60) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 def wattbit_report(*args: str) -> subprocess.CompletedProcess[str]:
