@@ -113,20 +113,30 @@ def _split_irq_tail(tail: str) -> tuple[str, str, str]:
     return chip, hwirq, tail[end:].strip()
 
 
-def parse_interrupts(text: str) -> Interrupts:
-    """Parse /proc/interrupts text; rows that do not fit the layout are skipped."""
+def _cpu_table(text: str) -> tuple[tuple[int, ...], list[tuple[str, str]]]:
+    """The CPU header of a per-CPU table (/proc/interrupts, /proc/softirqs) and its
+    "LABEL: rest" rows; rows without a one-word label are dropped."""
+    lines = text.splitlines()
     cpus: tuple[int, ...] | None = None
-    rows: dict[str, IrqRow] = {}
-    for line in text.splitlines():
+    rows: list[tuple[str, str]] = []
+    for line in lines:
         if cpus is None:
-            # The header lists online CPUs only (for_each_online_cpu), so an offline CPU leaves
-            # a hole: "CPU0 CPU1 CPU2 CPU4". Counts below follow the same order.
             cpus = _cpu_header(line)
             continue
         label, sep, tail = line.partition(":")
         label = label.strip()
-        if not sep or not label or " " in label:
-            continue
+        if sep and label and " " not in label:
+            rows.append((label, tail))
+    return cpus or (), rows
+
+
+def parse_interrupts(text: str) -> Interrupts:
+    """Parse /proc/interrupts text; rows that do not fit the layout are skipped."""
+    # The header lists online CPUs only (for_each_online_cpu), so an offline CPU leaves a hole:
+    # "CPU0 CPU1 CPU2 CPU4". Counts below follow the same order.
+    cpus, labelled = _cpu_table(text)
+    rows: dict[str, IrqRow] = {}
+    for label, tail in labelled:
         # Counts are the first len(cpus) integer columns; x86 ERR/MIS print a single column
         # (arch/x86/kernel/irq.c arch_show_interrupts), so stop at the first non-number.
         tokens = list(_TOKEN.finditer(tail))
@@ -148,7 +158,7 @@ def parse_interrupts(text: str) -> Interrupts:
             # Arch rows (NMI, LOC, IPI0, ...) carry a description instead of chip/action.
             chip, hwirq, name = "", "", rest.strip()
         rows[label] = IrqRow(label, tuple(counts), chip, hwirq, name)
-    return Interrupts(cpus or (), rows)
+    return Interrupts(cpus, rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,16 +231,9 @@ def parse_softirqs(text: str) -> dict[str, dict[int, int]]:
     # fs/proc/softirqs.c show_softirqs() walks for_each_possible_cpu(), unlike /proc/interrupts:
     # offline CPUs keep a column here (their counts just stop moving).
     # https://git.kernel.org/pub/scm/linux/kernel/git/torvalds/linux.git/tree/fs/proc/softirqs.c
-    cpus: tuple[int, ...] | None = None
+    cpus, labelled = _cpu_table(text)
     out: dict[str, dict[int, int]] = {}
-    for line in text.splitlines():
-        if cpus is None:
-            cpus = _cpu_header(line)
-            continue
-        label, sep, tail = line.partition(":")
-        label = label.strip()
-        if not sep or not label or " " in label:
-            continue
+    for label, tail in labelled:
         values: dict[int, int] = {}
         for cpu, token in zip(cpus, tail.split(), strict=False):
             if not _is_uint(token):
