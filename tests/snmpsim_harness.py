@@ -68,9 +68,13 @@ def have_netsnmp() -> bool:
     return all(shutil.which(c) for c in ("snmpget", "snmpbulkwalk"))
 
 
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
 def free_udp_port(host: str = "127.0.0.1") -> int:
     """A UDP port that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    with socket.socket(_family(host), socket.SOCK_DGRAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
 
@@ -189,7 +193,9 @@ class SnmpSim:
 
     @property
     def endpoint(self) -> str:
-        """host:port, as net-snmp takes it."""
+        """host:port, as net-snmp takes it (udp6:[host]:port for IPv6)."""
+        if ":" in self.host:
+            return f"udp6:[{self.host}]:{self.port}"
         return f"{self.host}:{self.port}"
 
     def __enter__(self) -> SnmpSim:
@@ -243,7 +249,11 @@ class SnmpSim:
             # per engine, in this order: engine first, then its data, endpoint and users
             "--v3-engine-id=auto",
             f"--data-dir={data}",
-            f"--agent-udpv4-endpoint={self.host}:{self.port}",
+            (
+                f"--agent-udpv6-endpoint=[{self.host}]:{self.port}"
+                if ":" in self.host
+                else f"--agent-udpv4-endpoint={self.host}:{self.port}"
+            ),
         ]
         for u in self.v3_users:
             cmd += u.snmpsim_args()
@@ -302,7 +312,7 @@ def raw_get(host: str, port: int, community: str, oid: str, timeout: float) -> A
     p.apiMessage.set_defaults(msg)
     p.apiMessage.set_community(msg, community)
     p.apiMessage.set_pdu(msg, pdu)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    with socket.socket(_family(host), socket.SOCK_DGRAM) as s:
         s.sendto(encoder.encode(msg), (host, port))
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
@@ -332,16 +342,18 @@ class AgentStats:
 
     requests: int = 0
     bulk_sizes: list[int] = field(default_factory=list)  # max-repetitions of each GETBULK
+    bulk_widths: list[int] = field(default_factory=list)  # var-binds (subtrees) of each GETBULK
     faults: int = 0
 
 
 class RawAgent:
     """A tiny real SNMPv2c agent on a UDP socket, in a thread, playing a faulty PDU."""
 
-    # GETBULK requests with max-repetitions above `max_bulk` get `fault`: "tooBig" (a Response
-    # with error-status tooBig(1), which snmpsim never sends), "garbage" (the response datagram
-    # cut in half, undecodable) or "silent" (no answer: a timeout on bulk only). `loop=True`
-    # answers every GETNEXT/GETBULK from the start of the recording again, so OIDs stop
+    # GETBULK requests with max-repetitions above `max_bulk`, or asking for more than
+    # `max_response` var-binds in all (max-repetitions x subtrees), get `fault`: "tooBig" (a
+    # Response with error-status tooBig(1), which snmpsim never sends), "garbage" (the response
+    # datagram cut in half, undecodable) or "silent" (no answer: a timeout on bulk only).
+    # `loop=True` answers every GETNEXT/GETBULK from the start of the recording again, so OIDs stop
     # increasing. Faults are decided per request, in the thread that answers.
 
     def __init__(
@@ -350,6 +362,7 @@ class RawAgent:
         community: str = "public",
         *,
         max_bulk: int | None = None,
+        max_response: int | None = None,
         fault: str = "tooBig",
         loop: bool = False,
         host: str = "127.0.0.1",
@@ -359,6 +372,7 @@ class RawAgent:
         self.rows = load_snmprec(recording)
         self.community = community
         self.max_bulk = max_bulk
+        self.max_response = max_response
         self.fault = fault
         self.loop = loop
         self.host = host
@@ -400,7 +414,6 @@ class RawAgent:
         from pysnmp.proto import api
 
         p = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
-        exact = dict(self.rows)
         assert self._sock is not None
         while not self._stop.is_set():
             if not select.select([self._sock], [], [], 0.05)[0]:
@@ -419,6 +432,7 @@ class RawAgent:
             names = [tuple(vb[0]) for vb in p.apiPDU.get_varbinds(pdu)]
             out: list[tuple[Any, Any]] = []
             if pdu.isSameTypeWith(p.GetRequestPDU()):
+                exact = dict(self.rows)  # per request: a test may swap the rows
                 out = [(n, exact.get(n, p.NoSuchInstance(""))) for n in names]
             elif pdu.isSameTypeWith(p.GetNextRequestPDU()):
                 for n in names:
@@ -428,7 +442,12 @@ class RawAgent:
                 reps = int(p.apiBulkPDU.get_max_repetitions(pdu))
                 non_rep = int(p.apiBulkPDU.get_non_repeaters(pdu))
                 self.stats.bulk_sizes.append(reps)
-                if self.max_bulk is not None and reps > self.max_bulk:
+                self.stats.bulk_widths.append(len(names) - non_rep)
+                too_big = (self.max_bulk is not None and reps > self.max_bulk) or (
+                    self.max_response is not None
+                    and reps * (len(names) - non_rep) > self.max_response
+                )
+                if too_big:
                     self.stats.faults += 1
                     if self.fault == "silent":
                         continue
@@ -453,7 +472,7 @@ class RawAgent:
                     cursors = [s[0] for s in step]
                     if all(isinstance(s[1], p.EndOfMibView) for s in step):
                         break
-                if self.max_bulk is not None and reps > self.max_bulk:  # garbage
+                if too_big:  # garbage
                     p.apiPDU.set_varbinds(rsp_pdu, out)
                     whole = encoder.encode(rsp)
                     self._sock.sendto(whole[: len(whole) // 2], peer)

@@ -1,12 +1,21 @@
-"""The SNMP client of the PDU poller: GET and GETBULK subtree walks over pysnmp 7 (asyncio).
+"""The SNMP client of the PDU poller: GET and GETBULK subtree walks, SNMPv2c and SNMPv3 (asyncio).
 
-One `SnmpClient` owns one pysnmp `SnmpEngine` (one UDP socket, one request-id space) and is
-shared by every concurrent poll in one event loop. Requests go through pysnmp's command
-generator applications (`pysnmp.entity.rfc3413.cmdgen`, the layer under `hlapi`'s `bulk_cmd`)
-with numeric OIDs, so there is no MIB resolution on the way out or back in. The walk loop is
-ours rather than `bulk_walk_cmd` because that helper ends a walk at the first Null *value*
-(real agents return Null rows, e.g. CyberPower), retries timeouts forever, and cannot change
-max-repetitions half way.
+One `SnmpClient` is shared by every concurrent poll in one event loop. SNMPv3 requests go
+through one pysnmp 7 `SnmpEngine` for the client's lifetime (USM, engine discovery, SHA-2 and
+AES), via pysnmp's command generator applications (`pysnmp.entity.rfc3413.cmdgen`, the layer
+under `hlapi`'s `bulk_cmd`) with numeric OIDs, so there is no MIB resolution either way.
+SNMPv2c requests, where there is no security processing, go over one plain UDP socket (udp.py)
+with a minimal BER codec (ber.py): pyasn1's generic decoder, under pysnmp, costs ~63 µs of CPU
+per var-bind, more than the poller's whole budget per value (docs/benchmarks.md). Both paths
+return the same `Value`s; tests read every recording through the v2c path and the v3 path and
+compare both with net-snmp.
+
+The walk loop is ours rather than `bulk_walk_cmd`, because that helper ends a walk at the first
+Null *value* (real agents return Null rows, e.g. CyberPower), retries timeouts forever, cannot
+change max-repetitions half way, and walks one subtree per request. `walk_many` walks several
+subtrees side by side in one GETBULK (RFC 3416 section 4.2.3: one repeater var-bind per
+subtree) and sizes each request from the lengths seen in the previous poll, so a poll asks
+for little more than it uses.
 
 References: GETBULK semantics, RFC 3416 section 4.2.3; USM, RFC 3414 and RFC 7860 (SHA-2);
 pysnmp 7 docs, https://docs.lextudio.com/pysnmp/ .
@@ -22,25 +31,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyasn1.type import univ
-from pysnmp.carrier.asyncio.dgram import udp
+from pysnmp.carrier.asyncio.dgram import udp, udp6
 from pysnmp.entity import config
 from pysnmp.entity.engine import SnmpEngine
 from pysnmp.entity.rfc3413 import cmdgen
 from pysnmp.error import PySnmpError
 from pysnmp.hlapi.v3arch.asyncio import auth as hauth
 from pysnmp.hlapi.v3arch.asyncio.lcd import CommandGeneratorLcdConfigurator
-from pysnmp.hlapi.v3arch.asyncio.transport import UdpTransportTarget
+from pysnmp.hlapi.v3arch.asyncio.transport import Udp6TransportTarget, UdpTransportTarget
 from pysnmp.proto import errind, rfc1902, rfc1905
 from pysnmp.proto.error import StatusInformation
 
-from exporters.pdu.types import Value, Walk
+from . import ber
+from .types import Value, Walk
+from .udp import Garbage, RequestTimeout, V2cTransport, client_socket
 
 log = logging.getLogger(__name__)
 
 # Error reasons. "refused" is reserved: one unconnected UDP socket cannot tell which agent an
 # ICMP port-unreachable was about, so a closed port reads as "timeout".
 REASONS = frozenset({"timeout", "auth", "too_big", "garbage", "refused", "error"})
-RECEIVE_BUFFER = 4 << 20  # bytes asked for the client socket's SO_RCVBUF
 
 _AUTH_PROTOCOLS: dict[str | None, Any] = {
     None: hauth.USM_AUTH_NONE,
@@ -141,7 +151,6 @@ _CONVERT: dict[Any, tuple[str, Any]] = {
     rfc1905.NoSuchInstance.tagSet: ("noSuchInstance", _none),
     rfc1905.EndOfMibView.tagSet: ("endOfMibView", _none),
 }
-_END_OF_MIB = rfc1905.EndOfMibView.tagSet
 _NULL = univ.Null("")
 _SYS_UPTIME = (1, 3, 6, 1, 2, 1, 1, 3, 0)  # any answer to a GET of it shows the agent is up
 _V3_PROBE_USER = "wattbit-engine-id-probe"  # never on the wire: see _engine_id()
@@ -245,59 +254,88 @@ def _to_value(v: Any) -> Value:
     return Value(kind, conv(v))
 
 
+# One var-bind of a response: the OID's arcs (for ordering), the dotted OID, the value.
+VarBind = tuple[tuple[int, ...], str, Value]
+
+
+@dataclass(eq=False)
+class _Column:
+    """One subtree being walked: where its walk stands."""
+
+    root: tuple[int, ...]
+    name: str
+    cursor: tuple[int, ...]
+    got: int = 0  # var-binds inside the subtree so far
+    done: bool = False
+
+
 class SnmpClient:
-    """GET and GETBULK walks against many agents over one shared pysnmp SnmpEngine."""
+    """GET and GETBULK walks against many agents: SNMPv2c over one socket, v3 over one engine."""
 
     def __init__(self) -> None:
         self._engine: SnmpEngine | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._v2c: dict[int, V2cTransport] = {}  # address family -> socket
+        self._addresses: dict[tuple[str, int], tuple[int, tuple[str, int]]] = {}
         self._lcd = CommandGeneratorLcdConfigurator()
         self._get_app = cmdgen.GetCommandGenerator()
         # stops at the engine ID discovery Report instead of retrying with a user
         self._probe_app = cmdgen.GetCommandGenerator(discoveryRetries=0)
         self._bulk_app = cmdgen.BulkCommandGeneratorSingleRun()
-        self._transports: dict[tuple[str, int, float, int], UdpTransportTarget] = {}
+        self._transports: dict[tuple[str, int, float, int], Any] = {}  # Udp(6)TransportTarget
         self._auth_data: dict[tuple[Auth, bytes | None], Any] = {}
         self._engine_ids: dict[tuple[str, int], bytes] = {}
         self._discovery_locks: dict[tuple[str, int], asyncio.Lock] = {}
-        # working GETBULK max-repetitions per (host, port), once a bigger one failed
+        # working GETBULK size (var-binds per request) per (host, port), once a bigger one failed
         self.bulk_sizes: dict[tuple[str, int], int] = {}
+        # (host, port, subtree) -> var-binds its last walk took, the one past its end included
+        self._lengths: dict[tuple[str, int, str], int] = {}
         self._answered: set[tuple[str, int]] = set()  # agents that ever answered
-        self._garbage_at: dict[tuple[str, int], float] = {}  # address -> last undecodable
+        self._v3_var_binds = 0
+        self._garbage_at: dict[tuple[str, int], float] = {}  # address -> last undecodable (v3)
         self._pending: set[asyncio.Future[Any]] = set()
         self._closed = False
 
-    # -- engine and per-target configuration --------------------------------------------------
+    # -- engine, socket and per-target configuration ------------------------------------------
 
-    def _ensure_engine(self) -> SnmpEngine:
+    def _bind_loop(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
         if self._closed:
             raise RuntimeError("SnmpClient is closed")
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise RuntimeError("SnmpClient is bound to the event loop it first ran in")
+        return loop
+
+    def _ensure_engine(self) -> SnmpEngine:
+        loop = self._bind_loop()
         if self._engine is None:
             # pysnmp's asyncio dispatcher binds to the loop it is created in: create it here
             engine = SnmpEngine()
-            config.add_transport(engine, udp.DOMAIN_NAME, self._open_socket(loop))
+            transport = udp.UdpAsyncioTransport(loop=loop).open_server_mode(sock=client_socket())
+            config.add_transport(engine, udp.DOMAIN_NAME, transport)
+            try:
+                sock6 = client_socket(socket.AF_INET6)
+            except OSError:  # IPv6 disabled on this host: IPv4 agents only
+                log.debug("no IPv6 socket for SNMPv3", exc_info=True)
+            else:
+                transport6 = udp6.Udp6AsyncioTransport(loop=loop).open_server_mode(sock=sock6)
+                config.add_transport(engine, udp6.DOMAIN_NAME, transport6)
             self._watch_parse_errors(engine)
-            self._engine, self._loop = engine, loop
-        elif loop is not self._loop:
-            raise RuntimeError("SnmpClient is bound to the event loop it first ran in")
+            self._engine = engine
         return self._engine
 
-    @staticmethod
-    def _open_socket(loop: asyncio.AbstractEventLoop) -> Any:
-        # All agents answer on this one socket. 100 PDUs answering a poll round at once
-        # overflow the default receive buffer (about 200 KiB: some 90 datagrams of 25
-        # var-binds) while the loop is busy decoding, and every drop costs a timeout. The
-        # kernel caps the size at net.core.rmem_max.
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
-            sock.bind(("0.0.0.0", 0))
-            sock.setblocking(False)
-        except OSError:
-            sock.close()
-            raise
-        return udp.UdpAsyncioTransport(loop=loop).open_server_mode(sock=sock)
+    async def _ensure_v2c(self, family: int) -> V2cTransport:
+        self._bind_loop()
+        if family not in self._v2c:
+            transport = V2cTransport(family)
+            await transport.open()
+            if family not in self._v2c:  # another poll may have opened one meanwhile
+                self._v2c[family] = transport
+            else:
+                transport.close()
+        return self._v2c[family]
 
     def _watch_parse_errors(self, engine: SnmpEngine) -> None:
         # pysnmp drops an undecodable datagram silently (RFC 3412 section 4.2.1, counting it in
@@ -317,14 +355,35 @@ class SnmpClient:
 
         dispatcher.receive_message = receive_message
 
-    async def _transport(self, target: Target) -> UdpTransportTarget:
+    async def _address(self, target: Target) -> tuple[int, tuple[str, int]]:
+        """The target's address family and (address, port), resolved once (first answer)."""
+        key = (target.host, target.port)
+        found = self._addresses.get(key)
+        if found is None:
+            loop = asyncio.get_running_loop()
+            try:
+                infos = await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_DGRAM)
+            except OSError:
+                infos = []
+            infos = [i for i in infos if i[0] in (socket.AF_INET, socket.AF_INET6)]
+            if not infos:
+                raise SnmpError(
+                    "error", target.endpoint, f"cannot resolve {target.host!r} ({target.label})"
+                )
+            family, _, _, _, sockaddr = infos[0]
+            found = (int(family), (str(sockaddr[0]), int(sockaddr[1])))
+            self._addresses[key] = found
+        return found
+
+    async def _transport(self, target: Target) -> Any:
+        """pysnmp's transport target (IPv4 or IPv6) for an SNMPv3 agent."""
         key = (target.host, target.port, float(target.timeout), int(target.retries))
         tt = self._transports.get(key)
         if tt is None:
+            family, address = await self._address(target)
+            kind = Udp6TransportTarget if family == socket.AF_INET6 else UdpTransportTarget
             try:
-                tt = await UdpTransportTarget.create(
-                    (target.host, target.port), timeout=target.timeout, retries=target.retries
-                )
+                tt = await kind.create(address, timeout=target.timeout, retries=target.retries)
             except PySnmpError:
                 raise SnmpError(
                     "error", target.endpoint, f"cannot resolve {target.host!r} ({target.label})"
@@ -336,23 +395,18 @@ class SnmpClient:
         key = (auth, engine_id)
         obj = self._auth_data.get(key)
         if obj is None:
-            if auth.version == "2c":
-                obj = hauth.CommunityData(auth.community, mpModel=1)
-            else:
-                obj = hauth.UsmUserData(
-                    auth.user,
-                    authKey=auth.auth_key if auth.auth_protocol else None,
-                    privKey=auth.priv_key if auth.priv_protocol else None,
-                    authProtocol=_AUTH_PROTOCOLS[auth.auth_protocol],
-                    privProtocol=_PRIV_PROTOCOLS[auth.priv_protocol],
-                    securityEngineId=(
-                        univ.OctetString(engine_id) if engine_id is not None else None
-                    ),
-                )
+            obj = hauth.UsmUserData(
+                auth.user,
+                authKey=auth.auth_key if auth.auth_protocol else None,
+                privKey=auth.priv_key if auth.priv_protocol else None,
+                authProtocol=_AUTH_PROTOCOLS[auth.auth_protocol],
+                privProtocol=_PRIV_PROTOCOLS[auth.priv_protocol],
+                securityEngineId=(univ.OctetString(engine_id) if engine_id is not None else None),
+            )
             self._auth_data[key] = obj
         return obj
 
-    async def _engine_id(self, target: Target, tt: UdpTransportTarget) -> bytes | None:
+    async def _engine_id(self, target: Target, tt: Any) -> bytes | None:
         """The agent's snmpEngineID (RFC 3414 section 4), discovered once per agent.
 
         pysnmp keeps one USM row per (engine ID, user name). Configured without an engine ID,
@@ -371,7 +425,7 @@ class SnmpClient:
                 engine_id = await self._discover_engine_id(target, tt)
             return engine_id
 
-    async def _discover_engine_id(self, target: Target, tt: UdpTransportTarget) -> bytes | None:
+    async def _discover_engine_id(self, target: Target, tt: Any) -> bytes | None:
         key = (target.host, target.port)
         engine = self._ensure_engine()
         mp = engine.message_processing_subsystems[3]
@@ -382,7 +436,7 @@ class SnmpClient:
             # cached by pysnmp's message processing. The probe application stops there
             # (discoveryRetries=0), so the probe's own user name never leaves this host.
             probe = Auth("3", user=_V3_PROBE_USER)
-            await self._request(target, tt, probe, "get", [_oid_tuple("1.3.6.1.2.1.1.2.0")], 0)
+            await self._request_v3(target, tt, probe, "get", [_oid_tuple("1.3.6.1.2.1.1.2.0")], 0)
             found = mp.get_peer_engine_info(tt.TRANSPORT_DOMAIN, tt.transport_address)[0]
         if not found:
             return None
@@ -393,21 +447,88 @@ class SnmpClient:
     # -- one request ----------------------------------------------------------------------------
 
     async def _request(
+        self, target: Target, kind: str, oids: list[tuple[int, ...]], max_repetitions: int
+    ) -> list[VarBind]:
+        """One GET or GETBULK (non-repeaters 0); the response var-binds, or SnmpError."""
+        if target.auth.version == "2c":
+            return await self._request_v2c(target, kind, oids, max_repetitions)
+        tt = await self._transport(target)
+        raw = await self._request_v3(target, tt, target.auth, kind, oids, max_repetitions)
+        self._v3_var_binds += len(raw)
+        return [(tuple(name), str(name), _to_value(value)) for name, value in raw]
+
+    async def _request_v2c(
+        self, target: Target, kind: str, oids: list[tuple[int, ...]], max_repetitions: int
+    ) -> list[VarBind]:
+        family, address = await self._address(target)
+        transport = await self._ensure_v2c(family)
+        assert target.auth.community is not None
+        pdu_type = ber.GETBULK if kind == "bulk" else ber.GET
+        what = f"{kind} to {target.label}"
+        try:
+            response = await transport.request(
+                address,
+                target.auth.community.encode(),
+                pdu_type,
+                oids,
+                max_repetitions,
+                target.timeout,
+                target.retries,
+            )
+        except Garbage:
+            raise SnmpError("garbage", target.endpoint, f"{what}: undecodable response") from None
+        except RequestTimeout as exc:
+            if exc.garbage:
+                raise SnmpError(
+                    "garbage", target.endpoint, f"{what}: undecodable response"
+                ) from None
+            raise self._timeout(target, what) from None
+        except OSError as exc:  # e.g. no route to the host's network
+            raise SnmpError("error", target.endpoint, f"{what}: {exc.strerror}") from None
+        self._answered.add((target.host, target.port))
+        if response.error_status:
+            raise self._status_error(
+                target, kind, response.error_status, response.error_index, max_repetitions
+            )
+        return response.var_binds
+
+    @staticmethod
+    def _timeout(target: Target, what: str) -> SnmpError:
+        tries = target.retries + 1
+        return SnmpError(
+            "timeout",
+            target.endpoint,
+            f"{what}: no response in {tries} tries of {target.timeout:g} s",
+        )
+
+    @staticmethod
+    def _status_error(
+        target: Target, kind: str, code: int, index: int, max_repetitions: int
+    ) -> SnmpError:
+        name = _ERROR_STATUS[code] if 0 <= code < len(_ERROR_STATUS) else str(code)
+        reason = "too_big" if code == 1 else "error"
+        where = f" at var-bind {index}" if index else ""
+        detail = f"{kind} to {target.label}: agent answered {name}({code}){where}"
+        if kind == "bulk":
+            detail += f" for max-repetitions {max_repetitions}"
+        return SnmpError(reason, target.endpoint, detail)
+
+    async def _request_v3(
         self,
         target: Target,
-        tt: UdpTransportTarget,
+        tt: Any,
         auth: Auth,
         kind: str,
         oids: list[tuple[int, ...]],
         max_repetitions: int,
     ) -> list[tuple[Any, Any]]:
-        """One GET or GETBULK; the response var-binds, or SnmpError."""
+        """One SNMPv3 GET or GETBULK through pysnmp; the response var-binds, or SnmpError."""
         engine = self._ensure_engine()
         probing = auth.user == _V3_PROBE_USER
         engine_id = None
-        if auth.version == "3" and not probing:
+        if not probing:
             engine_id = await self._engine_id(target, tt)
-        context = auth.context_name if auth.version == "3" else ""
+        context = auth.context_name
         address = (str(tt.transport_address[0]), int(tt.transport_address[1]))
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
@@ -462,14 +583,7 @@ class SnmpClient:
             return []
         self._answered.add((target.host, target.port))
         if status and int(status):
-            code = int(status)
-            name = _ERROR_STATUS[code] if 0 <= code < len(_ERROR_STATUS) else str(code)
-            reason = "too_big" if code == 1 else "error"
-            where = f" at var-bind {int(index)}" if index and int(index) else ""
-            detail = f"{kind} to {target.label}: agent answered {name}({code}){where}"
-            if kind == "bulk":
-                detail += f" for max-repetitions {max_repetitions}"
-            raise SnmpError(reason, target.endpoint, detail)
+            raise self._status_error(target, kind, int(status), int(index or 0), max_repetitions)
         return list(var_binds)
 
     def _indication_error(
@@ -484,16 +598,10 @@ class SnmpClient:
         if isinstance(indication, errind.RequestTimedOut):
             if self._garbage_at.get(address, 0.0) >= started:
                 return SnmpError("garbage", target.endpoint, f"{what}: undecodable response")
-            tries = target.retries + 1
-            return SnmpError(
-                "timeout",
-                target.endpoint,
-                f"{what}: no response in {tries} tries of {target.timeout:g} s",
-            )
+            return self._timeout(target, what)
         if isinstance(indication, _AUTH_INDICATIONS):
-            if target.auth.version == "3":
-                # a replaced agent (new engine ID) is found again on the next request
-                self._engine_ids.pop((target.host, target.port), None)
+            # a replaced agent (new engine ID) is found again on the next request
+            self._engine_ids.pop((target.host, target.port), None)
             return SnmpError("auth", target.endpoint, f"{what}: {indication}")
         if isinstance(indication, (*_GARBAGE_INDICATIONS, str)):  # str: pysnmp's badResponse
             return SnmpError("garbage", target.endpoint, f"{what}: {indication}")
@@ -505,7 +613,6 @@ class SnmpClient:
 
     async def get(self, target: Target, oids: list[str]) -> Walk:
         """GET the given OIDs; absent ones come back as noSuchObject/noSuchInstance Values."""
-        tt = await self._transport(target)
         wanted = [_oid_tuple(o) for o in oids]
         result: Walk = {}
         chunk = 32  # var-binds per GET; halved on tooBig (RFC 3416 section 4.2.1)
@@ -513,75 +620,125 @@ class SnmpClient:
         while i < len(wanted):
             part = wanted[i : i + chunk]
             try:
-                var_binds = await self._request(target, tt, target.auth, "get", part, 0)
+                var_binds = await self._request(target, "get", part, 0)
             except SnmpError as exc:
                 if exc.reason == "too_big" and chunk > 1:
                     chunk = max(1, chunk // 2)
                     continue
                 raise
-            for name, value in var_binds:
-                result[str(name)] = _to_value(value)
+            for _, name, value in var_binds:
+                result[name] = value
             i += len(part)
         return result
 
     async def walk(self, target: Target, root: str) -> Walk:
         """GETBULK walk of one subtree (RFC 3416 section 4.2.3), ending where the subtree ends."""
-        tt = await self._transport(target)
-        root_t = _oid_tuple(root)
-        n = len(root_t)
-        key = (target.host, target.port)
-        reps = max(1, min(target.max_repetitions, self.bulk_sizes.get(key, 1 << 30)))
-        result: Walk = {}
-        cursor = root_t
-        while True:
-            var_binds, reps = await self._bulk_step(target, tt, cursor, reps)
-            if not var_binds:
-                return result  # an empty answer: nothing more (RFC 3416 section 4.2.3)
-            for name, value in var_binds:
-                oid = tuple(name)
-                if oid[:n] != root_t or value.tagSet == _END_OF_MIB:
-                    return result
-                if oid <= cursor:
-                    # a broken agent going round in circles: never walk forever
-                    raise SnmpError(
-                        "garbage",
-                        target.endpoint,
-                        f"walk of {root} on {target.label}: OID {name} does not increase",
-                    )
-                cursor = oid
-                kind, conv = _CONVERT.get(value.tagSet, ("Opaque", _octets))
-                result[str(name)] = Value(kind, conv(value))
+        return await self.walk_many(target, [root])
 
-    async def _bulk_step(
-        self, target: Target, tt: UdpTransportTarget, cursor: tuple[int, ...], reps: int
-    ) -> tuple[list[tuple[Any, Any]], int]:
-        """One GETBULK from cursor, halving max-repetitions while the agent cannot answer it."""
+    async def walk_many(self, target: Target, roots: list[str]) -> Walk:
+        """Walk several subtrees, side by side where that saves requests; merged.
+
+        One PDU's requests go one after the other (gentle on slow agents). Each GETBULK asks
+        for at most the target's max_repetitions var-binds in all: one subtree at a time with
+        that many repetitions while its length is unknown or longer, else as many subtrees of
+        known, shorter length as fit, each with the repetitions its last walk needed (its rows
+        plus the one var-bind that shows where it ends).
+        """
         key = (target.host, target.port)
+        budget = max(1, min(target.max_repetitions, self.bulk_sizes.get(key, 1 << 30)))
+        columns: list[_Column] = []
+        seen: set[tuple[int, ...]] = set()
+        for root in roots:
+            arcs = _oid_tuple(root)
+            if arcs not in seen:
+                seen.add(arcs)
+                columns.append(_Column(arcs, ".".join(map(str, arcs)), arcs))
+        result: Walk = {}
         shrunk = False
-        while True:
+        while active := [c for c in columns if not c.done]:
+            batch, reps = self._plan(key, active, budget)
             try:
-                var_binds = await self._request(target, tt, target.auth, "bulk", [cursor], reps)
+                var_binds = await self._request(target, "bulk", [c.cursor for c in batch], reps)
             except SnmpError as exc:
                 # Some PDUs answer big GETBULKs with tooBig, with garbage, or not at all.
-                if reps <= 1 or not await self._bulk_is_the_problem(target, tt, exc):
+                size = len(batch) * reps
+                if size <= 1 or not await self._bulk_is_the_problem(target, exc):
                     raise
-                smaller = max(1, reps // 2)
+                budget = max(1, size // 2)
                 log.info(
-                    "%s: GETBULK with max-repetitions %d failed (%s), trying %d",
+                    "%s: GETBULK of %d var-binds failed (%s), trying %d",
                     target.label,
-                    reps,
+                    size,
                     exc.reason,
-                    smaller,
+                    budget,
                 )
-                reps, shrunk = smaller, True
+                shrunk = True
                 continue
             if shrunk:  # remember only a size that worked
-                self.bulk_sizes[key] = reps
-            return var_binds, reps
+                self.bulk_sizes[key] = budget
+                shrunk = False
+            self._take(target, batch, var_binds, result)
+        return result
 
-    async def _bulk_is_the_problem(
-        self, target: Target, tt: UdpTransportTarget, exc: SnmpError
-    ) -> bool:
+    def _need(self, key: tuple[str, int], c: _Column) -> int | None:
+        """Var-binds expected to finish c's walk, from its last walk; None when unknown."""
+        length = self._lengths.get((key[0], key[1], c.name))
+        if length is None or length <= c.got:
+            return None
+        return length - c.got
+
+    def _plan(
+        self, key: tuple[str, int], active: list[_Column], budget: int
+    ) -> tuple[list[_Column], int]:
+        """The subtrees for the next GETBULK and its max-repetitions."""
+        needs = [(self._need(key, c), c) for c in active]
+        known = sorted(
+            ((n, c) for n, c in needs if n is not None and n < budget), key=lambda nc: -nc[0]
+        )
+        if len(known) < 2:  # nothing to share a request with: the first subtree alone
+            need, first = needs[0]
+            return [first], budget if need is None else min(need, budget)
+        reps = known[0][0]
+        batch = [c for _, c in known[: budget // reps]]
+        return batch, reps
+
+    def _take(
+        self,
+        target: Target,
+        batch: list[_Column],
+        var_binds: list[VarBind],
+        result: Walk,
+    ) -> None:
+        """Add a GETBULK answer to result, advancing (or ending) each subtree's walk."""
+        k = len(batch)
+        if not var_binds:  # an empty answer: nothing more (RFC 3416 section 4.2.3)
+            for c in batch:
+                self._finish(target, c)
+            return
+        for i, (arcs, name, value) in enumerate(var_binds):
+            c = batch[i % k]  # repetition i // k of subtree i % k
+            if c.done:
+                continue  # past the end of its subtree already
+            n = len(c.root)
+            if arcs[:n] != c.root or value.type == "endOfMibView":
+                self._finish(target, c)
+                continue
+            if arcs <= c.cursor:
+                # a broken agent going round in circles: never walk forever
+                raise SnmpError(
+                    "garbage",
+                    target.endpoint,
+                    f"walk of {c.name} on {target.label}: OID {name} does not increase",
+                )
+            c.cursor = arcs
+            c.got += 1
+            result[name] = value
+
+    def _finish(self, target: Target, c: _Column) -> None:
+        c.done = True
+        self._lengths[(target.host, target.port, c.name)] = c.got + 1
+
+    async def _bulk_is_the_problem(self, target: Target, exc: SnmpError) -> bool:
         """Whether a smaller GETBULK may succeed where this one failed."""
         if exc.reason in ("too_big", "garbage"):
             return True
@@ -592,25 +749,36 @@ class SnmpClient:
         # GET decides, so that a dead agent neither costs a timeout per halving nor leaves a
         # shrunken size behind.
         try:
-            await self._request(target, tt, target.auth, "get", [_SYS_UPTIME], 0)
+            await self._request(target, "get", [_SYS_UPTIME], 0)
         except SnmpError:
             return False
         return True
 
-    async def walk_many(self, target: Target, roots: list[str]) -> Walk:
-        """Walk several subtrees one after the other (gentle on slow agents); merged."""
-        result: Walk = {}
-        for root in roots:
-            result.update(await self.walk(target, root))
-        return result
+    def counts(self) -> dict[str, int]:
+        """Messages sent and received and var-binds received so far, SNMPv2c and v3 together."""
+        out = {"sent": 0, "received": 0, "var_binds": 0}
+        for v2c in self._v2c.values():
+            out["sent"] += v2c.sent
+            out["received"] += v2c.received
+            out["var_binds"] += v2c.var_binds
+        if self._engine is not None:
+            mib = self._engine.get_mib_builder()
+            (sent, received) = mib.import_symbols("__SNMPv2-MIB", "snmpOutPkts", "snmpInPkts")
+            out["sent"] += int(sent.syntax)
+            out["received"] += int(received.syntax)
+            out["var_binds"] += self._v3_var_binds
+        return out
 
     def close(self) -> None:
-        """Close the engine's transports and dispatcher; pending requests fail."""
+        """Close the socket and the engine's transports and dispatcher; pending requests fail."""
         self._closed = True
         for future in list(self._pending):
             if not future.done():
                 future.set_result((errind.otherError, 0, 0, ()))
         self._pending.clear()
+        for v2c in self._v2c.values():
+            v2c.close()
+        self._v2c.clear()
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.close_dispatcher()

@@ -210,7 +210,12 @@ def test_io_errors_counted_from_completions(tmp_path: Path, bcc_agent: Agent) ->
             errs = sample(
                 s1, "wattbit_disk_io_errors_total", device=disk.name, op="write"
             ) - sample(s0, "wattbit_disk_io_errors_total", device=disk.name, op="write")
-            assert errs == failing
+            # As in the count test: a completion the kernel skipped for the tracer (another BPF
+            # program running on that CPU, see blockio.md) is missing here, and must show up in
+            # the missed-events counter instead. Seen once in a full suite run.
+            missed = sample(s1, "wattbit_blockio_bpf_missed_events_total", event="complete")
+            missed -= sample(s0, "wattbit_blockio_bpf_missed_events_total", event="complete")
+            assert failing - missed <= errs <= failing, (errs, missed)
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
         mnt.rmdir()

@@ -82,6 +82,12 @@ def scraped(sim: SnmpSim, tmp_path_factory: pytest.TempPathFactory) -> dict:
                 break
             time.sleep(0.5)
         assert up == dict.fromkeys(names, 1.0), collector.log.read_text()[-3000:]
+        # Two more intervals: the values checked come from polls whose GETBULKs were sized
+        # (and walked side by side) from the poll before, not only from a first poll.
+        time.sleep(2 * 2 + 1)
+        s = collector.scrape()
+        up = {dict(k[1])["pdu"]: v for k, v in s.items() if k[0] == "wattbit_pdu_up"}
+        assert up == dict.fromkeys(names, 1.0), collector.log.read_text()[-3000:]
         return s
     finally:
         collector.stop()

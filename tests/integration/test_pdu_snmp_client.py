@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import struct
 import time
 from collections.abc import Coroutine, Iterator
@@ -369,7 +370,9 @@ def test_bulk_fallback_to_smaller_max_repetitions(fault: str) -> None:
         assert sizes == {("127.0.0.1", agent.port): 3}  # 25 -> 12 -> 6 -> 3
         assert agent.stats.faults == 3
         assert agent.stats.bulk_sizes[:4] == [25, 12, 6, 3]
-        assert set(agent.stats.bulk_sizes[4:]) == {3}  # the second walk starts at 3
+        # the second walk starts at 3 and never asks for more; its last GETBULK asks only for
+        # what the first walk showed was left
+        assert agent.stats.bulk_sizes[4] == 3 and max(agent.stats.bulk_sizes[4:]) == 3
         assert first == second
         if have_netsnmp():
             assert_same(
@@ -452,12 +455,209 @@ def test_concurrent_walks_share_one_engine(sim: SnmpSim) -> None:
         async def go() -> tuple[list[Walk], bool]:
             async with SnmpClient() as client:
                 await client.get(kinds[0], ["1.3.6.1.2.1.1.2.0"])
-                engine = client._engine
+                await client.get(kinds[1], ["1.3.6.1.2.1.1.2.0"])
+                engine, sockets = client._engine, dict(client._v2c)  # v3: pysnmp; v2c: a socket
+                assert engine is not None and len(sockets) == 1
                 walks = await asyncio.gather(*(client.walk(t, RPDU2_METERED) for t in targets))
-                return list(walks), client._engine is engine
+                return list(walks), client._engine is engine and client._v2c == sockets
 
         walks, same_engine = run(go())
         assert same_engine
         reference = walks[0]
         assert len(reference) > 600
         assert [i for i, w in enumerate(walks) if w != reference] == []
+
+
+def test_ipv6_agent_over_v2c_and_v3() -> None:
+    """An agent on [::1]: both paths reach it over IPv6 and read what net-snmp reads."""
+    _require_agents()
+    require(_crypto_ok(), "pysnmp needs cryptography >= 43 for AES/DES")
+    require(socket.has_ipv6 and _ipv6_loopback(), "no IPv6 loopback on this host")
+    user = USERS["sha256-aes256"]
+    with SnmpSim([APC], v3_users=[user], host="::1") as sim:
+        over_v2c_target = Target("::1", sim.port, Auth("2c", community="apc_ap8641"))
+        over_v3_target = v3(sim.port, user, "SHA256", "AES256", "apc_ap8641")
+        over_v3_target = Target("::1", sim.port, over_v3_target.auth)
+
+        async def go() -> tuple[Walk, Walk]:
+            async with SnmpClient() as client:
+                return (
+                    await client.walk(over_v2c_target, RPDU2_METERED),
+                    await client.walk(over_v3_target, RPDU2_METERED),
+                )
+
+        over_v2c, over_v3 = run(go())
+        theirs = snmpwalk_values(sim.endpoint, "apc_ap8641", RPDU2_METERED)
+    assert len(over_v2c) > 600
+    assert_same(over_v2c, theirs)
+    assert over_v3 == over_v2c
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+# --- walk_many: subtrees side by side, sized from the last walk ---------------------------------
+
+
+def _profile_roots(name: str) -> list[str]:
+    from exporters.pdu.profile import load_profiles
+
+    return {p.name: p for p in load_profiles()}[name].walk_roots()
+
+
+def _netsnmp_union(endpoint: str, community: str, roots: list[str]) -> dict[str, tuple[str, str]]:
+    theirs: dict[str, tuple[str, str]] = {}
+    for root in roots:
+        theirs.update(snmpwalk_values(endpoint, community, root, max_repetitions=25))
+    return theirs
+
+
+def test_walk_many_second_poll_asks_for_little_more_than_it_uses() -> None:
+    """The apc_rpdu2 profile's 11 subtrees: the second poll walks them side by side, sized."""
+    require(APC.exists(), f"PDU recordings missing in {RECORDINGS}")
+    roots = _profile_roots("apc_rpdu2")
+    with RawAgent(APC, "public") as agent:
+        target = v2c(agent, "public")
+
+        async def go() -> tuple[Walk, Walk, int, int, int]:
+            async with SnmpClient() as client:
+                first = await client.walk_many(target, roots)
+                n_first = agent.stats.requests
+                before = client.counts()["var_binds"]
+                second = await client.walk_many(target, roots)
+                received = client.counts()["var_binds"] - before
+                return first, second, n_first, agent.stats.requests - n_first, received
+
+        first, second, n_first, n_second, received = run(go())
+        widths = agent.stats.bulk_widths[n_first:]
+        sizes = agent.stats.bulk_sizes[n_first:]
+    assert first == second
+    assert len(first) >= 24 * 4 + 7
+    if have_netsnmp():
+        with RawAgent(APC, "public") as agent:
+            assert_same(first, _netsnmp_union(agent.endpoint, "public", roots))
+    # no request asks for more than max-repetitions (25) var-binds in all; several subtrees
+    # shared a request; and what came back is what was used plus the one var-bind past the end
+    # of each subtree
+    assert all(w * r <= 25 for w, r in zip(widths, sizes, strict=True))
+    assert max(widths) > 1
+    assert n_second < n_first
+    assert received == len(second) + len(roots)
+
+
+def _outlets_up_to(rows: list[tuple[tuple[int, ...], Any]], n: int) -> list[Any]:
+    """The recording's rows with the rPDU2 outlet tables cut to outlets 1..n."""
+    tables = (1, 3, 6, 1, 4, 1, 318, 1, 1, 26, 9)
+    return [
+        r for r in rows if not (r[0][: len(tables)] == tables and len(r[0]) == 16 and r[0][-1] > n)
+    ]
+
+
+@pytest.mark.parametrize("order", ["grows", "shrinks"])
+def test_walk_many_follows_a_table_that_changes_size(order: str) -> None:
+    """Sizes learned from a 6-outlet walk do not cut short a 24-outlet one, nor the reverse."""
+    require(APC.exists(), f"PDU recordings missing in {RECORDINGS}")
+    roots = _profile_roots("apc_rpdu2")
+    with RawAgent(APC, "public") as agent:
+        full = list(agent.rows)
+        small = _outlets_up_to(full, 6)
+        before, after = (small, full) if order == "grows" else (full, small)
+        target = v2c(agent, "public")
+
+        async def walk(client: SnmpClient) -> Walk:
+            return await client.walk_many(target, roots)
+
+        async def go() -> tuple[Walk, Walk]:
+            async with SnmpClient() as client:
+                agent.rows = before
+                await walk(client)
+                await walk(client)  # now sized for `before`
+                agent.rows = after
+                changed = await walk(client)
+            async with SnmpClient() as fresh:  # no sizes learned
+                reference = await walk(fresh)
+            return changed, reference
+
+        changed, reference = run(go())
+        outlets = {o.rsplit(".", 1)[1] for o in changed if o.startswith(f"{OUTLET_TABLE}.1.7.")}
+        assert changed == reference
+        assert len(outlets) == (24 if order == "grows" else 6)
+        if have_netsnmp():
+            assert_same(changed, _netsnmp_union(agent.endpoint, "public", roots))
+
+
+@pytest.mark.parametrize("fault", ["tooBig", "garbage"])
+def test_walk_many_shrinks_side_by_side_requests_to_what_the_agent_takes(fault: str) -> None:
+    """An agent failing responses of more than 10 var-binds: every poll completes, same values."""
+    require(APC.exists(), f"PDU recordings missing in {RECORDINGS}")
+    roots = _profile_roots("apc_rpdu2")
+    with RawAgent(APC, "public") as healthy:
+
+        async def reference() -> Walk:
+            async with SnmpClient() as client:
+                return await client.walk_many(v2c(healthy, "public"), roots)
+
+        expected = run(reference())
+    with RawAgent(APC, "public", max_response=10, fault=fault) as agent:
+        target = v2c(agent, "public", timeout=0.3, retries=0)
+
+        async def go() -> tuple[list[Walk], dict[tuple[str, int], int]]:
+            async with SnmpClient() as client:
+                walks = [await client.walk_many(target, roots) for _ in range(3)]
+                return walks, dict(client.bulk_sizes)
+
+        walks, sizes = run(go())
+        faults = agent.stats.faults
+    assert walks == [expected] * 3
+    assert sizes == {("127.0.0.1", agent.port): 6}  # 25 -> 12 -> 6
+    assert faults == 2  # the size is learned once, never failed again
+
+
+# --- every recording: the v2c path, the v3 (pysnmp) path and net-snmp agree ---------------------
+
+
+def _all_recordings() -> dict[str, Any]:
+    files = sorted(RECORDINGS.glob("*.snmprec")) + sorted(RECORDINGS.glob("*.snmpwalk"))
+    avocent = SNMP_FIXTURES.parent / "pdu" / "avocent_pm3000.snmprec"
+    return {p.stem.replace(".", "_").replace("-", "_"): p for p in [*files, avocent]}
+
+
+@pytest.fixture(scope="module")
+def every_recording() -> Iterator[SnmpSim]:
+    """snmpsim serving every recording, over v2c (community) and v3 (context = community)."""
+    _require_agents()
+    require(_crypto_ok(), "pysnmp needs cryptography >= 43 for AES/DES")
+    with SnmpSim(_all_recordings(), v3_users=[USERS["sha256-aes256"]]) as s:
+        yield s
+
+
+@pytest.mark.parametrize("name", list(_all_recordings()))
+def test_recording_reads_alike_over_v2c_v3_and_net_snmp(
+    name: str, every_recording: SnmpSim
+) -> None:
+    """The whole recording: wattbit's v2c codec == net-snmp == wattbit's v3 path (pysnmp)."""
+    sim = every_recording
+    user = USERS["sha256-aes256"]
+
+    async def go() -> tuple[Walk, Walk]:
+        async with SnmpClient() as client:
+            over_v2c = await client.walk(v2c(sim, name), "1.3.6.1")
+            over_v3 = await client.walk(v3(sim.port, user, "SHA256", "AES256", name), "1.3.6.1")
+            return over_v2c, over_v3
+
+    over_v2c, over_v3 = run(go())
+    assert len(over_v2c) > 50
+    assert_same(
+        over_v2c, snmpwalk_values(sim.endpoint, name, "1.3.6.1", max_repetitions=25), VARYING
+    )
+    varying = {o for o in over_v2c if o.startswith(VARYING)}
+    assert {o: v for o, v in over_v3.items() if o not in varying} == {
+        o: v for o, v in over_v2c.items() if o not in varying
+    }
+    assert over_v3.keys() == over_v2c.keys()

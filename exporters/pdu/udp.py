@@ -1,0 +1,177 @@
+"""SNMPv2c requests over one asyncio UDP socket: request-ids, timeouts, retries, nothing else.
+
+The SNMPv2c half of `SnmpClient` (snmp.py); messages are built and read by ber.py. Like
+pysnmp's dispatcher, one unconnected socket serves every agent, and an answer counts only when
+it comes from the address the request went to and carries its request-id and community.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import ber
+
+# All agents answer on one socket. 100 PDUs answering a poll round at once overflow the default
+# receive buffer (about 200 KiB: some 90 datagrams of 25 var-binds) while the loop is busy, and
+# every drop costs a timeout. The kernel caps the size at net.core.rmem_max.
+RECEIVE_BUFFER = 4 << 20
+
+Address = tuple[str, int]
+
+
+def client_socket(family: int = socket.AF_INET) -> socket.socket:
+    """A non-blocking UDP socket (IPv4 or IPv6) on an ephemeral port, large receive buffer."""
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(("::", 0))
+        else:
+            sock.bind(("0.0.0.0", 0))
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class RequestTimeout(Exception):
+    """No valid answer in all tries; `garbage` if the agent sent undecodable datagrams meanwhile."""
+
+    def __init__(self, garbage: bool) -> None:
+        super().__init__("garbage" if garbage else "timeout")
+        self.garbage = garbage
+
+
+class Garbage(Exception):
+    """The agent answered this very request with a datagram that is not a valid Response."""
+
+
+@dataclass(eq=False)
+class _Pending:
+    future: asyncio.Future[ber.Response]
+    address: Address
+    community: bytes
+    data: bytes
+    timeout: float
+    tries_left: int
+    started: float = field(default_factory=time.monotonic)
+    timer: asyncio.TimerHandle | None = None
+
+
+class V2cTransport(asyncio.DatagramProtocol):
+    """One UDP socket (one address family) and the SNMPv2c requests in flight on it."""
+
+    def __init__(self, family: int = socket.AF_INET) -> None:
+        self.family = family
+        self._transport: asyncio.DatagramTransport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: dict[int, _Pending] = {}
+        self._next_id = random.randrange(1, 1 << 30)
+        self.garbage_at: dict[Address, float] = {}  # address -> last undecodable datagram
+        self.sent = 0  # datagrams sent, resends included
+        self.received = 0  # datagrams received, garbage included
+        self.var_binds = 0  # var-binds in the Responses matched to a request
+
+    async def open(self) -> None:
+        """Bind the socket (once) in the running loop."""
+        if self._transport is not None:
+            return
+        loop = asyncio.get_running_loop()
+        sock = client_socket(self.family)
+        try:
+            await loop.create_datagram_endpoint(lambda: self, sock=sock)
+        except OSError:
+            sock.close()
+            raise
+        self._loop = loop
+
+    def connection_made(self, transport: Any) -> None:
+        """asyncio: the socket is ready."""
+        self._transport = transport
+
+    def _request_id(self) -> int:
+        while True:  # request-id is an Integer32 (RFC 3416 section 3); never 0, never in use
+            self._next_id = self._next_id % 0x7FFFFFFF + 1
+            if self._next_id not in self._pending:
+                return self._next_id
+
+    async def request(
+        self,
+        address: Address,
+        community: bytes,
+        pdu_type: int,
+        oids: list[tuple[int, ...]],
+        max_repetitions: int,
+        timeout: float,
+        retries: int,
+    ) -> ber.Response:
+        """Send one request, resending on timeout; the Response, RequestTimeout or Garbage."""
+        if self._transport is None or self._loop is None:
+            raise RuntimeError("V2cTransport is not open")
+        request_id = self._request_id()
+        data = ber.encode_request(pdu_type, community, request_id, oids, 0, max_repetitions)
+        p = _Pending(self._loop.create_future(), address, community, data, timeout, retries)
+        self._pending[request_id] = p
+        self._send(request_id, p)
+        try:
+            return await p.future
+        finally:
+            if p.timer is not None:
+                p.timer.cancel()
+            if self._pending.get(request_id) is p:
+                del self._pending[request_id]
+
+    def _send(self, request_id: int, p: _Pending) -> None:
+        assert self._transport is not None and self._loop is not None
+        self._transport.sendto(p.data, p.address)
+        self.sent += 1
+        p.timer = self._loop.call_later(p.timeout, self._expire, request_id, p)
+
+    def _expire(self, request_id: int, p: _Pending) -> None:
+        if p.future.done():
+            return
+        if p.tries_left > 0:
+            p.tries_left -= 1
+            self._send(request_id, p)  # same request-id: a late first answer still counts
+            return
+        garbage = self.garbage_at.get(p.address, 0.0) >= p.started
+        p.future.set_exception(RequestTimeout(garbage))
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        """asyncio: match an answer to its request."""
+        self.received += 1
+        address = (addr[0], addr[1])
+        try:
+            response = ber.decode_response(data)
+        except ber.BerError:
+            self.garbage_at[address] = time.monotonic()
+            p = self._pending.get(ber.request_id_of(data) or 0)
+            if p is not None and p.address == address and not p.future.done():
+                p.future.set_exception(Garbage())
+            return
+        p = self._pending.get(response.request_id)
+        if p is None or p.address != address or p.community != response.community:
+            return  # late, duplicate or not ours (RFC 3412 section 7.2.10 drops these too)
+        if not p.future.done():
+            self.var_binds += len(response.var_binds)
+            p.future.set_result(response)
+
+    def error_received(self, exc: Exception) -> None:
+        """asyncio: an ICMP error on the unconnected socket names no request; timeouts decide."""
+
+    def close(self) -> None:
+        """Close the socket; requests in flight fail with RequestTimeout."""
+        for p in list(self._pending.values()):
+            if not p.future.done():
+                p.future.set_exception(RequestTimeout(False))
+        self._pending.clear()
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
