@@ -353,8 +353,10 @@ class RawAgent:
     # `max_response` var-binds in all (max-repetitions x subtrees), get `fault`: "tooBig" (a
     # Response with error-status tooBig(1), which snmpsim never sends), "garbage" (the response
     # datagram cut in half, undecodable) or "silent" (no answer: a timeout on bulk only).
-    # `loop=True` answers every GETNEXT/GETBULK from the start of the recording again, so OIDs stop
-    # increasing. Faults are decided per request, in the thread that answers.
+    # `column_major=True` lays a GETBULK answer for several subtrees out subtree by subtree
+    # instead of repetition by repetition (RFC 3416 section 4.2.3). `loop=True` answers every
+    # GETNEXT/GETBULK from the start of the recording again, so OIDs stop increasing. Faults
+    # are decided per request, in the thread that answers.
 
     def __init__(
         self,
@@ -364,6 +366,7 @@ class RawAgent:
         max_bulk: int | None = None,
         max_response: int | None = None,
         fault: str = "tooBig",
+        column_major: bool = False,
         loop: bool = False,
         host: str = "127.0.0.1",
     ) -> None:
@@ -373,6 +376,7 @@ class RawAgent:
         self.community = community
         self.max_bulk = max_bulk
         self.max_response = max_response
+        self.column_major = column_major
         self.fault = fault
         self.loop = loop
         self.host = host
@@ -461,6 +465,13 @@ class RawAgent:
                     nxt = self._next(n)
                     out.append(nxt if nxt else (n, p.EndOfMibView("")))
                 cursors = names[non_rep:]
+                if self.column_major:  # a broken agent: each subtree's repetitions together
+                    for n in cursors:
+                        for _ in range(max(reps, 0)):
+                            nxt = self._next(n)
+                            out.append(nxt if nxt else (n, p.EndOfMibView("")))
+                            n = out[-1][0]
+                    cursors = []
                 for _ in range(max(reps, 0)):
                     if not cursors:
                         break

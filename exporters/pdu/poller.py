@@ -77,6 +77,7 @@ class PduPoller:
         self._clock = clock
         self._by_name = {p.name: p for p in self.profiles}
         self._detected: dict[str, Profile] = {}
+        self._plans: dict[str, tuple[list[str], list[str]]] = {}
         self._announced: dict[str, str] = {}
         self.states: dict[str, PduState] = {}
         self.failures: Counter[tuple[str, str]] = Counter()
@@ -101,10 +102,17 @@ class PduPoller:
             self._detected[t.name] = profile
         return self._detected[t.name]
 
+    def _plan(self, profile: Profile) -> tuple[list[str], list[str]]:
+        """The profile's walk roots and scalar OIDs, worked out once per profile."""
+        plan = self._plans.get(profile.name)
+        if plan is None:
+            plan = self._plans[profile.name] = (profile.walk_roots(), profile.scalar_oids())
+        return plan
+
     async def _read(self, t: PduTarget) -> tuple[Profile, Reading]:
         profile = await self._profile(t)
-        walk = await self.client.walk_many(t.target, profile.walk_roots())
-        scalars = profile.scalar_oids()
+        roots, scalars = self._plan(profile)
+        walk = await self.client.walk_many(t.target, roots)
         if scalars:
             walk.update(await self.client.get(t.target, scalars))
         return profile, decode(profile, walk)

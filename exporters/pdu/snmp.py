@@ -200,7 +200,7 @@ class Target:
     auth: Auth = field(default=None)  # type: ignore[assignment]  # required: no "public"
     timeout: float = 2.0
     retries: int = 1
-    max_repetitions: int = 25
+    max_repetitions: int = 25  # the most var-binds one GETBULK asks for, all subtrees together
 
     def __post_init__(self) -> None:
         if not isinstance(self.auth, Auth):
@@ -258,6 +258,10 @@ def _to_value(v: Any) -> Value:
 VarBind = tuple[tuple[int, ...], str, Value]
 
 
+class _Misordered(Exception):
+    """A GETBULK answer for several subtrees is not laid out repetition by repetition."""
+
+
 @dataclass(eq=False)
 class _Column:
     """One subtree being walked: where its walk stands."""
@@ -291,6 +295,8 @@ class SnmpClient:
         # (host, port, subtree) -> var-binds its last walk took, the one past its end included
         self._lengths: dict[tuple[str, int, str], int] = {}
         self._answered: set[tuple[str, int]] = set()  # agents that ever answered
+        # agents whose GETBULK answers for several subtrees were misordered: one per request
+        self._one_at_a_time: set[tuple[str, int]] = set()
         self._v3_var_binds = 0
         self._garbage_at: dict[tuple[str, int], float] = {}  # address -> last undecodable (v3)
         self._pending: set[asyncio.Future[Any]] = set()
@@ -677,7 +683,22 @@ class SnmpClient:
             if shrunk:  # remember only a size that worked
                 self.bulk_sizes[key] = budget
                 shrunk = False
-            self._take(target, batch, var_binds, result)
+            before = [(c.cursor, c.got, c.done) for c in batch]
+            try:
+                self._take(target, batch, var_binds, result)
+            except _Misordered as exc:
+                # Walk these subtrees again from where they stood, one per request. Values
+                # taken meanwhile are right (each is stored under its own OID).
+                for c, (cursor, got, done) in zip(batch, before, strict=True):
+                    c.cursor, c.got, c.done = cursor, got, done
+                self._one_at_a_time.add(key)
+                log.warning(
+                    "%s: GETBULK answer for %d subtrees is not in RFC 3416 order (at %s);"
+                    " walking one subtree per request from now on",
+                    target.label,
+                    len(batch),
+                    exc,
+                )
         return result
 
     def _need(self, key: tuple[str, int], c: _Column) -> int | None:
@@ -695,11 +716,12 @@ class SnmpClient:
         known = sorted(
             ((n, c) for n, c in needs if n is not None and n < budget), key=lambda nc: -nc[0]
         )
-        if len(known) < 2:  # nothing to share a request with: the first subtree alone
+        if len(known) < 2 or key in self._one_at_a_time:  # the first subtree alone
             need, first = needs[0]
             return [first], budget if need is None else min(need, budget)
         reps = known[0][0]
-        batch = [c for _, c in known[: budget // reps]]
+        # in OID order, so that an agent laying the answer out wrongly shows as OIDs going back
+        batch = sorted((c for _, c in known[: budget // reps]), key=lambda c: c.root)
         return batch, reps
 
     def _take(
@@ -719,17 +741,21 @@ class SnmpClient:
             c = batch[i % k]  # repetition i // k of subtree i % k
             if c.done:
                 continue  # past the end of its subtree already
-            n = len(c.root)
-            if arcs[:n] != c.root or value.type == "endOfMibView":
+            if value.type == "endOfMibView":
                 self._finish(target, c)
                 continue
             if arcs <= c.cursor:
+                if k > 1:  # not the layout RFC 3416 section 4.2.3 prescribes
+                    raise _Misordered(name)
                 # a broken agent going round in circles: never walk forever
                 raise SnmpError(
                     "garbage",
                     target.endpoint,
                     f"walk of {c.name} on {target.label}: OID {name} does not increase",
                 )
+            if arcs[: len(c.root)] != c.root:
+                self._finish(target, c)
+                continue
             c.cursor = arcs
             c.got += 1
             result[name] = value

@@ -619,6 +619,32 @@ def test_walk_many_shrinks_side_by_side_requests_to_what_the_agent_takes(fault: 
     assert faults == 2  # the size is learned once, never failed again
 
 
+def test_walk_many_survives_an_agent_that_misorders_side_by_side_answers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Answers laid out subtree by subtree: noticed, one subtree per request, nothing lost."""
+    require(APC.exists(), f"PDU recordings missing in {RECORDINGS}")
+    roots = _profile_roots("apc_rpdu2")
+    with RawAgent(APC, "public") as healthy:
+
+        async def reference() -> Walk:
+            async with SnmpClient() as client:
+                return await client.walk_many(v2c(healthy, "public"), roots)
+
+        expected = run(reference())
+    with RawAgent(APC, "public", column_major=True) as agent:
+
+        async def go() -> list[Walk]:
+            async with SnmpClient() as client:
+                return [await client.walk_many(v2c(agent, "public"), roots) for _ in range(3)]
+
+        walks = run(go())
+        widths = agent.stats.bulk_widths
+    assert walks == [expected] * 3
+    assert "not in RFC 3416 order" in caplog.text
+    assert widths.count(1) < len(widths) and max(widths[-len(roots) :]) == 1
+
+
 # --- every recording: the v2c path, the v3 (pysnmp) path and net-snmp agree ---------------------
 
 
