@@ -292,8 +292,10 @@ class SnmpClient:
         self._discovery_locks: dict[tuple[str, int], asyncio.Lock] = {}
         # working GETBULK size (var-binds per request) per (host, port), once a bigger one failed
         self.bulk_sizes: dict[tuple[str, int], int] = {}
-        # (host, port, subtree) -> var-binds its last walk took, the one past its end included
-        self._lengths: dict[tuple[str, int, str], int] = {}
+        # (host, port, credentials, subtree) -> var-binds its last walk took, the one past its
+        # end included. Per credentials too: one agent can show other data per community or
+        # v3 context (a console server fronting several PDUs, or snmpsim).
+        self._lengths: dict[tuple[str, int, Auth, str], int] = {}
         self._answered: set[tuple[str, int]] = set()  # agents that ever answered
         # agents whose GETBULK answers for several subtrees were misordered: one per request
         self._one_at_a_time: set[tuple[str, int]] = set()
@@ -483,11 +485,7 @@ class SnmpClient:
             )
         except Garbage:
             raise SnmpError("garbage", target.endpoint, f"{what}: undecodable response") from None
-        except RequestTimeout as exc:
-            if exc.garbage:
-                raise SnmpError(
-                    "garbage", target.endpoint, f"{what}: undecodable response"
-                ) from None
+        except RequestTimeout:
             raise self._timeout(target, what) from None
         except OSError as exc:  # e.g. no route to the host's network
             raise SnmpError("error", target.endpoint, f"{what}: {exc.strerror}") from None
@@ -647,8 +645,8 @@ class SnmpClient:
         One PDU's requests go one after the other (gentle on slow agents). Each GETBULK asks
         for at most the target's max_repetitions var-binds in all: one subtree at a time with
         that many repetitions while its length is unknown or longer, else as many subtrees of
-        known, shorter length as fit, each with the repetitions its last walk needed (its rows
-        plus the one var-bind that shows where it ends).
+        the same known, shorter length as fit, with the repetitions their last walk needed
+        (their rows plus the one var-bind that shows where each ends).
         """
         key = (target.host, target.port)
         budget = max(1, min(target.max_repetitions, self.bulk_sizes.get(key, 1 << 30)))
@@ -662,7 +660,7 @@ class SnmpClient:
         result: Walk = {}
         shrunk = False
         while active := [c for c in columns if not c.done]:
-            batch, reps = self._plan(key, active, budget)
+            batch, reps = self._plan(target, active, budget)
             try:
                 var_binds = await self._request(target, "bulk", [c.cursor for c in batch], reps)
             except SnmpError as exc:
@@ -701,28 +699,31 @@ class SnmpClient:
                 )
         return result
 
-    def _need(self, key: tuple[str, int], c: _Column) -> int | None:
+    def _need(self, target: Target, c: _Column) -> int | None:
         """Var-binds expected to finish c's walk, from its last walk; None when unknown."""
-        length = self._lengths.get((key[0], key[1], c.name))
+        length = self._lengths.get((target.host, target.port, target.auth, c.name))
         if length is None or length <= c.got:
             return None
         return length - c.got
 
     def _plan(
-        self, key: tuple[str, int], active: list[_Column], budget: int
+        self, target: Target, active: list[_Column], budget: int
     ) -> tuple[list[_Column], int]:
         """The subtrees for the next GETBULK and its max-repetitions."""
-        needs = [(self._need(key, c), c) for c in active]
+        needs = [(self._need(target, c), c) for c in active]
         known = sorted(
             ((n, c) for n, c in needs if n is not None and n < budget), key=lambda nc: -nc[0]
         )
-        if len(known) < 2 or key in self._one_at_a_time:  # the first subtree alone
+        alone = (target.host, target.port) in self._one_at_a_time
+        if len(known) < 2 or alone:  # the first subtree alone
             need, first = needs[0]
             return [first], budget if need is None else min(need, budget)
+        # Subtrees of the same length share a request, so none reads past its end more than
+        # once; in OID order, so that an agent laying the answer out wrongly shows as OIDs
+        # going back.
         reps = known[0][0]
-        # in OID order, so that an agent laying the answer out wrongly shows as OIDs going back
-        batch = sorted((c for _, c in known[: budget // reps]), key=lambda c: c.root)
-        return batch, reps
+        same = [c for n, c in known if n == reps][: budget // reps]
+        return sorted(same, key=lambda c: c.root), reps
 
     def _take(
         self,
@@ -762,7 +763,7 @@ class SnmpClient:
 
     def _finish(self, target: Target, c: _Column) -> None:
         c.done = True
-        self._lengths[(target.host, target.port, c.name)] = c.got + 1
+        self._lengths[(target.host, target.port, target.auth, c.name)] = c.got + 1
 
     async def _bulk_is_the_problem(self, target: Target, exc: SnmpError) -> bool:
         """Whether a smaller GETBULK may succeed where this one failed."""

@@ -42,15 +42,12 @@ def client_socket(family: int = socket.AF_INET) -> socket.socket:
 
 
 class RequestTimeout(Exception):
-    """No valid answer in all tries; `garbage` if the agent sent undecodable datagrams meanwhile."""
-
-    def __init__(self, garbage: bool) -> None:
-        super().__init__("garbage" if garbage else "timeout")
-        self.garbage = garbage
+    """No valid answer in all tries."""
 
 
 class Garbage(Exception):
-    """The agent answered this very request with a datagram that is not a valid Response."""
+    """The agent answered with a datagram that is not a valid Response: to this very request,
+    or, by the time all tries ran out, to anything since the request started."""
 
 
 @dataclass(eq=False)
@@ -142,7 +139,7 @@ class V2cTransport(asyncio.DatagramProtocol):
             self._send(request_id, p)  # same request-id: a late first answer still counts
             return
         garbage = self.garbage_at.get(p.address, 0.0) >= p.started
-        p.future.set_exception(RequestTimeout(garbage))
+        p.future.set_exception(Garbage() if garbage else RequestTimeout())
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
         """asyncio: match an answer to its request."""
@@ -170,7 +167,7 @@ class V2cTransport(asyncio.DatagramProtocol):
         """Close the socket; requests in flight fail with RequestTimeout."""
         for p in list(self._pending.values()):
             if not p.future.done():
-                p.future.set_exception(RequestTimeout(False))
+                p.future.set_exception(RequestTimeout())
         self._pending.clear()
         if self._transport is not None:
             self._transport.close()

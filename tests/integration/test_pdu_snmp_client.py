@@ -592,6 +592,41 @@ def test_walk_many_follows_a_table_that_changes_size(order: str) -> None:
             assert_same(changed, _netsnmp_union(agent.endpoint, "public", roots))
 
 
+def test_walk_many_learns_sizes_per_community(tmp_path: Any) -> None:
+    """One agent, two communities with different outlet counts: each sized on its own."""
+    _require_agents()
+    roots = _profile_roots("apc_rpdu2")
+    small = tmp_path / "small.snmprec"
+    keep = []
+    for line in APC.read_text(encoding="latin-1").splitlines(keepends=True):
+        arcs = tuple(int(a) for a in line.split("|", 1)[0].split(".") if a.isdigit())
+        if not _outlets_up_to([(arcs, None)], 6):
+            continue  # an outlet row past outlet 6
+        keep.append(line)
+    small.write_text("".join(keep), encoding="latin-1")
+    with SnmpSim({"full": APC, "small": small}) as sim:
+
+        async def go() -> list[tuple[str, Walk, int]]:
+            out = []
+            async with SnmpClient() as client:
+                for _ in range(3):  # interleaved, as two PDUs behind one agent are polled
+                    for community in ("full", "small"):
+                        before = client.counts()["var_binds"]
+                        walk = await client.walk_many(v2c(sim, community), roots)
+                        out.append((community, walk, client.counts()["var_binds"] - before))
+            return out
+
+        polls = run(go())
+    full = [w for c, w, _ in polls if c == "full"]
+    small_walks = [w for c, w, _ in polls if c == "small"]
+    assert full[0] == full[1] == full[2] and small_walks[0] == small_walks[1] == small_walks[2]
+    outlets = {o for o in small_walks[0] if o.startswith(f"{OUTLET_TABLE}.1.7.")}
+    assert len(outlets) == 6 and len(full[0]) > len(small_walks[0])
+    # from the second round on each reads only one var-bind past the end of every subtree
+    for _, walk, received in polls[2:]:
+        assert received == len(walk) + len(roots)
+
+
 @pytest.mark.parametrize("fault", ["tooBig", "garbage"])
 def test_walk_many_shrinks_side_by_side_requests_to_what_the_agent_takes(fault: str) -> None:
     """An agent failing responses of more than 10 var-binds: every poll completes, same values."""
