@@ -5,7 +5,7 @@ through one pysnmp 7 `SnmpEngine` for the client's lifetime (USM, engine discove
 AES), via pysnmp's command generator applications (`pysnmp.entity.rfc3413.cmdgen`, the layer
 under `hlapi`'s `bulk_cmd`) with numeric OIDs, so there is no MIB resolution either way.
 SNMPv2c requests, where there is no security processing, go over one plain UDP socket (udp.py)
-with a minimal BER codec (ber.py): pyasn1's generic decoder, under pysnmp, costs ~63 µs of CPU
+with a minimal BER codec (ber.py): pyasn1's generic decoder, under pysnmp, costs 65-70 µs of CPU
 per var-bind, more than the poller's whole budget per value (docs/benchmarks.md). Both paths
 return the same `Value`s; tests read every recording through the v2c path and the v3 path and
 compare both with net-snmp.
