@@ -16,10 +16,12 @@ from typing import Any
 
 from . import ber
 
-# All agents answer on one socket. 100 PDUs answering a poll round at once overflow the default
-# receive buffer (about 200 KiB: some 90 datagrams of 25 var-binds) while the loop is busy, and
-# every drop costs a timeout. The kernel caps the size at net.core.rmem_max.
+# All agents answer on one socket. 100 PDUs answering a poll round at once can overflow the
+# default receive buffer (about 200 KiB: some 90 datagrams of 25 var-binds) while the loop is
+# busy, and every drop costs a timeout. SO_RCVBUF is capped at net.core.rmem_max (often that
+# same 200 KiB); SO_RCVBUFFORCE is not, but needs CAP_NET_ADMIN, which a root collector has.
 RECEIVE_BUFFER = 4 << 20
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # Linux asm-generic/socket.h
 
 Address = tuple[str, int]
 
@@ -28,7 +30,10 @@ def client_socket(family: int = socket.AF_INET) -> socket.socket:
     """A non-blocking UDP socket (IPv4 or IPv6) on an ephemeral port, large receive buffer."""
     sock = socket.socket(family, socket.SOCK_DGRAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
+        except PermissionError:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind(("::", 0))
@@ -46,8 +51,10 @@ class RequestTimeout(Exception):
 
 
 class Garbage(Exception):
-    """The agent answered with a datagram that is not a valid Response: to this very request,
-    or, by the time all tries ran out, to anything since the request started."""
+    """The agent answered with a datagram that is not a valid Response."""
+
+    # Raised at once when the bad datagram still shows this request's id, else when all tries
+    # ran out and the agent sent something undecodable since the request started.
 
 
 @dataclass(eq=False)
