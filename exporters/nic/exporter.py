@@ -26,6 +26,7 @@ from .procfs import (
     parse_softirqs,
     parse_softnet_stat,
 )
+from .qstats import NetdevQstats, QstatsUnavailable
 from .sysfs import NicInfo, irq_affinity, nic_info
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,14 @@ class QueueReader(Protocol):
 
     def driver_info(self, ifname: str) -> tuple[str, str, str]:
         """(driver, version, bus_info); OSError when unsupported."""
+        ...
+
+
+class QstatsReader(Protocol):
+    """Reads every device's per-queue counters from the kernel's netdev netlink family."""
+
+    def read(self) -> dict[int, list[QueueStat]]:
+        """ifindex -> per-queue counters; QstatsUnavailable (an OSError) when unsupported."""
         ...
 
 
@@ -180,10 +189,14 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
     qlab = ["interface", "queue", "direction"]
     qfams = {
         "bytes": CounterMetricFamily(
-            "wattbit_nic_queue_bytes", "Bytes per NIC queue (driver statistics).", labels=qlab
+            "wattbit_nic_queue_bytes",
+            "Bytes per NIC queue (kernel queue stats, else driver ethtool statistics).",
+            labels=qlab,
         ),
         "packets": CounterMetricFamily(
-            "wattbit_nic_queue_packets", "Packets per NIC queue (driver statistics).", labels=qlab
+            "wattbit_nic_queue_packets",
+            "Packets per NIC queue (kernel queue stats, else driver ethtool statistics).",
+            labels=qlab,
         ),
     }
     for ifname in sorted(snap.queues):
@@ -270,10 +283,16 @@ class NicExporter:
         sys_root: Path = Path("/sys"),
         proc_root: Path = Path("/proc"),
         ethtool: QueueReader | None = None,
+        qstats: QstatsReader | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.exclude = re.compile(exclude) if exclude else None
         self.ethtool = ethtool or Ethtool()
+        # netlink speaks for the running kernel: its ifindexes only match the live /sys
+        if qstats is None and sys_root == Path("/sys"):
+            qstats = NetdevQstats()
+        self.qstats = qstats
+        self._qstats_unavailable = ""
         self.queues = queues
         self.sys_root = sys_root
         self.proc_root = proc_root
@@ -283,10 +302,11 @@ class NicExporter:
         self._no_queue_stats: dict[str, float] = {}
 
     def close(self) -> None:
-        """Close the ethtool socket."""
-        close = getattr(self.ethtool, "close", None)
-        if close:
-            close()
+        """Close the ethtool and netlink sockets."""
+        for reader in (self.ethtool, self.qstats):
+            close = getattr(reader, "close", None)
+            if close:
+                close()
 
     def _wanted(self) -> list[str]:
         return [
@@ -309,9 +329,27 @@ class NicExporter:
             self._infos[name] = cached
         return cached[1]
 
-    def _queues(self, name: str, now: float) -> list[QueueStat]:
+    def _all_qstats(self) -> dict[int, list[QueueStat]]:
+        """Every device's netlink queue counters, or {} where the kernel has none."""
+        if not self.queues or self.qstats is None or self._qstats_unavailable:
+            return {}
+        try:
+            return self.qstats.read()
+        except QstatsUnavailable as exc:
+            # an older kernel: say so once and stay with ethtool for good
+            self._qstats_unavailable = exc.strerror or str(exc)
+            log.info("nic: %s; per-queue counters come from ethtool only", exc.strerror)
+        except OSError as exc:  # a transient failure: ethtool this scrape, netlink next
+            log.debug("nic: qstats-get failed: %s", exc)
+        return {}
+
+    def _queues(self, name: str, now: float, from_netlink: list[QueueStat]) -> list[QueueStat]:
         if not self.queues:
             return []
+        # The kernel's standard per-queue counters, where the driver gives them; ethtool's
+        # free-form names otherwise (older kernels, drivers that never moved).
+        if from_netlink:
+            return from_netlink
         # Drivers without statistics answer EOPNOTSUPP every time: ask again only at refresh.
         if now - self._no_queue_stats.get(name, float("-inf")) < self.info_refresh:
             return []
@@ -334,13 +372,18 @@ class NicExporter:
         names = {link.name for link in links}
         self._infos = {n: v for n, v in self._infos.items() if n in names}  # gone: forget
         infos = {link.name: self._info(link.name, now) for link in links}
+        qstats = self._all_qstats()
         interrupts = parse_interrupts(self._text("interrupts"))
         snmp = parse_snmp(self._text("net/snmp"))
         snmp.update(parse_snmp(self._text("net/netstat")))
         return NicSnapshot(
             links=links,
             infos=infos,
-            queues={n: q for n in sorted(names) if (q := self._queues(n, now))},
+            queues={
+                link.name: q
+                for link in sorted(links, key=lambda link: link.name)
+                if (q := self._queues(link.name, now, qstats.get(link.index, [])))
+            },
             irqs=nic_irqs(interrupts, infos, lambda irq: irq_affinity(self.proc_root, irq)),
             softirqs=parse_softirqs(self._text("softirqs")),
             softnet=parse_softnet_stat(self._text("net/softnet_stat"), interrupts.cpus),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
 import sys
 import time
@@ -98,3 +99,55 @@ def test_promtool_check_metrics_on_nic_output(tmp_path: Path) -> None:
     r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert sys.executable
+
+
+def _kernel() -> tuple[int, int]:
+    major, minor = platform.release().split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def test_kernel_queue_stats_agree_with_sys_and_the_exporter() -> None:
+    """netdev netlink qstats-get on this kernel: per-queue sums within /sys totals, exported."""
+    from exporters.nic.exporter import NicExporter
+    from exporters.nic.qstats import NetdevQstats, QstatsUnavailable
+
+    sys_net = Path("/sys/class/net")
+    index = {int((d / "ifindex").read_text()): d.name for d in sys_net.iterdir()}
+    drivers = {}
+    for d in sys_net.iterdir():
+        link = d / "device" / "driver"
+        drivers[d.name] = link.resolve().name if link.exists() else ""
+    reader = NetdevQstats()
+    try:
+        got = reader.read()
+    except QstatsUnavailable:
+        assert _kernel() < (6, 9), "Linux 6.9 and later have qstats-get"
+        return
+    finally:
+        reader.close()
+    # virtio_net answers qstats-get from Linux 6.10 on (and then no longer in ethtool -S)
+    virtio = {n for n, drv in drivers.items() if drv == "virtio_net"}
+    if _kernel() >= (6, 10):
+        assert virtio <= {index[i] for i in got}, (virtio, got)
+    require(bool(got), "no device on this machine gives per-queue netlink stats")
+    for ifindex, stats in got.items():
+        name = index[ifindex]
+        for direction in ("rx", "tx"):
+            total = int((sys_net / name / "statistics" / f"{direction}_bytes").read_text())
+            queued = sum(s.value for s in stats if s.direction == direction and s.kind == "bytes")
+            # inactive queues' counts sit in the device's base stats: never more than /sys
+            assert 0 <= queued <= total, (name, direction, queued, total)
+        active = len([q for q in (sys_net / name / "queues").iterdir() if q.name.startswith("rx")])
+        assert {s.queue for s in stats if s.direction == "rx"} <= set(range(active))
+    exporter = NicExporter(exclude="")
+    try:
+        snap = exporter.snapshot()
+    finally:
+        exporter.close()
+    for ifindex in got:
+        name = index[ifindex]
+        if name in snap.queues:  # lo and excluded names aside, the netlink view is exported
+            assert {(q.direction, q.queue, q.kind) for q in snap.queues[name]} == {
+                (s.direction, s.queue, s.kind) for s in got[ifindex]
+            }
+    assert any(index[i] in snap.queues for i in got)

@@ -8,9 +8,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from realparts import parse_samples, sample
 
 from exporters.base import ExportersCollector
+from exporters.nic.ethtool import QueueStat
 from exporters.nic.exporter import NicExporter, NicSnapshot, nic_irqs, render
 from exporters.nic.links import LinkStats, is_loopback, read_link
 from exporters.nic.procfs import parse_interrupts, parse_snmp, parse_softnet_stat
+from exporters.nic.qstats import QstatsUnavailable, queue_stats_by_ifindex
 from exporters.nic.sysfs import NicInfo
 
 NIC = Path(__file__).resolve().parent.parent / "fixtures" / "proc" / "nic"
@@ -82,7 +84,9 @@ def test_all_queues_on_cpu0_stands_out() -> None:
     assert sample(s, "wattbit_nic_link_speed_bytes_per_second", interface="eth2") == 1.25e9
 
 
-def _fake_net(root: Path, name: str, flags: str, stats: dict[str, int], mtu: int = 9000) -> None:
+def _fake_net(
+    root: Path, name: str, flags: str, stats: dict[str, int], mtu: int = 9000, ifindex: int = 7
+) -> None:
     d = root / "class" / "net" / name
     (d / "statistics").mkdir(parents=True)
     for k, v in stats.items():
@@ -90,7 +94,7 @@ def _fake_net(root: Path, name: str, flags: str, stats: dict[str, int], mtu: int
     (d / "flags").write_text(flags + "\n")
     (d / "mtu").write_text(f"{mtu}\n")
     (d / "operstate").write_text("up\n")
-    (d / "ifindex").write_text("7\n")
+    (d / "ifindex").write_text(f"{ifindex}\n")
 
 
 def test_link_counters_tcp_and_softnet(tmp_path: Path) -> None:
@@ -187,3 +191,78 @@ def test_exclude_loopback_and_unsupported_ethtool_asked_once(tmp_path: Path) -> 
         )
         == 1.0
     )
+
+
+def test_qstats_records_become_queue_stats() -> None:
+    """netdev qstats-get records (attribute number -> value) to per-queue counters."""
+    records = [
+        {1: 4, 2: 0, 3: 1, 8: 10, 9: 1000},  # rx queue 1
+        {1: 4, 2: 1, 3: 0, 10: 5, 11: 2**40},  # tx queue 0, a counter past 32 bits
+        {1: 4, 2: 0, 3: 0, 8: 3, 9: 300, 10: 99},  # a tx counter on an rx queue: ignored
+        {1: 4, 8: 50, 9: 5000},  # no queue: a device-scope record, not a queue
+        {1: 4, 2: 0, 3: 64, 9: 1},  # queue 64: past the cap, as for ethtool
+        {1: 9, 2: 2, 3: 0, 9: 1},  # an unknown queue type
+    ]
+    assert queue_stats_by_ifindex(records) == {
+        4: [
+            QueueStat("rx", 0, "bytes", 300),
+            QueueStat("rx", 0, "packets", 3),
+            QueueStat("rx", 1, "bytes", 1000),
+            QueueStat("rx", 1, "packets", 10),
+            QueueStat("tx", 0, "bytes", 2**40),
+            QueueStat("tx", 0, "packets", 5),
+        ]
+    }
+
+
+class _CountingEthtool:
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def read_stats(self, ifname: str) -> list[tuple[str, int]]:
+        self.asked.append(ifname)
+        return [("rx_queue_0_bytes", 42), ("tx_queue_0_bytes", 43)]
+
+    def driver_info(self, ifname: str) -> tuple[str, str, str]:
+        return ("", "", "")
+
+
+class _Qstats:
+    def __init__(self, answer: dict[int, list[QueueStat]] | OSError) -> None:
+        self.answer = answer
+        self.calls = 0
+
+    def read(self) -> dict[int, list[QueueStat]]:
+        self.calls += 1
+        if isinstance(self.answer, OSError):
+            raise self.answer
+        return self.answer
+
+
+def test_netlink_queue_stats_first_ethtool_for_the_rest(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    _fake_net(tmp_path, "eth0", "0x1003", {"rx_bytes": 1}, ifindex=7)
+    _fake_net(tmp_path, "eth1", "0x1003", {"rx_bytes": 1}, ifindex=8)
+    (tmp_path / "interrupts").write_text("           CPU0\n")
+    netlink = [QueueStat("rx", 0, "bytes", 100)]
+    ethtool, qstats = _CountingEthtool(), _Qstats({7: netlink})
+    exp = NicExporter(ethtool=ethtool, qstats=qstats, sys_root=tmp_path, proc_root=tmp_path)
+    snap = exp.snapshot()
+    assert snap.queues["eth0"] == netlink
+    assert snap.queues["eth1"] == [QueueStat("rx", 0, "bytes", 42), QueueStat("tx", 0, "bytes", 43)]
+    assert ethtool.asked == ["eth1"]  # no ethtool string-set read where netlink answered
+    # A kernel without qstats-get: said once, not asked again, ethtool for every NIC.
+    ethtool, qstats = _CountingEthtool(), _Qstats(QstatsUnavailable(95, "no qstats-get"))
+    exp = NicExporter(ethtool=ethtool, qstats=qstats, sys_root=tmp_path, proc_root=tmp_path)
+    caplog.set_level("INFO")
+    for _ in range(3):
+        snap = exp.snapshot()
+    assert qstats.calls == 1 and caplog.text.count("no qstats-get") == 1
+    assert sorted(snap.queues) == ["eth0", "eth1"] and ethtool.asked.count("eth0") == 3
+    # A transient netlink failure: ethtool this scrape, netlink asked again the next
+    qstats = _Qstats(OSError(16, "busy"))
+    exp = NicExporter(
+        ethtool=_CountingEthtool(), qstats=qstats, sys_root=tmp_path, proc_root=tmp_path
+    )
+    exp.snapshot()
+    exp.snapshot()
+    assert qstats.calls == 2
