@@ -100,11 +100,6 @@ ALLOWED_EMPTY: dict[tuple[str, str, str], str] = {
         "/sys/class/net/IF/speed read -1, so wattbit_nic_link_speed_bytes_per_second is absent "
         "(docs/exporters/nic.md); on real NICs it is there"
     ),
-    ("network", "Throughput per queue", "A"): (
-        "no driver here has per-queue byte counters: veth's ethtool statistics are XDP-only "
-        "and virtio_net from 6.10 on moved them out of ethtool -S (exporters/nic/ethtool.py); "
-        "mlx5, ixgbe, i40e, ice and the others listed there do have them"
-    ),
     ("disks", "Skipped tracepoint events", "A"): (
         "wattbit_blockio_bpf_missed_events_total has a series only for events the kernel "
         "actually skipped; with no other BPF tracing program running there may be none"
