@@ -71,10 +71,12 @@ class NetdevQstats:
         self._msg: Any = None
 
     def _open(self) -> None:
-        # pyroute2 imports are local: the agent runs without them where qstats are not asked
-        from pyroute2.netlink import genlmsg
-        from pyroute2.netlink.exceptions import NetlinkError
-        from pyroute2.netlink.generic import GenericNetlinkSocket
+        try:  # a dependency; a broken install costs per-queue netlink counters, not the agent
+            from pyroute2.netlink import genlmsg
+            from pyroute2.netlink.exceptions import NetlinkError
+            from pyroute2.netlink.generic import GenericNetlinkSocket
+        except ImportError as exc:
+            raise QstatsUnavailable(errno.ENOSYS, f"pyroute2 cannot be imported ({exc})") from exc
 
         class QstatsMsg(genlmsg):  # type: ignore[misc]
             # counters are "cdata": 4 or 8 bytes (NLA_UINT), decoded below
@@ -99,11 +101,11 @@ class NetdevQstats:
 
     def read(self) -> dict[int, list[QueueStat]]:
         """ifindex -> per-queue counters; QstatsUnavailable when the kernel cannot say."""
+        if self._sock is None:
+            self._open()
         from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
         from pyroute2.netlink.exceptions import NetlinkError
 
-        if self._sock is None:
-            self._open()
         msg = self._msg()
         msg["cmd"] = CMD_QSTATS_GET
         msg["version"] = 1

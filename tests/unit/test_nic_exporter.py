@@ -266,3 +266,16 @@ def test_netlink_queue_stats_first_ethtool_for_the_rest(tmp_path: Path, caplog) 
     exp.snapshot()
     exp.snapshot()
     assert qstats.calls == 2
+
+
+def test_qstats_without_pyroute2_is_unavailable_not_a_crash(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    import pytest
+
+    from exporters.nic.qstats import NetdevQstats
+
+    for mod in ("pyroute2.netlink", "pyroute2.netlink.generic", "pyroute2.netlink.exceptions"):
+        monkeypatch.setitem(sys.modules, mod, None)  # import raises ImportError
+    with pytest.raises(QstatsUnavailable, match="pyroute2 cannot be imported"):
+        NetdevQstats().read()
