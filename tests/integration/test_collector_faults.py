@@ -440,7 +440,7 @@ def test_v3_authpriv_reads_what_v2c_reads(tmp_path: Path) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="exporters/pdu/snmp.py keeps one USM row per (agent engine ID, user name): the "
+    reason="exporters/pdu/v3.py keeps one USM row per (agent engine ID, user name): the "
     "wrong keys of one PDU replace the right keys of another PDU on the same agent",
 )
 def test_wrong_keys_on_one_pdu_leave_another_on_the_same_agent_alone(tmp_path: Path) -> None:

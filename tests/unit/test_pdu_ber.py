@@ -14,8 +14,8 @@ from pyasn1.codec.ber import decoder, encoder
 from pysnmp.proto import api
 
 from exporters.pdu import ber
-from exporters.pdu.snmp import _to_value
 from exporters.pdu.types import Value
+from exporters.pdu.v3 import to_value as _to_value
 
 P = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
 
