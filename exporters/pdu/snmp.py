@@ -25,20 +25,17 @@ import logging
 import socket
 from dataclasses import dataclass
 
-from . import ber
 from .target import (
     REASONS,
-    Answer,
     Auth,
     SnmpError,
     Target,
     VarBind,
     oid_tuple,
     status_error,
-    timeout_error,
 )
 from .types import Walk
-from .udp import Garbage, RequestTimeout, V2cTransport
+from .udp import V2cClient
 from .v3 import V3Client
 
 log = logging.getLogger(__name__)
@@ -66,7 +63,7 @@ class SnmpClient:
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._v2c: dict[int, V2cTransport] = {}  # address family -> socket
+        self._v2c = V2cClient()
         self._v3 = V3Client()
         self._addresses: dict[tuple[str, int], tuple[int, tuple[str, int]]] = {}
         # working GETBULK size (var-binds per request) per (host, port), once a bigger one failed
@@ -91,17 +88,6 @@ class SnmpClient:
         elif loop is not self._loop:
             raise RuntimeError("SnmpClient is bound to the event loop it first ran in")
         return loop
-
-    async def _ensure_v2c(self, family: int) -> V2cTransport:
-        self._bind_loop()
-        if family not in self._v2c:
-            transport = V2cTransport(family)
-            await transport.open()
-            if family not in self._v2c:  # another poll may have opened one meanwhile
-                self._v2c[family] = transport
-            else:
-                transport.close()
-        return self._v2c[family]
 
     async def _address(self, target: Target) -> tuple[int, tuple[str, int]]:
         """The target's address family and (address, port), resolved once (first answer)."""
@@ -131,49 +117,14 @@ class SnmpClient:
         """One GET or GETBULK (non-repeaters 0); the response var-binds, or SnmpError."""
         self._bind_loop()
         family, address = await self._address(target)
-        if target.auth.version == "2c":
-            status, index, var_binds = await self._request_v2c(
-                target, family, address, kind, oids, max_repetitions
-            )
-        else:
-            status, index, var_binds = await self._v3.request(
-                target, family, address, kind, oids, max_repetitions
-            )
+        backend = self._v2c if target.auth.version == "2c" else self._v3
+        status, index, var_binds = await backend.request(
+            target, family, address, kind, oids, max_repetitions
+        )
         self._answered.add((target.host, target.port))
         if status:
             raise status_error(target, kind, status, index, max_repetitions)
         return var_binds
-
-    async def _request_v2c(
-        self,
-        target: Target,
-        family: int,
-        address: tuple[str, int],
-        kind: str,
-        oids: list[tuple[int, ...]],
-        max_repetitions: int,
-    ) -> Answer:
-        transport = await self._ensure_v2c(family)
-        assert target.auth.community is not None
-        pdu_type = ber.GETBULK if kind == "bulk" else ber.GET
-        what = f"{kind} to {target.label}"
-        try:
-            response = await transport.request(
-                address,
-                target.auth.community.encode(),
-                pdu_type,
-                oids,
-                max_repetitions,
-                target.timeout,
-                target.retries,
-            )
-        except Garbage:
-            raise SnmpError("garbage", target.endpoint, f"{what}: undecodable response") from None
-        except RequestTimeout:
-            raise timeout_error(target, what) from None
-        except OSError as exc:  # e.g. no route to the host's network
-            raise SnmpError("error", target.endpoint, f"{what}: {exc.strerror}") from None
-        return response.error_status, response.error_index, response.var_binds
 
     # -- public API -----------------------------------------------------------------------------
 
@@ -345,20 +296,13 @@ class SnmpClient:
 
     def counts(self) -> dict[str, int]:
         """Messages sent and received and var-binds received so far, SNMPv2c and v3 together."""
-        sent, received = self._v3.counts()
-        out = {"sent": sent, "received": received, "var_binds": self._v3.var_binds}
-        for v2c in self._v2c.values():
-            out["sent"] += v2c.sent
-            out["received"] += v2c.received
-            out["var_binds"] += v2c.var_binds
-        return out
+        v2c, v3 = self._v2c.counts(), self._v3.counts()
+        return {k: v2c[k] + v3[k] for k in v2c}
 
     def close(self) -> None:
         """Close the sockets and the v3 engine; pending requests fail."""
         self._closed = True
-        for v2c in self._v2c.values():
-            v2c.close()
-        self._v2c.clear()
+        self._v2c.close()
         self._v3.close()
 
     async def __aenter__(self) -> SnmpClient:

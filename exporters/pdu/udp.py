@@ -1,8 +1,9 @@
-"""SNMPv2c requests over one asyncio UDP socket: request-ids, timeouts, retries, nothing else.
+"""SNMPv2c requests over asyncio UDP sockets: request-ids, timeouts, retries, nothing else.
 
-The SNMPv2c half of `SnmpClient` (snmp.py); messages are built and read by ber.py. Like
-pysnmp's dispatcher, one unconnected socket serves every agent, and an answer counts only when
-it comes from the address the request went to and carries its request-id and community.
+The SNMPv2c half of `SnmpClient` (snmp.py; v3.py is the other); messages are built and read by
+ber.py. Like pysnmp's dispatcher, one unconnected socket (per address family) serves every
+agent, and an answer counts only when it comes from the address the request went to and
+carries its request-id and community.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import ber
+from .target import Answer, SnmpError, Target, timeout_error
 
 # All agents answer on one socket. 100 PDUs answering a poll round at once can overflow the
 # default receive buffer (about 200 KiB: some 90 datagrams of 25 var-binds) while the loop is
@@ -179,3 +181,67 @@ class V2cTransport(asyncio.DatagramProtocol):
         if self._transport is not None:
             self._transport.close()
             self._transport = None
+
+
+class V2cClient:
+    """SNMPv2c GET and GETBULK: one V2cTransport per address family, failures as SnmpError."""
+
+    def __init__(self) -> None:
+        self._transports: dict[int, V2cTransport] = {}  # address family -> socket
+
+    async def _transport(self, family: int) -> V2cTransport:
+        if family not in self._transports:
+            transport = V2cTransport(family)
+            await transport.open()
+            if family not in self._transports:  # another poll may have opened one meanwhile
+                self._transports[family] = transport
+            else:
+                transport.close()
+        return self._transports[family]
+
+    async def request(
+        self,
+        target: Target,
+        family: int,
+        address: tuple[str, int],
+        kind: str,
+        oids: list[tuple[int, ...]],
+        max_repetitions: int,
+    ) -> Answer:
+        """One GET or GETBULK (non-repeaters 0): the agent's answer, or SnmpError."""
+        transport = await self._transport(family)
+        assert target.auth.community is not None
+        pdu_type = ber.GETBULK if kind == "bulk" else ber.GET
+        what = f"{kind} to {target.label}"
+        try:
+            response = await transport.request(
+                address,
+                target.auth.community.encode(),
+                pdu_type,
+                oids,
+                max_repetitions,
+                target.timeout,
+                target.retries,
+            )
+        except Garbage:
+            raise SnmpError("garbage", target.endpoint, f"{what}: undecodable response") from None
+        except RequestTimeout:
+            raise timeout_error(target, what) from None
+        except OSError as exc:  # e.g. no route to the host's network
+            raise SnmpError("error", target.endpoint, f"{what}: {exc.strerror}") from None
+        return response.error_status, response.error_index, response.var_binds
+
+    def counts(self) -> dict[str, int]:
+        """Datagrams sent and received and var-binds received so far."""
+        ts = self._transports.values()
+        return {
+            "sent": sum(t.sent for t in ts),
+            "received": sum(t.received for t in ts),
+            "var_binds": sum(t.var_binds for t in ts),
+        }
+
+    def close(self) -> None:
+        """Close the sockets; requests in flight fail."""
+        for transport in self._transports.values():
+            transport.close()
+        self._transports.clear()

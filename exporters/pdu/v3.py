@@ -350,13 +350,17 @@ class V3Client:
             return SnmpError("too_big", target.endpoint, f"{what}: {indication}")
         return SnmpError("error", target.endpoint, f"{what}: {indication}")
 
-    def counts(self) -> tuple[int, int]:
-        """(messages sent, messages received) by the engine so far."""
+    def counts(self) -> dict[str, int]:
+        """Messages sent and received by the engine and var-binds received so far."""
         if self._engine is None:
-            return 0, 0
+            return {"sent": 0, "received": 0, "var_binds": 0}
         mib = self._engine.get_mib_builder()
         sent, received = mib.import_symbols("__SNMPv2-MIB", "snmpOutPkts", "snmpInPkts")
-        return int(sent.syntax), int(received.syntax)
+        return {
+            "sent": int(sent.syntax),
+            "received": int(received.syntax),
+            "var_binds": self.var_binds,
+        }
 
     def close(self) -> None:
         """Close the engine's transports and dispatcher; pending requests fail."""

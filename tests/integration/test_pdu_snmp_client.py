@@ -456,10 +456,12 @@ def test_concurrent_walks_share_one_engine(sim: SnmpSim) -> None:
             async with SnmpClient() as client:
                 await client.get(kinds[0], ["1.3.6.1.2.1.1.2.0"])
                 await client.get(kinds[1], ["1.3.6.1.2.1.1.2.0"])
-                engine, sockets = client._v3._engine, dict(client._v2c)  # v3: pysnmp; v2c: a socket
+                engine, sockets = client._v3._engine, dict(client._v2c._transports)  # v3; v2c
                 assert engine is not None and len(sockets) == 1
                 walks = await asyncio.gather(*(client.walk(t, RPDU2_METERED) for t in targets))
-                return list(walks), client._v3._engine is engine and client._v2c == sockets
+                return list(
+                    walks
+                ), client._v3._engine is engine and client._v2c._transports == sockets
 
         walks, same_engine = run(go())
         assert same_engine
