@@ -494,6 +494,11 @@ class RawAgent:
             self._sock.sendto(encoder.encode(rsp), peer)
 
 
+def closed_udp_port(host: str = "127.0.0.1") -> int:
+    """A UDP port nothing listens on: the kernel answers with ICMP port unreachable."""
+    return free_udp_port(host)
+
+
 @contextlib.contextmanager
 def silent_udp_port(host: str = "127.0.0.1") -> Iterator[int]:
     """A bound UDP port that swallows every datagram (a host whose agent is dead)."""

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from .types import Value
 
-# Error reasons. "refused" is reserved: one unconnected UDP socket cannot tell which agent an
-# ICMP port-unreachable was about, so a closed port reads as "timeout".
+# Error reasons. "refused": an ICMP port unreachable came back (SNMPv2c; for SNMPv3, pysnmp
+# does not read ICMP errors and a closed port reads as "timeout").
 REASONS = frozenset({"timeout", "auth", "too_big", "garbage", "refused", "error"})
 
 # SNMPv3 protocol names as configured; v3.py maps them to pysnmp's. AES-192/256 are not

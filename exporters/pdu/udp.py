@@ -9,8 +9,11 @@ carries its request-id and community.
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import random
 import socket
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,14 +27,23 @@ from .target import Answer, SnmpError, Target, timeout_error
 # same 200 KiB); SO_RCVBUFFORCE is not, but needs CAP_NET_ADMIN, which a root collector has.
 RECEIVE_BUFFER = 4 << 20
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # Linux asm-generic/socket.h
+# ICMP errors on an unconnected socket (port or host unreachable) are only reported with these
+# on, through the socket's error queue, which names the datagram's destination (ip(7), ipv6(7)).
+IP_RECVERR = getattr(socket, "IP_RECVERR", 11)
+IPV6_RECVERR = getattr(socket, "IPV6_RECVERR", 25)
+_EXTENDED_ERR = struct.Struct("=IBBBBII")  # struct sock_extended_err, linux/errqueue.h
 
 Address = tuple[str, int]
 
 
-def client_socket(family: int = socket.AF_INET) -> socket.socket:
+def client_socket(family: int = socket.AF_INET, icmp_errors: bool = False) -> socket.socket:
     """A non-blocking UDP socket (IPv4 or IPv6) on an ephemeral port, large receive buffer."""
     sock = socket.socket(family, socket.SOCK_DGRAM)
     try:
+        if icmp_errors and family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVERR, 1)
+        elif icmp_errors:
+            sock.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
         try:
             sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
         except PermissionError:
@@ -50,6 +62,14 @@ def client_socket(family: int = socket.AF_INET) -> socket.socket:
 
 class RequestTimeout(Exception):
     """No valid answer in all tries."""
+
+
+class Unreachable(Exception):
+    """An ICMP error came back for a datagram to this agent (ECONNREFUSED: nothing listens)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(os.strerror(code))
+        self.errno = code
 
 
 class Garbage(Exception):
@@ -78,6 +98,7 @@ class V2cTransport(asyncio.DatagramProtocol):
         self.family = family
         self._transport: asyncio.DatagramTransport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._sock: socket.socket | None = None
         self._pending: dict[int, _Pending] = {}
         self._next_id = random.randrange(1, 1 << 30)
         self.garbage_at: dict[Address, float] = {}  # address -> last undecodable datagram
@@ -90,13 +111,13 @@ class V2cTransport(asyncio.DatagramProtocol):
         if self._transport is not None:
             return
         loop = asyncio.get_running_loop()
-        sock = client_socket(self.family)
+        sock = client_socket(self.family, icmp_errors=True)
         try:
             await loop.create_datagram_endpoint(lambda: self, sock=sock)
         except OSError:
             sock.close()
             raise
-        self._loop = loop
+        self._loop, self._sock = loop, sock
 
     def connection_made(self, transport: Any) -> None:
         """asyncio: the socket is ready."""
@@ -170,7 +191,21 @@ class V2cTransport(asyncio.DatagramProtocol):
             p.future.set_result(response)
 
     def error_received(self, exc: Exception) -> None:
-        """asyncio: an ICMP error on the unconnected socket names no request; timeouts decide."""
+        """asyncio: ICMP errors arrived; fail the requests to the addresses they name, at once."""
+        if self._sock is None:
+            return
+        while True:
+            try:
+                _, ancillary, _, address = self._sock.recvmsg(1, 512, socket.MSG_ERRQUEUE)
+            except OSError:  # drained (EAGAIN), or no error queue at all
+                return
+            code = next(
+                (_EXTENDED_ERR.unpack_from(data)[0] for _, _, data in ancillary if len(data) >= 16),
+                errno.EHOSTUNREACH,
+            )
+            for p in self._pending.values():
+                if p.address == (address[0], address[1]) and not p.future.done():
+                    p.future.set_exception(Unreachable(code))
 
     def close(self) -> None:
         """Close the socket; requests in flight fail with RequestTimeout."""
@@ -227,6 +262,12 @@ class V2cClient:
             raise SnmpError("garbage", target.endpoint, f"{what}: undecodable response") from None
         except RequestTimeout:
             raise timeout_error(target, what) from None
+        except Unreachable as exc:
+            if exc.errno == errno.ECONNREFUSED:  # ICMP port unreachable: the agent is not there
+                raise SnmpError(
+                    "refused", target.endpoint, f"{what}: nothing listens on that UDP port"
+                ) from None
+            raise SnmpError("error", target.endpoint, f"{what}: {exc}") from None
         except OSError as exc:  # e.g. no route to the host's network
             raise SnmpError("error", target.endpoint, f"{what}: {exc.strerror}") from None
         return response.error_status, response.error_index, response.var_binds

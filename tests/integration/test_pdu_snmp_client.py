@@ -22,6 +22,7 @@ from snmpsim_harness import (
     RawAgent,
     SnmpSim,
     V3User,
+    closed_udp_port,
     have_netsnmp,
     have_snmpsim,
     silent_udp_port,
@@ -333,6 +334,31 @@ def test_timeout_on_a_silent_port() -> None:
             assert elapsed < 0.5 * 2 + 3.0  # generous: one timeout period, not one per halving
 
 
+def test_refused_on_a_closed_port_without_waiting_for_the_timeout() -> None:
+    """v2c: the ICMP port unreachable fails the request as "refused", long before its timeout.
+
+    The timeout is far longer than the test's guard (run: 60 s), so the reason can only be
+    "refused" if the ICMP error was read; a request that waited would end as "timeout".
+    """
+    port = closed_udp_port()
+    with RawAgent(APC, "public") as agent:
+        dead = Target("127.0.0.1", port, Auth("2c", community="public"), timeout=50, retries=0)
+
+        async def go() -> tuple[SnmpError, Walk]:
+            async with SnmpClient() as client:
+                with pytest.raises(SnmpError) as info:
+                    await asyncio.gather(
+                        client.walk(dead, OUTLET_TABLE), client.walk(v2c(agent, "public"), RPDU2)
+                    )
+                # the other agent on the same socket was not disturbed
+                return info.value, await client.walk(v2c(agent, "public"), OUTLET_TABLE)
+
+        exc, walk = run(go())
+    assert exc.reason == "refused" and f"127.0.0.1:{port}" in str(exc), exc
+    assert "public" not in str(exc)  # the community never appears in an error
+    assert len(walk) > 200
+
+
 def test_timeout_on_a_slow_agent() -> None:
     """An agent that answers only after 1.5 s is a timeout at 0.5 s."""
     _require_agents()
@@ -381,8 +407,8 @@ def test_bulk_fallback_to_smaller_max_repetitions(fault: str) -> None:
         assert first[f"{OUTLET_TABLE}.1.7.1"] == Value("Integer32", 163)
 
 
-def test_an_agent_that_died_is_a_timeout_and_keeps_its_bulk_size() -> None:
-    """A PDU that answered and then went away: timeout, no halving left behind."""
+def test_an_agent_that_died_fails_and_keeps_its_bulk_size() -> None:
+    """A PDU that answered and then went away (its port now closed): refused, no halving."""
     require(APC.exists(), f"PDU recordings missing in {RECORDINGS}")
 
     async def go() -> tuple[SnmpError, dict[tuple[str, int], int], float]:
@@ -396,7 +422,7 @@ def test_an_agent_that_died_is_a_timeout_and_keeps_its_bulk_size() -> None:
             return info.value, dict(client.bulk_sizes), time.monotonic() - start
 
     exc, sizes, elapsed = run(go())
-    assert exc.reason == "timeout"
+    assert exc.reason == "refused"  # the kernel answers for the dead agent's port
     assert sizes == {}
     assert elapsed < 2 * 0.3 + 3.0  # the GETBULK and one small GET, no halving
 
