@@ -199,6 +199,8 @@ class V2cTransport(asyncio.DatagramProtocol):
                 _, ancillary, _, address = self._sock.recvmsg(1, 512, socket.MSG_ERRQUEUE)
             except OSError:  # drained (EAGAIN), or no error queue at all
                 return
+            if not address:  # a local error names no destination: timeouts decide
+                continue
             code = next(
                 (_EXTENDED_ERR.unpack_from(data)[0] for _, _, data in ancillary if len(data) >= 16),
                 errno.EHOSTUNREACH,
