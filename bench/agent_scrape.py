@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from collector.exposition import TextRenderer
+from collector.web.exposition import TextRenderer
 from exporters.base import ExportersCollector
 from exporters.blockio.exporter import render
 from exporters.blockio.model import LAT_SLOTS, OPS, SIZE_SLOTS, DeviceStats, OpStats

@@ -443,7 +443,7 @@ class Bench:
 
         from exporters.pdu.poller import PduPoller, PduTarget
         from exporters.pdu.profile import load_profiles
-        from exporters.pdu.snmp import Auth, SnmpClient, Target
+        from exporters.snmp.client import Auth, SnmpClient, Target
 
         targets = [
             PduTarget(
@@ -813,7 +813,7 @@ def decode_costs(repeat: int = 300) -> tuple[float, float]:
     from pysnmp.proto import api
     from pysnmp.proto.mpmod.rfc2576 import SnmpV2cMessageProcessingModel
 
-    from exporters.pdu import ber
+    from exporters.snmp import ber
 
     p = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
     pdu = p.ResponsePDU()
@@ -960,7 +960,7 @@ def main(argv: list[str] | None = None) -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from exporters.pdu.profile import load_profiles
-    from tests.snmpsim_harness import SnmpSim, have_netsnmp, have_snmpsim
+    from tests.support.snmpagents import SnmpSim, have_netsnmp, have_snmpsim
 
     if not have_snmpsim() or not have_netsnmp() or shutil.which(SNMP_EXPORTER) is None:
         print("needs snmpsim (venv), net-snmp's snmpbulkwalk and", SNMP_EXPORTER, file=sys.stderr)

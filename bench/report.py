@@ -31,8 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from realparts import prometheus_on_blocks  # noqa: E402  (the same helper the report tests use)
+sys.path.insert(0, str(ROOT))
+from tests.support.realparts import prometheus_on_blocks  # noqa: E402  (the same helper the report tests use)
 
 BLOCK = 7200
 HOSTS = ["mover1", "mover2", "mover3", "mover4"]
@@ -136,7 +136,7 @@ def write_openmetrics(fams: dict, t0: int, n: int, directory: Path) -> list[Path
 
 
 def prometheus(data: Path, directory: Path) -> contextlib.AbstractContextManager[str]:
-    """A real Prometheus over the blocks, on 127.0.0.1; always stopped (tests/realparts.py)."""
+    """A real Prometheus over the blocks, on 127.0.0.1; always stopped (tests/support/realparts.py)."""
     return prometheus_on_blocks(data, directory, "1s", timeout=120)
 
 

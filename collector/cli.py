@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel
 
-from .errors import ConfigError
+from collector.config import ConfigError
 
 if TYPE_CHECKING:
-    from .webconfig import WebConfig
+    from collector.web.config import WebConfig
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -25,8 +25,8 @@ def _load(
 
     Every problem is a ConfigError (exit 2) raised before anything starts.
     """
-    from .config import load_model, parse_listen
-    from .webconfig import load_web_config
+    from collector.config import load_model, parse_listen
+    from collector.web.config import load_web_config
 
     cfg = load_model(model, args.config)
     updates: dict[str, object] = {}
@@ -44,8 +44,8 @@ def _load(
 
 
 def _agent(args: argparse.Namespace) -> int:
-    from . import agent
-    from .config import AgentConfig
+    from collector.agent import main as agent
+    from collector.agent.config import AgentConfig
 
     cfg, web = _load(AgentConfig, args, agent.DEFAULT_PORT)
     _logging(args.log_level or cfg.log_level)
@@ -59,8 +59,8 @@ def _agent(args: argparse.Namespace) -> int:
 def _collector(args: argparse.Namespace) -> int:
     import json
 
-    from . import site
-    from .collector_config import CollectorConfig, redacted
+    from collector.site import main as site
+    from collector.site.config import CollectorConfig, redacted
 
     cfg, web = _load(CollectorConfig, args, site.DEFAULT_PORT)
     site.profiles_for(cfg, args.config)  # a configured profile that does not exist: exit 2 now
@@ -76,7 +76,7 @@ def _collector(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from . import demo
+    from collector.demo import main as demo
 
     _logging(args.log_level or "warning")
     return demo.main(args.duration, args.disks, args.out, args.wait, args.disk_mb)
@@ -118,8 +118,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     c.set_defaults(func=_collector)
 
-    from . import runs_cli
-    from .report import cli as report_cli
+    from collector.report import cli as report_cli
+    from collector.runs import cli as runs_cli
 
     runs_cli.register(sub)
     report_cli.register(sub)

@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
-from exporters.blockio.exporter import DEFAULT_EXCLUDE
-from exporters.nic.exporter import DEFAULT_EXCLUDE as NIC_EXCLUDE
 
-from .errors import ConfigError
+class ConfigError(Exception):
+    """A configuration file is unusable: names the file, the key and the reason."""
+
+    def __init__(self, file: str | Path, key: str, reason: str) -> None:
+        self.file = str(file)
+        self.key = key
+        self.reason = reason
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        where = f"{self.file}: " if self.file else ""
+        key = f"key '{self.key}': " if self.key else ""
+        return f"{where}{key}{self.reason}"
+
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -69,41 +80,6 @@ def _regex(value: str) -> str:
 
 
 Regex = Annotated[str, BeforeValidator(lambda v: _regex(str(v)))]
-
-
-class BlockioConfig(Strict):
-    """The blockio exporter's settings."""
-
-    enabled: bool = True
-    backend: Literal["auto", "bcc", "diskstats"] = "auto"
-    exclude: Regex = DEFAULT_EXCLUDE
-    max_inflight: int = Field(default=65536, ge=1024, le=1 << 22)
-    topology_refresh: Duration = 60.0
-
-
-class NicConfig(Strict):
-    """The nic exporter's settings."""
-
-    enabled: bool = True
-    exclude: Regex = NIC_EXCLUDE  # loopback is always left out
-    queues: bool = True  # per-queue counters from the driver's ethtool statistics
-    info_refresh: Duration = 60.0
-
-
-class AgentConfig(Strict):
-    """`wattbit agent` configuration."""
-
-    listen: str = ":9731"
-    web_config: Path | None = None
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    blockio: BlockioConfig = BlockioConfig()
-    nic: NicConfig = NicConfig()
-
-    @field_validator("listen")
-    @classmethod
-    def _listen(cls, v: str) -> str:
-        parse_listen(v, 9731)
-        return v
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -22,8 +22,11 @@ from collections import Counter
 from fractions import Fraction
 from functools import lru_cache
 
-from .profile import Condition, Metric, Profile, UnitMetric, oid_arcs
-from .types import EXCEPTIONS, INTEGER_TYPES, OutletReading, Reading, Value, Walk
+from exporters.snmp.oid import oid_arcs
+from exporters.snmp.types import EXCEPTIONS, INTEGER_TYPES, Value, Walk
+
+from .profile import Condition, Metric, Profile, UnitMetric
+from .types import OutletReading, Reading
 
 REASONS = ("missing", "no_such", "wrong_type", "negative", "out_of_range", "unavailable")
 

@@ -17,9 +17,10 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from exporters.snmp.client import SnmpClient, SnmpError, Target
+
 from .decode import decode, metered
 from .profile import Profile, match_profile
-from .snmp import SnmpClient, SnmpError, Target
 from .types import Reading
 
 log = logging.getLogger(__name__)

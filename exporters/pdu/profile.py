@@ -61,7 +61,6 @@ the instances to GET; together they cover every OID the decoder reads.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -76,29 +75,9 @@ from pydantic import (
     model_validator,
 )
 
+from exporters.snmp.oid import normalize_oid, oid_arcs, under
+
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
-
-_OID = re.compile(r"^\d+(\.\d+)*$")
-
-
-def normalize_oid(value: Any) -> str:
-    """Dotted-decimal OID without a leading dot; ValueError for anything else."""
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise ValueError("expected a dotted-decimal OID string")
-    text = str(value).strip().removeprefix(".")
-    if not _OID.match(text):
-        raise ValueError(f"not a dotted-decimal OID: {value!r}")
-    return text
-
-
-def oid_arcs(oid: str) -> tuple[int, ...]:
-    """The OID's arcs as integers, for numeric ordering."""
-    return tuple(int(a) for a in oid.split(".")) if oid else ()
-
-
-def under(oid: str, prefix: str) -> bool:
-    """True if oid equals prefix or lies below it, on arc boundaries (.3.4 is not under .3.40)."""
-    return oid == prefix or oid.startswith(prefix + ".")
 
 
 def _index(value: Any) -> str:

@@ -1,7 +1,7 @@
 """The disk alerts end to end on real parts.
 
 Four loop disks: three over files in tmpfs, one over a file on a FUSE file system
-(tests/fusedelay.py) that delays every read and write by 20 ms. The agent (eBPF backend), a
+(tests/support/fusedelay.py) that delays every read and write by 20 ms. The agent (eBPF backend), a
 real Prometheus scraping it every second with the test-only rule variant
 (alerts/test-overrides/wattbit-alerts-fast.yml: windows and `for:` divided by 20, evaluated
 every second), a real Alertmanager routing to a webhook receiver this test runs.
@@ -35,8 +35,9 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ROOT, require
-from realparts import Agent, bcc_importable, free_port, have, is_root, loop_disks
+
+from tests.support.env import ROOT, require
+from tests.support.realparts import Agent, bcc_importable, free_port, have, is_root, loop_disks
 
 pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.timeout(300)]
 
@@ -173,7 +174,7 @@ def test_disk_slow_and_errors_reach_the_webhook() -> None:
         require(have(tool), f"{tool} is not installed")
     require(bcc_importable(), "bcc (python3-bpfcc) is not importable")
     require(_fuse_available(), "fusepy + libfuse2 + /dev/fuse + fusermount needed")
-    from fusedelay import mounted
+    from tests.support.fusedelay import mounted
 
     t_start = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="wattbit-alerts-e2e-", dir="/dev/shm"))

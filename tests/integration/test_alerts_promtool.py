@@ -17,9 +17,10 @@ import shutil
 import subprocess
 from typing import Any
 
-import realparts
 import yaml
-from conftest import ROOT, require
+
+from tests.support import realparts
+from tests.support.env import ROOT, require
 
 ALERTS = ROOT / "alerts" / "wattbit-alerts.yml"
 FAST = ROOT / "alerts" / "test-overrides" / "wattbit-alerts-fast.yml"

@@ -7,8 +7,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import require
-from realparts import Agent, LoopDisk, diskstats, fio, have, is_root, loop_disks, sample
+
+from tests.support.env import require
+from tests.support.realparts import (
+    Agent,
+    LoopDisk,
+    diskstats,
+    fio,
+    have,
+    is_root,
+    loop_disks,
+    sample,
+)
 
 READS = 3001  # prime
 

@@ -8,8 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import require
-from realparts import (
+
+from tests.support.env import require
+from tests.support.realparts import (
     Agent,
     LoopDisk,
     bcc_importable,

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import require
-from realparts import Collector, sample
-from snmpsim_harness import (
+
+from tests.support.env import require
+from tests.support.realparts import Collector, sample
+from tests.support.snmpagents import (
     RECORDINGS,
     SNMP_FIXTURES,
     RawAgent,

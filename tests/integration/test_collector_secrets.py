@@ -17,9 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import require
-from realparts import ROOT, Collector, free_port, parse_samples, sample
-from snmpsim_harness import RECORDINGS, SnmpSim, V3User, have_snmpsim, silent_udp_port
+
+from tests.support.env import require
+from tests.support.realparts import ROOT, Collector, free_port, parse_samples, sample
+from tests.support.snmpagents import RECORDINGS, SnmpSim, V3User, have_snmpsim, silent_udp_port
 
 APC = RECORDINGS / "apc_ap8641.snmprec"
 
@@ -390,9 +391,8 @@ def test_config_error_traceback_holds_no_secret(
     tmp_path: Path, body: str, key: str, reason: str
 ) -> None:
     """In-process: the ConfigError, formatted with its chained causes, quotes no secret."""
-    from collector.collector_config import CollectorConfig
-    from collector.config import load_model
-    from collector.errors import ConfigError
+    from collector.config import ConfigError, load_model
+    from collector.site.config import CollectorConfig
 
     cfg = tmp_path / "collector.yml"
     cfg.write_text(AUTH_HEAD + body + PDU_TAIL)
@@ -427,8 +427,8 @@ def test_repr_of_config_objects_holds_no_secret(
 ) -> None:
     """The validated config, its sections, the poller's targets: repr, str and dumps."""
     from collector import site
-    from collector.collector_config import CollectorConfig, redacted
     from collector.config import load_model
+    from collector.site.config import CollectorConfig, redacted
 
     for name, value in ENV.items():
         monkeypatch.setenv(name, value)

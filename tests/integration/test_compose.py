@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import require
+from tests.support.env import require
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -180,8 +180,8 @@ def test_amtool_checks_the_mounted_alertmanager_config(resolved: dict[str, Any])
 
 
 def test_collector_config_validates(resolved: dict[str, Any], tmp_path: Path) -> None:
-    from collector.collector_config import CollectorConfig
     from collector.config import load_model
+    from collector.site.config import CollectorConfig
 
     svc = resolved["services"]["collector"]
     text = _mapped(svc, "/etc/wattbit/collector.yml").read_text()
@@ -190,7 +190,7 @@ def test_collector_config_validates(resolved: dict[str, Any], tmp_path: Path) ->
     local.write_text(text.replace("/run/secrets/", f"{secrets}/"))
     cfg = load_model(CollectorConfig, local)
     assert cfg.pdus and all(p.outlets for p in cfg.pdus)
-    from collector.config import AgentConfig
+    from collector.agent.config import AgentConfig
 
     load_model(AgentConfig, _mapped(resolved["services"]["agent"], "/etc/wattbit/agent.yml"))
 

@@ -62,8 +62,9 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ROOT, require
-from realparts import (
+
+from tests.support.env import ROOT, require
+from tests.support.realparts import (
     Agent,
     Collector,
     bcc_importable,
@@ -73,7 +74,7 @@ from realparts import (
     loop_disks,
     veth_pair,
 )
-from snmpsim_harness import RECORDINGS, SnmpSim, have_snmpsim
+from tests.support.snmpagents import RECORDINGS, SnmpSim, have_snmpsim
 
 sys.path.insert(0, str(ROOT / "dashboards"))
 import render

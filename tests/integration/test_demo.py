@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
+from tests.support.env import require
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO_MARKERS = ("collector.demo", "collector.pdusim", "/wattbit-demo-")
+DEMO_MARKERS = ("collector.demo", "collector.demo.pdusim", "/wattbit-demo-")
 
 
 def _leftovers() -> list[str]:

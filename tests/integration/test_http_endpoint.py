@@ -17,9 +17,9 @@ import bcrypt
 import pytest
 from prometheus_client import CollectorRegistry, Counter, make_wsgi_app
 
-import collector.httpserver as httpserver
-from collector.httpserver import Server, landing_page, start_server
-from collector.webconfig import WebConfig, load_web_config
+import collector.web.server as httpserver
+from collector.web.config import WebConfig, load_web_config
+from collector.web.server import Server, landing_page, start_server
 
 PASSWORD = "correct horse"
 HASH = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()

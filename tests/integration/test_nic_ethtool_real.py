@@ -8,10 +8,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from conftest import require
-from realparts import have, is_root
 
 from exporters.nic.ethtool import Ethtool, driver_info, queue_stats, read_stats
+from tests.support.env import require
+from tests.support.realparts import have, is_root
 
 
 def ethtool_s(ifname: str) -> list[tuple[str, int]]:

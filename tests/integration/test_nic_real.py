@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import require
-from realparts import Agent, have, is_root, sample, veth_pair
+
+from tests.support.env import require
+from tests.support.realparts import Agent, have, is_root, sample, veth_pair
 
 pytestmark = [pytest.mark.root]
 

@@ -14,11 +14,11 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, require
-from realparts import Collector, parse_samples
-from snmpsim_harness import SnmpSim, have_netsnmp, have_snmpsim, snmpwalk_values
 
 from exporters.pdu.profile import Condition, Metric, Profile, load_profiles
+from tests.support.env import FIXTURES, require
+from tests.support.realparts import Collector, parse_samples
+from tests.support.snmpagents import SnmpSim, have_netsnmp, have_snmpsim, snmpwalk_values
 
 RECORDINGS = Path(__file__).resolve().parents[3] / "shared" / "pdu-recordings"
 AVOCENT = FIXTURES / "pdu" / "avocent_pm3000.snmprec"  # MIB-derived: no public capture exists

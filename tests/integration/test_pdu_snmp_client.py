@@ -1,4 +1,4 @@
-"""exporters.pdu.snmp against real agents: snmpsim over PDU recordings and raw-UDP fault agents.
+"""exporters.snmp.client against real agents: snmpsim over PDU recordings and raw-UDP fault agents.
 
 net-snmp's snmpbulkwalk reading the same agent is the independent opinion every walk is
 compared with.
@@ -15,8 +15,10 @@ from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 import pytest
-from conftest import require
-from snmpsim_harness import (
+
+from exporters.snmp.types import Value, Walk
+from tests.support.env import require
+from tests.support.snmpagents import (
     RECORDINGS,
     SNMP_FIXTURES,
     RawAgent,
@@ -29,12 +31,10 @@ from snmpsim_harness import (
     snmpwalk_values,
 )
 
-from exporters.pdu.types import Value, Walk
-
 try:  # pysnmp is a dependency of the client: without it every test fails in CI, skips here
-    from exporters.pdu.snmp import Auth, SnmpClient, SnmpError, Target
+    from exporters.snmp.client import Auth, SnmpClient, SnmpError, Target
 except ImportError as exc:
-    CLIENT_MISSING = f"exporters.pdu.snmp cannot be imported: {exc}"
+    CLIENT_MISSING = f"exporters.snmp.client cannot be imported: {exc}"
 else:
     CLIENT_MISSING = ""
 

@@ -29,8 +29,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, require
-from realparts import have, prometheus_on_blocks
+
+from tests.support.env import ROOT, require
+from tests.support.realparts import have, prometheus_on_blocks
 
 STEP = 10
 HOUR = 3600

@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import realparts
 import yaml
-from conftest import ROOT, require
+
+from tests.support import realparts
+from tests.support.env import ROOT, require
 
 ALERTS = ROOT / "alerts"
 RULE_FILES = sorted(ALERTS.glob("*.yml"))

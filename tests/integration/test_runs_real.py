@@ -24,8 +24,9 @@ from typing import Any
 
 import bcrypt
 import pytest
-from conftest import require
-from realparts import ROOT, Collector, have, sample
+
+from tests.support.env import require
+from tests.support.realparts import ROOT, Collector, have, sample
 
 TOKEN = "Zr8tQ2wLx5vN9cK3mB7pH4"
 RUN_ACTIVE = "wattbit_run_active"

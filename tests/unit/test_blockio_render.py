@@ -6,12 +6,12 @@ import os
 import subprocess
 from pathlib import Path
 
-from conftest import FIXTURES, require
 from prometheus_client import CollectorRegistry, generate_latest
-from realparts import have, parse_samples, sample
 
 from exporters.blockio.exporter import render
 from exporters.blockio.model import LAT_SLOTS, SIZE_SLOTS, DeviceStats, OpStats
+from tests.support.env import FIXTURES, require
+from tests.support.realparts import have, parse_samples, sample
 
 GOLDEN = FIXTURES / "metrics" / "blockio_render.prom"
 

@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, require
 
 from exporters.blockio.model import (
     LAT_BOUNDS_SECONDS,
@@ -19,6 +18,7 @@ from exporters.blockio.model import (
     SIZE_UNIT,
     slot,
 )
+from tests.support.env import ROOT, require
 
 HEADER = ROOT / "exporters" / "blockio" / "wattbit_buckets.h"
 US = 1000  # ns

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.collector_config import CollectorConfig, redacted
-from collector.config import load_model
-from collector.errors import ConfigError
+from collector.config import ConfigError, load_model
+from collector.site.config import CollectorConfig, redacted
 
 MINIMAL = """\
 interval: 10s

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
 
-from collector.config import AgentConfig, load_model, parse_duration, parse_listen
-from collector.errors import ConfigError
+from collector.agent.config import AgentConfig
+from collector.config import ConfigError, load_model, parse_duration, parse_listen
+from tests.support.env import ROOT
 
 
 def test_defaults_without_a_file() -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from conftest import ROOT
+
+from tests.support.env import ROOT
 
 sys.path.insert(0, str(ROOT / "dashboards"))
 import generate

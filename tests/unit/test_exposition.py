@@ -10,7 +10,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
 
-from collector.exposition import TextRenderer, metrics_app
+from collector.web.exposition import TextRenderer, metrics_app
 from exporters.base import ExportersCollector
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

@@ -8,10 +8,10 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import require
 
 from exporters.nic import ethtool
 from exporters.nic.ethtool import MAX_QUEUES, Ethtool, QueueStat, queue_stats
+from tests.support.env import require
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "ethtool"
 

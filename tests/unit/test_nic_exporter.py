@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
-from realparts import parse_samples, sample
 
 from exporters.base import ExportersCollector
 from exporters.nic.ethtool import QueueStat
@@ -14,6 +13,7 @@ from exporters.nic.links import LinkStats, is_loopback, read_link
 from exporters.nic.procfs import parse_interrupts, parse_snmp, parse_softnet_stat
 from exporters.nic.qstats import QstatsUnavailable, queue_stats_by_ifindex
 from exporters.nic.sysfs import NicInfo
+from tests.support.realparts import parse_samples, sample
 
 NIC = Path(__file__).resolve().parent.parent / "fixtures" / "proc" / "nic"
 

@@ -1,4 +1,4 @@
-"""exporters.pdu.ber against pyasn1 (pysnmp's codec) as the independent opinion.
+"""exporters.snmp.ber against pyasn1 (pysnmp's codec) as the independent opinion.
 
 Messages are built and read with pyasn1 and pysnmp's v2c protocol module; the values ber.py
 decodes must equal what the pysnmp path of the client makes of pyasn1's decoding.
@@ -13,9 +13,9 @@ import pytest
 from pyasn1.codec.ber import decoder, encoder
 from pysnmp.proto import api
 
-from exporters.pdu import ber
-from exporters.pdu.types import Value
-from exporters.pdu.v3 import to_value as _to_value
+from exporters.snmp import ber
+from exporters.snmp.types import Value
+from exporters.snmp.v3 import to_value as _to_value
 
 P = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
 

@@ -10,15 +10,16 @@ import asyncio
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
-from realparts import parse_samples, sample
 
+from collector.demo.snmprec import parse_snmprec
 from exporters.base import ExportersCollector
 from exporters.pdu.exporter import PduExporter
 from exporters.pdu.poller import PduPoller, PduTarget
-from exporters.pdu.profile import load_profiles, under
-from exporters.pdu.snmp import Auth, SnmpError, Target
-from exporters.pdu.snmprec import parse_snmprec
-from exporters.pdu.types import Walk
+from exporters.pdu.profile import load_profiles
+from exporters.snmp.client import Auth, SnmpError, Target
+from exporters.snmp.oid import under
+from exporters.snmp.types import Walk
+from tests.support.realparts import parse_samples, sample
 
 RECORDINGS = Path("/work/shared/pdu-recordings")
 if not RECORDINGS.is_dir():

@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, require
 
+from collector.demo.snmprec import parse_snmprec, parse_snmpwalk
 from exporters.pdu.decode import decode, metered, text_of
 from exporters.pdu.profile import (
     Condition,
@@ -24,10 +24,11 @@ from exporters.pdu.profile import (
     load_profile,
     load_profiles,
     match_profile,
-    under,
 )
-from exporters.pdu.snmprec import parse_snmprec, parse_snmpwalk
-from exporters.pdu.types import OutletReading, Reading, Value, Walk
+from exporters.pdu.types import OutletReading, Reading
+from exporters.snmp.oid import under
+from exporters.snmp.types import Value, Walk
+from tests.support.env import FIXTURES, require
 
 RECORDINGS = Path("/work/shared/pdu-recordings")
 AVOCENT = FIXTURES / "pdu" / "avocent_pm3000.snmprec"

@@ -13,25 +13,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require
 from prometheus_client import CollectorRegistry, generate_latest
-from realparts import have
 
-from collector import runs as runs_mod
 from collector.cli import parser
-from collector.collector_config import CollectorConfig, redacted
-from collector.config import load_model
-from collector.errors import ConfigError
-from collector.httpserver import _router
-from collector.runs import (
+from collector.config import ConfigError, load_model
+from collector.runs import api as runs_api
+from collector.runs.api import api_app
+from collector.runs.registry import (
     RunError,
     RunRegistry,
-    api_app,
     parse_label,
     render_labels,
     validate_labels,
     validate_name,
 )
+from collector.site.config import CollectorConfig, redacted
+from collector.web.server import _router
+from tests.support.env import require
+from tests.support.realparts import have
 
 TOKEN = "k9QpX2mZ7rT4vW8yB3nC"
 T0 = 1_700_000_000.0
@@ -518,7 +517,7 @@ def test_api_without_a_configured_token_refuses_writes() -> None:
         (b'{"name": "x", "labels": {"a": "b,c"}}', 400, "commas"),
         (b'{"name": "x", "labels": "a=b"}', 400, "must be an object"),
         (b"", 400, "no body"),
-        (b" " * (runs_mod.MAX_BODY + 1), 413, "larger than"),
+        (b" " * (runs_api.MAX_BODY + 1), 413, "larger than"),
     ],
 )
 def test_api_bad_requests(body: bytes, status: int, message: str) -> None:
@@ -630,7 +629,7 @@ def test_bad_runs_config_names_the_key(tmp_path: Path, text: str, key: str, reas
     ],
 )
 def test_exec_command_line(argv: list[str], labels: list[str], command: list[str]) -> None:
-    from collector import runs_cli
+    from collector.runs import cli as runs_cli
 
     args = parser().parse_args(["run", "exec", *argv])
     options = runs_cli.argparse.ArgumentParser(add_help=False)
@@ -641,7 +640,7 @@ def test_exec_command_line(argv: list[str], labels: list[str], command: list[str
 
 
 def test_exec_options_after_name_need_the_separator() -> None:
-    from collector import runs_cli
+    from collector.runs import cli as runs_cli
 
     args = parser().parse_args(["run", "exec", "x", "--label", "a=b", "sleep", "1"])
     with pytest.raises(runs_cli.CliError, match="after `--`"):
@@ -665,7 +664,7 @@ def test_exec_forwards_signals_but_never_a_terminal_ctrl_c_twice(
 ) -> None:
     import signal
 
-    from collector import runs_cli
+    from collector.runs import cli as runs_cli
 
     monkeypatch.setattr(runs_cli, "_terminal_sent_it_to_child", lambda: foreground)
     signals = runs_cli._Signals()

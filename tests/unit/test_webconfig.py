@@ -10,8 +10,8 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from collector.errors import ConfigError
-from collector.webconfig import WebConfig, load_web_config
+from collector.config import ConfigError
+from collector.web.config import WebConfig, load_web_config
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
 

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
 
-from .config import Duration, Regex, Strict, parse_listen
+from collector.config import Duration, Regex, Strict, parse_listen
 
 log = logging.getLogger(__name__)
 

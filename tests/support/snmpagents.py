@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SNMPSIM_BIN = Path(sys.executable).parent / "snmpsim-command-responder"
 RECORDINGS = Path(
     os.environ.get("WATTBIT_PDU_RECORDINGS", str(ROOT.parent / "shared" / "pdu-recordings"))
@@ -331,7 +331,7 @@ def raw_get(host: str, port: int, community: str, oid: str, timeout: float) -> A
 
 def load_snmprec(path: Path) -> list[tuple[tuple[int, ...], Any]]:
     """A .snmprec recording as sorted (oid, pysnmp value); variation rows take their value."""
-    from collector.pdusim import load_snmprec as load
+    from collector.demo.pdusim import load_snmprec as load
 
     return sorted(load(path).items(), key=lambda r: r[0])
 

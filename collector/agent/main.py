@@ -9,15 +9,15 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
+from collector.agent.config import AgentConfig
+from collector.config import parse_listen
+from collector.web.config import WebConfig
+from collector.web.exposition import metrics_app
+from collector.web.server import landing_page, start_server
 from exporters.base import Exporter, ExportersCollector
 from exporters.blockio.exporter import BlockioExporter
 from exporters.blockio.model import BackendUnavailable
 from exporters.nic.exporter import NicExporter
-
-from .config import AgentConfig, parse_listen
-from .exposition import metrics_app
-from .httpserver import landing_page, start_server
-from .webconfig import WebConfig
 
 log = logging.getLogger("wattbit.agent")
 

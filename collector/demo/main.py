@@ -1,7 +1,7 @@
 """`make demo`: the whole of wattbit on one machine, on loopback, in about a minute.
 
 Creates four loop disks (sparse files in tmpfs) and a veth pair into a second network
-namespace; starts a SIMULATED PDU (collector/pdusim.py: a real SNMP agent speaking APC's
+namespace; starts a SIMULATED PDU (collector/demo/pdusim.py: a real SNMP agent speaking APC's
 rPDU2 MIB whose outlet watts follow this machine's load), the wattbit agent, the wattbit
 collector, and Prometheus, Alertmanager and node_exporter from Debian's packages, all on
 127.0.0.1 ports with temporary data directories. Then it marks a run (`wattbit run start`),
@@ -42,7 +42,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NETNS = "wattbit-demo"
 IF_ROOT, IF_NS = "wbdemo0", "wbdemo1"
 ADDR_ROOT, ADDR_NS = "169.254.77.1", "169.254.77.2"  # link-local: exists only on this pair
@@ -462,7 +462,7 @@ def main(
             cfg = write_configs(tmp, ports, devs)
             procs.start(
                 "pdusim",
-                [py, "-m", "collector.pdusim", "--listen", f"127.0.0.1:{ports['pdu']}",
+                [py, "-m", "collector.demo.pdusim", "--listen", f"127.0.0.1:{ports['pdu']}",
                  "--community-file", str(cfg["community"]), "--interfaces", f"^{IF_ROOT}$",
                  "--disks", f"^({'|'.join(names)})$"],
             )  # fmt: skip

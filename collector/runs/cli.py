@@ -37,7 +37,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from .runs import API_PREFIX, TOKEN_HEADER, parse_label, validate_name
+from collector.runs.api import API_PREFIX, TOKEN_HEADER
+from collector.runs.registry import parse_label, validate_name
 
 DEFAULT_COLLECTOR = "http://127.0.0.1:9732"
 EXIT_FAILED = 1

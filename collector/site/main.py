@@ -13,19 +13,18 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
+from collector.config import ConfigError, parse_listen
+from collector.runs.api import API_PREFIX, api_routes
+from collector.runs.registry import STATE_FILE, RunRegistry
+from collector.site.config import AuthConfig, CollectorConfig, PduConfig
+from collector.web.config import WebConfig
+from collector.web.exposition import metrics_app
+from collector.web.server import landing_page, start_server
 from exporters.base import ExportersCollector
 from exporters.pdu.exporter import PduExporter
 from exporters.pdu.poller import PduPoller, PduTarget
 from exporters.pdu.profile import Profile, load_profiles
-from exporters.pdu.snmp import Auth, SnmpClient, Target
-
-from .collector_config import AuthConfig, CollectorConfig, PduConfig
-from .config import parse_listen
-from .errors import ConfigError
-from .exposition import metrics_app
-from .httpserver import landing_page, start_server
-from .runs import API_PREFIX, STATE_FILE, RunRegistry, api_routes
-from .webconfig import WebConfig
+from exporters.snmp.client import Auth, SnmpClient, Target
 
 log = logging.getLogger("wattbit.collector")
 

@@ -25,7 +25,7 @@ from pydantic import (
     field_validator,
 )
 
-from collector.errors import ConfigError
+from collector.config import ConfigError
 
 __all__ = [
     "ClientAuthType",

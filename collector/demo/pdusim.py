@@ -1,7 +1,7 @@
 """A SIMULATED rack PDU: a real SNMPv2c agent speaking APC's PowerNet-MIB (rPDU2), whose
 outlet watts follow this machine's actual load.
 
-    python -m collector.pdusim --listen 127.0.0.1:16100 --community-file FILE
+    python -m collector.demo.pdusim --listen 127.0.0.1:16100 --community-file FILE
 
 It serves a real APC AP8641 walk (deploy/demo/apc_ap8641.snmprec, from lextudio/snmpsim-data)
 over UDP — GET, GETNEXT and GETBULK, BER-encoded by pysnmp, readable by net-snmp's snmpwalk and
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RECORDING = ROOT / "deploy" / "demo" / "apc_ap8641.snmprec"
 
 APC = "1.3.6.1.4.1.318.1.1.26"
@@ -324,7 +324,7 @@ class SimulatedPdu:
 def main(argv: list[str] | None = None) -> int:
     """Run the simulated PDU until SIGINT/SIGTERM."""
     ap = argparse.ArgumentParser(
-        prog="python -m collector.pdusim", description=__doc__.split("\n")[0]
+        prog="python -m collector.demo.pdusim", description=__doc__.split("\n")[0]
     )
     ap.add_argument("--listen", default="127.0.0.1:16100", help="HOST:PORT (UDP)")
     ap.add_argument("--community-file", help="file holding the v2c community (default: public)")

@@ -134,18 +134,6 @@ class SnmpError(Exception):
         return f"{self.reason}: {self.detail}"
 
 
-def oid_tuple(oid: str) -> tuple[int, ...]:
-    """A dotted-decimal OID as arcs; ValueError when it is not one."""
-    text = oid.strip().lstrip(".")
-    try:
-        parts = tuple(int(x) for x in text.split("."))
-    except ValueError:
-        raise ValueError(f"not a numeric OID: {oid!r}") from None
-    if len(parts) < 2 or min(parts) < 0:
-        raise ValueError(f"not a numeric OID: {oid!r}")
-    return parts
-
-
 def timeout_error(target: Target, what: str) -> SnmpError:
     """The SnmpError for no answer in all tries."""
     tries = target.retries + 1

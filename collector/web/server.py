@@ -27,7 +27,7 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import bcrypt
 
-from collector.webconfig import WebConfig
+from collector.web.config import WebConfig
 
 __all__ = ["Server", "WSGIApp", "landing_page", "start_server"]
 

@@ -26,7 +26,8 @@ from pysnmp.hlapi.v3arch.asyncio.transport import Udp6TransportTarget, UdpTransp
 from pysnmp.proto import errind, rfc1902, rfc1905
 from pysnmp.proto.error import StatusInformation
 
-from .target import Answer, Auth, SnmpError, Target, oid_tuple, timeout_error
+from .oid import oid_arcs
+from .target import Answer, Auth, SnmpError, Target, timeout_error
 from .types import Value
 from .udp import client_socket
 
@@ -230,7 +231,7 @@ class V3Client:
             # cached by pysnmp's message processing. The probe application stops there
             # (discoveryRetries=0), so the probe's own user name never leaves this host.
             probe = Auth("3", user=_V3_PROBE_USER)
-            await self._request(target, tt, probe, "get", [oid_tuple("1.3.6.1.2.1.1.2.0")], 0)
+            await self._request(target, tt, probe, "get", [oid_arcs("1.3.6.1.2.1.1.2.0")], 0)
             found = mp.get_peer_engine_info(tt.TRANSPORT_DOMAIN, tt.transport_address)[0]
         if not found:
             return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import codecs
 import re
 
-from .types import Value, Walk
+from exporters.snmp.types import Value, Walk
 
 # snmprec type tags (BER tag numbers) -> SMI type names.
 SNMPREC_TAGS = {

@@ -25,13 +25,13 @@ import logging
 import socket
 from dataclasses import dataclass
 
+from .oid import oid_arcs
 from .target import (
     REASONS,
     Auth,
     SnmpError,
     Target,
     VarBind,
-    oid_tuple,
     status_error,
 )
 from .types import Walk
@@ -130,7 +130,7 @@ class SnmpClient:
 
     async def get(self, target: Target, oids: list[str]) -> Walk:
         """GET the given OIDs; absent ones come back as noSuchObject/noSuchInstance Values."""
-        wanted = [oid_tuple(o) for o in oids]
+        wanted = [oid_arcs(o) for o in oids]
         result: Walk = {}
         chunk = 32  # var-binds per GET; halved on tooBig (RFC 3416 section 4.2.1)
         i = 0
@@ -166,7 +166,7 @@ class SnmpClient:
         columns: list[_Column] = []
         seen: set[tuple[int, ...]] = set()
         for root in roots:
-            arcs = oid_tuple(root)
+            arcs = oid_arcs(root)
             if arcs not in seen:
                 seen.add(arcs)
                 columns.append(_Column(arcs, ".".join(map(str, arcs)), arcs))

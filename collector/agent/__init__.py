@@ -1,0 +1,1 @@
+"""`wattbit agent`: the host agent (blockio and nic exporters) and its configuration."""

@@ -1,0 +1,1 @@
+"""`make demo`: the one-machine demo and the simulated PDU it polls."""

@@ -1,0 +1,1 @@
+"""`wattbit collector`: the site collector (PDU poller, run registry) and its configuration."""

@@ -1,0 +1,1 @@
+"""Test support: real parts, SNMP agents, FUSE delay, waits and ports."""
