@@ -136,7 +136,7 @@ def write_openmetrics(fams: dict, t0: int, n: int, directory: Path) -> list[Path
 
 
 def prometheus(data: Path, directory: Path) -> contextlib.AbstractContextManager[str]:
-    """A real Prometheus over the blocks, on 127.0.0.1; always stopped (tests/support/realparts.py)."""
+    """A real Prometheus over the blocks on 127.0.0.1, always stopped (tests/support/realparts)."""
     return prometheus_on_blocks(data, directory, "1s", timeout=120)
 
 

@@ -94,9 +94,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     """Make the report; 0 on success, 1 when it cannot be made, 2 on bad arguments."""
     import threading
+    from dataclasses import replace
 
-    from .analysis import Options, ReportError, Window, analyse, compare, find_run
+    from .analyse import analyse, compare
+    from .gather import find_run, gather
     from .prom import PromError, Prometheus
+    from .series import Options, ReportError, Window
 
     # matplotlib takes a good part of a second to import: do it while Prometheus works
     threading.Thread(target=_import_matplotlib, daemon=True).start()
@@ -136,13 +139,15 @@ def run(args: argparse.Namespace) -> int:
                 window.name, round(window.start, 3), round(window.end, 3), window.source,
                 window.in_progress,
             )  # fmt: skip
-        result = analyse(prom, window, opts)
+        result = analyse(gather(prom, window, opts))
         other = None
         if args.compare:
             ow = find_run(prom, args.compare, now)
             ow = Window(ow.name, round(ow.start, 3), round(ow.end, 3), ow.source, ow.in_progress)
-            other = analyse(prom, ow, opts)
-            result.doc["compare"] = compare(result.doc, other.doc)
+            other = analyse(gather(prom, ow, opts))
+            result = replace(
+                result, doc=replace(result.doc, compare=compare(result.doc, other.doc))
+            )
     except (PromError, ReportError) as exc:
         print(f"wattbit report: {exc}", file=sys.stderr)
         return 1

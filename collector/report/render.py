@@ -8,11 +8,15 @@ import io
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from .analysis import COMPARE_KEYS, Result
+from .analyse import Result
+from .document import DiskSummary, Report, Scope
+
+T = TypeVar("T")
 
 # --- formatting ---------------------------------------------------------------------------
 
@@ -63,198 +67,210 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "report"
 
 
-def finite(obj: Any) -> Any:
-    """The document with NaN and infinities replaced by None (JSON has neither)."""
+def finite(obj: T) -> T:
+    """The document (typed or JSON) with NaN and infinities replaced by None (JSON has neither).
+
+    In a typed document a float field may then hold None; every formatter here shows it as "—".
+    """
+    return _finite(obj)  # type: ignore[no-any-return]
+
+
+def _finite(obj: Any) -> Any:
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return replace(obj, **{f.name: _finite(getattr(obj, f.name)) for f in fields(obj)})
     if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
+        return {k: _finite(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [finite(v) for v in obj]
+        return [_finite(v) for v in obj]
     return obj
 
 
 # --- tables -------------------------------------------------------------------------------
 
-SCOPE_COLUMNS: list[tuple[str, str, Any]] = [
-    ("energy", "energy_joules", lambda v: si(v, "J")),
-    ("source", "energy_source", str),
-    ("W mean", "watts_mean", num),
-    ("sent", "bytes_tx", lambda v: si(v, "B")),
-    ("received", "bytes_rx", lambda v: si(v, "B")),
-    ("Gbit/s mean", "gbit_per_second_mean", num),
-    ("Gbit/s peak", "gbit_per_second_peak", num),
-    ("J/Gbit", "joules_per_gigabit", num),
-    ("idle W", "idle_watts", num),
-    ("marginal J/Gbit", "marginal_joules_per_gigabit", num),
-    ("r²", "r_squared", num),
-    ("Pearson r", "pearson_r", num),
-    ("lag s", "lag_seconds", num),
-    ("coverage", "coverage", pct),
+SCOPE_COLUMNS: list[tuple[str, Callable[[Scope], Any], Callable[[Any], str]]] = [
+    ("energy", lambda s: s.energy_joules, lambda v: si(v, "J")),
+    ("source", lambda s: s.energy_source, str),
+    ("W mean", lambda s: s.watts_mean, num),
+    ("sent", lambda s: s.bytes_tx, lambda v: si(v, "B")),
+    ("received", lambda s: s.bytes_rx, lambda v: si(v, "B")),
+    ("Gbit/s mean", lambda s: s.gbit_per_second_mean, num),
+    ("Gbit/s peak", lambda s: s.gbit_per_second_peak, num),
+    ("J/Gbit", lambda s: s.joules_per_gigabit, num),
+    ("idle W", lambda s: s.idle_watts, num),
+    ("marginal J/Gbit", lambda s: s.marginal_joules_per_gigabit, num),
+    ("r²", lambda s: s.r_squared, num),
+    ("Pearson r", lambda s: s.pearson_r, num),
+    ("lag s", lambda s: s.lag_seconds, num),
+    ("coverage", lambda s: s.coverage, pct),
 ]
 
 
-def scope_rows(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def scope_rows(doc: Report) -> list[tuple[str, Scope]]:
     """(label, scope) for the site, every host and every component."""
-    rows = [("site", doc["site"])]
-    rows += [(f"host {h}", d) for h, d in doc["hosts"].items()]
-    rows += [(f"component {c}", d) for c, d in doc["components"].items()]
+    rows = [("site", doc.site)]
+    rows += [(f"host {h}", d) for h, d in doc.hosts.items()]
+    rows += [(f"component {c}", d) for c, d in doc.components.items()]
     return rows
 
 
-def table_cells(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def table_cells(doc: Report) -> tuple[list[str], list[list[str]]]:
     """Header and cells of the summary table."""
     head = ["scope", "duration"] + [c[0] for c in SCOPE_COLUMNS]
     body = []
     for label, d in scope_rows(doc):
-        row = [label, seconds(d.get("duration_seconds"))]
-        row += [fmt(d.get(key)) if d.get(key) is not None else "—" for _, key, fmt in SCOPE_COLUMNS]
+        row = [label, seconds(d.duration_seconds)]
+        row += [fmt(get(d)) if get(d) is not None else "—" for _, get, fmt in SCOPE_COLUMNS]
         body.append(row)
     return head, body
 
 
-def disk_cells(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def disk_cells(doc: Report) -> tuple[list[str], list[list[str]]]:
     """Per-disk table: busy ratio and throughput."""
     head = ["host", "device", "busy", "busy peak", "read", "write", "read MB/s", "write MB/s",
             "coverage"]  # fmt: skip
     body = []
-    for h, hd in doc["hosts"].items():
-        for dev, d in hd.get("disks", {}).items():
-            b = d.get("bytes", {})
-            m = d.get("bytes_per_second_mean", {})
+    for h, hd in doc.hosts.items():
+        for dev, d in hd.disks.items():
+            b = d.bytes
+            m = d.bytes_per_second_mean
             body.append(
                 [
                     h,
                     dev,
-                    pct(d.get("busy_ratio")),
-                    pct(d.get("busy_ratio_peak")),
+                    pct(d.busy_ratio),
+                    pct(d.busy_ratio_peak),
                     si(b.get("read"), "B"),
                     si(b.get("write"), "B"),
                     num(m["read"] / 1e6) if "read" in m else "—",
                     num(m["write"] / 1e6) if "write" in m else "—",
-                    pct(d.get("coverage")),
+                    pct(d.coverage),
                 ]
             )
     return head, body
 
 
-def outlet_cells(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def outlet_cells(doc: Report) -> tuple[list[str], list[list[str]]]:
     """Per-outlet table."""
     head = ["pdu", "outlet", "name", "host", "component", "energy", "source", "resets",
             "peak W", "coverage"]  # fmt: skip
     body = [
         [
-            o["pdu"],
-            o["outlet"],
-            o["outlet_name"],
-            o["host"] or "—",
-            o["component"] or "—",
-            si(o["energy_joules"], "J"),
-            o["energy_source"],
-            num(o["energy_counter_resets"]),
-            num(o["watts_peak"]),
-            pct(o["coverage"]),
+            o.pdu,
+            o.outlet,
+            o.outlet_name,
+            o.host or "—",
+            o.component or "—",
+            si(o.energy_joules, "J"),
+            o.energy_source,
+            num(o.energy_counter_resets),
+            num(o.watts_peak),
+            pct(o.coverage),
         ]
-        for o in doc["outlets"]
+        for o in doc.outlets
     ]
     return head, body
 
 
-def source_cells(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def source_cells(doc: Report) -> tuple[list[str], list[list[str]]]:
     """Coverage per source."""
     head = ["source", "series", "scrape interval", "coverage", "longest gap"]
     body = [
         [
             src,
-            str(s["series"]),
-            num(s["interval_seconds"]) + " s",
-            pct(s["coverage"]),
-            seconds(s["longest_gap_seconds"]),
+            str(s.series),
+            num(s.interval_seconds) + " s",
+            pct(s.coverage),
+            seconds(s.longest_gap_seconds),
         ]
-        for src, s in doc["sources"].items()
+        for src, s in doc.sources.items()
     ]
     return head, body
 
 
-def compare_cells(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """Two runs side by side."""
-    cmp = doc["compare"]
-    head = ["scope", "figure", doc["run"], cmp["run"], "change"]
+def compare_cells(doc: Report) -> tuple[list[str], list[list[str]]]:
+    """Two runs side by side (the report must have a comparison)."""
+    cmp = doc.compare
+    assert cmp is not None
+    head = ["scope", "figure", doc.run, cmp.run, "change"]
     body = []
-    scopes = [("site", cmp["site"])]
-    scopes += [(f"host {h}", v) for h, v in cmp["hosts"].items()]
-    scopes += [(f"component {c}", v) for c, v in cmp["components"].items()]
+    scopes = [("site", cmp.site)]
+    scopes += [(f"host {h}", v) for h, v in cmp.hosts.items()]
+    scopes += [(f"component {c}", v) for c, v in cmp.components.items()]
     for label, rows in scopes:
-        for key in COMPARE_KEYS:
-            r = rows[key]
-            ch = r["change"]
+        for key, r in rows.items():
+            ch = r.change
             body.append(
                 [
                     label,
                     key,
-                    num(r["this"], 4),
-                    num(r["other"], 4),
+                    num(r.this, 4),
+                    num(r.other, 4),
                     "—" if ch is None else f"{ch * 100:+.1f} %",
                 ]
             )
     return head, body
 
 
-def busy_sentence(s: dict[str, Any]) -> str:
-    """'4 disks were 96 % busy on average (min 94 %, max 98 % on sdc)'."""
-    n = s["devices"]
+def busy_sentence(s: DiskSummary | None) -> str | None:
+    """'4 disks were 96 % busy on average (min 94 %, max 98 % on sdc)'; None without busy time."""
+    if s is None or s.busiest is None:
+        return None
+    assert s.busy_ratio_mean is not None
+    assert s.busy_ratio_min is not None and s.busy_ratio_max is not None
+    n = s.devices
     return (
-        f"{'1 disk was' if n == 1 else f'{n} disks were'} {s['busy_ratio_mean'] * 100:.0f} % "
-        f"busy on average (min {s['busy_ratio_min'] * 100:.0f} %, max "
-        f"{s['busy_ratio_max'] * 100:.0f} % on {s['busiest']})"
+        f"{'1 disk was' if n == 1 else f'{n} disks were'} {s.busy_ratio_mean * 100:.0f} % "
+        f"busy on average (min {s.busy_ratio_min * 100:.0f} %, max "
+        f"{s.busy_ratio_max * 100:.0f} % on {s.busiest})"
     )
 
 
 # --- summary ------------------------------------------------------------------------------
 
 
-def summary_lines(doc: dict[str, Any]) -> list[str]:
+def summary_lines(doc: Report) -> list[str]:
     """The few lines printed after a report is written."""
-    w = doc["window"]
+    w = doc.window
     lines = [
-        f"run {doc['run']}: {w['start_iso']} → {w['end_iso']} ({seconds(w['duration_seconds'])}"
-        f"), step {num(doc['step_seconds'])} s"
+        f"run {doc.run}: {w.start_iso} → {w.end_iso} ({seconds(w.duration_seconds)}"
+        f"), step {num(doc.step_seconds)} s"
     ]
     for label, d in scope_rows(doc):
         parts = []
-        if d.get("gigabits") is not None:
+        if d.gigabits is not None:
             parts.append(
-                f"{si((d['bytes_tx'] or 0) + (d['bytes_rx'] or 0), 'B')} moved, "
-                f"{num(d['gbit_per_second_mean'])} Gbit/s mean, "
-                f"{num(d['gbit_per_second_peak'])} peak"
+                f"{si((d.bytes_tx or 0) + (d.bytes_rx or 0), 'B')} moved, "
+                f"{num(d.gbit_per_second_mean)} Gbit/s mean, "
+                f"{num(d.gbit_per_second_peak)} peak"
             )
-        if d.get("energy_joules") is not None:
+        if d.energy_joules is not None:
             parts.append(
-                f"{si(d['energy_joules'], 'J')} ({d['energy_source']}), "
-                f"{num(d['watts_mean'])} W mean"
+                f"{si(d.energy_joules, 'J')} ({d.energy_source}), {num(d.watts_mean)} W mean"
             )
-        if d.get("joules_per_gigabit") is not None:
-            parts.append(f"{num(d['joules_per_gigabit'])} J/Gbit")
-        if d.get("idle_watts") is not None:
+        if d.joules_per_gigabit is not None:
+            parts.append(f"{num(d.joules_per_gigabit)} J/Gbit")
+        if d.idle_watts is not None:
             parts.append(
-                f"idle {num(d['idle_watts'])} W + {num(d['marginal_joules_per_gigabit'])} "
-                f"J/Gbit (r² {num(d['r_squared'])}), r {num(d['pearson_r'])}, "
-                f"lag {num(d['lag_seconds'])} s"
+                f"idle {num(d.idle_watts)} W + {num(d.marginal_joules_per_gigabit)} "
+                f"J/Gbit (r² {num(d.r_squared)}), r {num(d.pearson_r)}, "
+                f"lag {num(d.lag_seconds)} s"
             )
         lines.append(f"  {label}: " + ("; ".join(parts) or "no data"))
-    for h, hd in doc["hosts"].items():
-        s = hd.get("disk_summary")
-        if s and "busy_ratio_mean" in s:
-            mb = sum(s["bytes_per_second_mean"].values()) / 1e6
-            lines.append(f"  disks of {h}: {busy_sentence(s)}, {num(mb)} MB/s")
-    if "compare" in doc:
-        c = doc["compare"]["site"]
+    for h, hd in doc.hosts.items():
+        sentence = busy_sentence(hd.disk_summary)
+        if sentence is not None and hd.disk_summary is not None:
+            mb = sum(hd.disk_summary.bytes_per_second_mean.values()) / 1e6
+            lines.append(f"  disks of {h}: {sentence}, {num(mb)} MB/s")
+    if doc.compare is not None:
+        c = doc.compare.site
+        jpg, gbps = c["joules_per_gigabit"], c["gbit_per_second_mean"]
         lines.append(
-            f"  vs {doc['compare']['run']}: site J/Gbit {num(c['joules_per_gigabit']['other'])}"
-            f" → {num(c['joules_per_gigabit']['this'])}, Gbit/s "
-            f"{num(c['gbit_per_second_mean']['other'])} → {num(c['gbit_per_second_mean']['this'])}"
+            f"  vs {doc.compare.run}: site J/Gbit {num(jpg.other)} → {num(jpg.this)}, Gbit/s "
+            f"{num(gbps.other)} → {num(gbps.this)}"
         )
-    lines += [f"WARNING: {w}" for w in doc["warnings"]]
+    lines += [f"WARNING: {w}" for w in doc.warnings]
     return lines
 
 
@@ -270,20 +286,20 @@ def _md_table(head: list[str], body: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def markdown(doc: dict[str, Any], html_name: str) -> str:
+def markdown(doc: Report, html_name: str) -> str:
     """The Markdown report (tables; the charts are in the HTML one)."""
-    w = doc["window"]
+    w = doc.window
     parts = [
-        f"# wattbit report: {doc['run']}",
+        f"# wattbit report: {doc.run}",
         "",
-        f"Window {w['start_iso']} → {w['end_iso']} ({seconds(w['duration_seconds'])}, from "
-        f"{'the run registry' if w['source'] == 'run' else '--start/--end'}), analysis step "
-        f"{num(doc['step_seconds'])} s, Prometheus {doc['prometheus']}. "
+        f"Window {w.start_iso} → {w.end_iso} ({seconds(w.duration_seconds)}, from "
+        f"{'the run registry' if w.source == 'run' else '--start/--end'}), analysis step "
+        f"{num(doc.step_seconds)} s, Prometheus {doc.prometheus}. "
         f"Charts: [{html_name}]({html_name}).",
         "",
     ]
-    if doc["warnings"]:
-        parts += ["## Warnings", ""] + [f"* **{x}**" for x in doc["warnings"]] + [""]
+    if doc.warnings:
+        parts += ["## Warnings", ""] + [f"* **{x}**" for x in doc.warnings] + [""]
     parts += ["## Summary", "", _md_table(*table_cells(doc)), ""]
     parts += [
         "Bits are (tx + rx) bytes × 8 of every interface each host's agent exports; traffic "
@@ -294,15 +310,15 @@ def markdown(doc: dict[str, Any], html_name: str) -> str:
     head, body = disk_cells(doc)
     if body:
         parts += ["## Disks", ""]
-        for h, hd in doc["hosts"].items():
-            s = hd.get("disk_summary")
-            if s and "busy_ratio_mean" in s:
-                parts.append(f"* {h}: {busy_sentence(s)}")
+        for h, hd in doc.hosts.items():
+            sentence = busy_sentence(hd.disk_summary)
+            if sentence is not None:
+                parts.append(f"* {h}: {sentence}")
         parts += ["", _md_table(head, body), ""]
     parts += ["## Outlets", "", _md_table(*outlet_cells(doc)), ""]
     parts += ["## Coverage by source", "", _md_table(*source_cells(doc)), ""]
-    if "compare" in doc:
-        parts += [f"## Compared with {doc['compare']['run']}", ""]
+    if doc.compare is not None:
+        parts += [f"## Compared with {doc.compare.run}", ""]
         parts += [_md_table(*compare_cells(doc)), ""]
     return "\n".join(parts)
 
@@ -390,15 +406,17 @@ def chart_timeline(result: Result, key: str, title: str) -> str:
 
 
 def chart_scatter(
-    result: Result, key: str, scope: dict[str, Any], title: str, other: Result | None = None
+    result: Result, key: str, scope: Scope, title: str, other: Result | None = None
 ) -> str:
     """Watts against Gbit/s per step, with the least-squares line."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    series = [(result, scope, "#1f77b4", result.doc["run"])]
+    series: list[tuple[Result, Scope | None, str, str]] = [
+        (result, scope, "#1f77b4", result.doc.run)
+    ]
     if other is not None and key in other.timelines:
-        sc = other.doc["site"] if key == "site" else None
-        series.append((other, sc or {}, "#ff7f0e", other.doc["run"]))
+        # only the site's line of the other run is drawn: its hosts' scopes are not passed
+        series.append((other, other.doc.site if key == "site" else None, "#ff7f0e", other.doc.run))
     for res, sc, color, label in series:
         tl = res.timelines[key]
         pts = [
@@ -410,10 +428,11 @@ def chart_scatter(
         if pts:
             xs, ys = [p[0] for p in pts], [p[1] for p in pts]
             ax.scatter(xs, ys, s=6, alpha=0.5, color=color, label=label)
-        a, b = sc.get("idle_watts"), sc.get("marginal_joules_per_gigabit")
-        if pts and a is not None and b is not None:
+        a = sc.idle_watts if sc else None
+        b = sc.marginal_joules_per_gigabit if sc else None
+        if pts and sc and a is not None and b is not None:
             ends = [0.0, max(p[0] for p in pts)]
-            fit = f"{num(a)} W + {num(b)} J/Gbit (r² {num(sc.get('r_squared'))})"
+            fit = f"{num(a)} W + {num(b)} J/Gbit (r² {num(sc.r_squared)})"
             ax.plot(ends, [a + b * x for x in ends], color=color, lw=1.5, label=fit)
     ax.set_xlabel("Gbit/s")
     ax.set_ylabel("W")
@@ -509,18 +528,18 @@ def html_report(result: Result, other: Result | None = None) -> str:
     """The self-contained HTML report."""
     doc = result.doc
     e = html.escape
-    w = doc["window"]
+    w = doc.window
     out = [
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
-        f"<title>wattbit report: {e(doc['run'])}</title><style>{CSS}</style></head><body>",
-        f"<h1>wattbit report: {e(doc['run'])}</h1>",
-        f"<p>{e(w['start_iso'])} → {e(w['end_iso'])} ({e(seconds(w['duration_seconds']))}); "
-        f"analysis step {e(num(doc['step_seconds']))} s; Prometheus {e(doc['prometheus'])}</p>",
+        f"<title>wattbit report: {e(doc.run)}</title><style>{CSS}</style></head><body>",
+        f"<h1>wattbit report: {e(doc.run)}</h1>",
+        f"<p>{e(w.start_iso)} → {e(w.end_iso)} ({e(seconds(w.duration_seconds))}); "
+        f"analysis step {e(num(doc.step_seconds))} s; Prometheus {e(doc.prometheus)}</p>",
     ]
-    if doc["warnings"]:
+    if doc.warnings:
         out.append(
             '<div class="warn"><b>Warnings</b><ul>'
-            + "".join(f"<li>{e(x)}</li>" for x in doc["warnings"])
+            + "".join(f"<li>{e(x)}</li>" for x in doc.warnings)
             + "</ul></div>"
         )
     out += ["<h2>Summary</h2>", _html_table(*table_cells(doc))]
@@ -535,18 +554,18 @@ def html_report(result: Result, other: Result | None = None) -> str:
     out.append("<h2>Site</h2>")
     out.append(_img(chart_timeline(result, "site", "site: Gbit/s and W"), "site timeline"))
     out.append(
-        _img(chart_scatter(result, "site", doc["site"], "site: W vs Gbit/s", other), "site fit")
+        _img(chart_scatter(result, "site", doc.site, "site: W vs Gbit/s", other), "site fit")
     )
     out.append(_img(chart_components(result), "watts by component"))
-    for h, hd in doc["hosts"].items():
+    for h, hd in doc.hosts.items():
         out.append(f"<h2>Host {e(h)}</h2>")
         key = "host:" + h
         out.append(_img(chart_timeline(result, key, f"{h}: Gbit/s and W"), f"{h} timeline"))
-        if hd.get("idle_watts") is not None:
+        if hd.idle_watts is not None:
             out.append(_img(chart_scatter(result, key, hd, f"{h}: W vs Gbit/s"), f"{h} fit"))
-        s = hd.get("disk_summary")
-        if s and "busy_ratio_mean" in s:
-            out.append(f"<p>{e(busy_sentence(s))}.</p>")
+        sentence = busy_sentence(hd.disk_summary)
+        if sentence is not None:
+            out.append(f"<p>{e(sentence)}.</p>")
         out.append(_img(chart_disks(result, h), f"{h} disks"))
     out.append("</div>")
     head, body = disk_cells(doc)
@@ -554,8 +573,8 @@ def html_report(result: Result, other: Result | None = None) -> str:
         out += ["<h2>Disks</h2>", _html_table(head, body)]
     out += ["<h2>Outlets</h2>", _html_table(*outlet_cells(doc))]
     out += ["<h2>Coverage by source</h2>", _html_table(*source_cells(doc))]
-    if "compare" in doc:
-        out += [f"<h2>Compared with {e(doc['compare']['run'])}</h2>"]
+    if doc.compare is not None:
+        out += [f"<h2>Compared with {e(doc.compare.run)}</h2>"]
         out += [_html_table(*compare_cells(doc))]
     out.append("</body></html>")
     return "\n".join(out)
@@ -564,10 +583,11 @@ def html_report(result: Result, other: Result | None = None) -> str:
 def write(result: Result, out_dir: Path, other: Result | None = None) -> list[Path]:
     """Write ``RUN.json``, ``RUN.md`` and ``RUN.html`` into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    base = safe_name(result.doc["run"])
+    base = safe_name(result.doc.run)
     pj, pm, ph = (out_dir / f"{base}.{ext}" for ext in ("json", "md", "html"))
-    doc = finite(result.doc)
-    pj.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
-    pm.write_text(markdown(doc, ph.name))
+    pj.write_text(json.dumps(finite(result.doc.to_json()), indent=2, allow_nan=False) + "\n")
+    # the Markdown is made from the finite document and the HTML from the document as
+    # computed, as they always were: the same in every case but a NaN or infinite energy
+    pm.write_text(markdown(finite(result.doc), ph.name))
     ph.write_text(html_report(result, other))
     return [pj, pm, ph]

@@ -483,6 +483,18 @@ def test_outputs_and_schema_keys(env: Env) -> None:
     for scope in [doc["site"], *doc["hosts"].values(), *doc["components"].values()]:
         assert set(KEYS) <= set(scope)
     assert {o["energy_source"] for o in doc["outlets"]} == {"counter", "power"}
+    # the keys in the schema's order (tests/unit/test_report_math.py pins every object's list)
+    top = ["schema", "run", "window", "prometheus", "generated_at", "step_seconds",
+           "max_lag_seconds", "coverage_threshold", "interfaces_regex", "site", "hosts",
+           "components", "outlets", "sources", "warnings", "timings_seconds",
+           "prometheus_requests"]  # fmt: skip
+    assert list(env.before) == list(env.explicit) == top
+    assert list(doc) == [*top, "compare"] and list(doc["compare"]["report"]) == top
+    site = list(doc["site"])
+    for host in doc["hosts"].values():
+        assert list(host) == [*site, "interfaces", "outlets", "disks", "disk_summary"]
+    for comp in doc["components"].values():
+        assert list(comp) == [*site, "bits_from", "bits_hosts", "outlets"]
 
 
 def test_unknown_run_fails_cleanly(env: Env) -> None:

@@ -2,15 +2,35 @@
 
 from __future__ import annotations
 
+import json
 import math
+import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from collector.report import compute as C
 from collector.report import prom as P
+from collector.report.analyse import Result, analyse, compare
 from collector.report.cli import parse_time
-from collector.report.render import num, safe_name, seconds, si
+from collector.report.document import COMPARE_KEYS, Scope
+from collector.report.gather import Gathered
+from collector.report.render import finite, markdown, num, safe_name, seconds, si, summary_lines
+from collector.report.series import (
+    BUSY,
+    DISK_IO,
+    ENERGY,
+    NIC,
+    POWER,
+    Grid,
+    Options,
+    Track,
+    Window,
+    choose_energy_sources,
+    coarse_counters,
+    outlets_of,
+)
 
 # --- counters -----------------------------------------------------------------------------
 
@@ -299,3 +319,159 @@ def test_formatting() -> None:
     assert num(0.96) == "0.96" and num(None) == "—" and num(12345.6) == "12 346"
     assert seconds(3723) == "1h 02m 03s" and seconds(61) == "1m 01s"
     assert safe_name("a/b c") == "a_b_c" and safe_name("..") == "report"
+
+
+# --- the document: analysis without Prometheus, and the JSON schema -----------------------
+
+# The keys of RUN.json, in the order written (schema wattbit.report/1, docs/report.md). A change
+# to the schema must show here as a diff.
+TOP_KEYS = ["schema", "run", "window", "prometheus", "generated_at", "step_seconds",
+            "max_lag_seconds", "coverage_threshold", "interfaces_regex", "site", "hosts",
+            "components", "outlets", "sources", "warnings", "timings_seconds",
+            "prometheus_requests"]  # fmt: skip
+WINDOW_KEYS = ["start", "end", "start_iso", "end_iso", "duration_seconds", "source",
+               "in_progress"]  # fmt: skip
+SCOPE_KEYS = ["duration_seconds", "bytes_tx", "bytes_rx", "gigabits", "gbit_per_second_mean",
+              "gbit_per_second_peak", "energy_joules", "energy_source", "watts_mean",
+              "watts_peak", "joules_per_gigabit", "idle_watts", "marginal_joules_per_gigabit",
+              "r_squared", "fit_points", "pearson_r", "lag_seconds", "pearson_r_at_lag",
+              "coverage", "coverage_sources"]  # fmt: skip
+HOST_KEYS = [*SCOPE_KEYS, "interfaces", "outlets", "disks", "disk_summary"]
+COMPONENT_KEYS = [*SCOPE_KEYS, "bits_from", "bits_hosts", "outlets"]
+DISK_BUSY_KEYS = ["busy_seconds", "busy_ratio", "busy_ratio_peak"]
+DISK_IO_KEYS = ["bytes", "bytes_per_second_mean", "bytes_per_second_peak"]
+DISK_SUMMARY_KEYS = ["devices", "bytes_per_second_mean", "busy_ratio_mean", "busy_ratio_min",
+                     "busy_ratio_max", "busiest"]  # fmt: skip
+OUTLET_KEYS = ["pdu", "outlet", "outlet_name", "host", "component", "energy_joules",
+               "energy_source", "energy_note", "energy_counter_step_joules",
+               "energy_joules_from_watts_bins", "energy_counter_resets", "watts_peak",
+               "coverage"]  # fmt: skip
+SOURCE_KEYS = ["coverage", "longest_gap_seconds", "series", "interval_seconds"]
+COMPARISON_KEYS = ["run", "window", "site", "hosts", "components", "only_in_this",
+                   "only_in_other", "report"]  # fmt: skip
+
+PDU_TARGET = {"instance": "collector:9732", "job": "wattbit-collector"}
+
+
+def _counter(metric: str, labels: dict[str, str], last: list[float | None], grid: Grid) -> Track:
+    """A counter track as gathering leaves it, from its last value at each edge."""
+    cb = C.counter_from_last(last)
+    return Track(
+        metric, labels, n_samples=len(last), interval=10.0, counter=cb, coverage=1.0,
+        present=[v is not None for v in last[1:]], rates=cb.rates(grid.edges), total=cb.total(),
+    )  # fmt: skip
+
+
+def _watts(labels: dict[str, str], values: list[float | None], grid: Grid) -> Track:
+    """A watts track with one sample at the end of each bin."""
+    raw = [(t, v) for t, v in zip(grid.edges[1:], values, strict=True) if v is not None]
+    return Track(
+        POWER, labels, n_samples=len(raw), interval=10.0, values=values, coverage=1.0,
+        present=[v is not None for v in values], raw=raw,
+    )  # fmt: skip
+
+
+def small_window() -> Gathered:
+    """30 s in three 10 s bins: host h (NIC, 3 disks, outlet p/1 with an energy counter),
+    host k (one disk with I/O bytes only), a switch outlet p/2 on no host (watts only)."""
+    w = Window("small", 1000.0, 1030.0, "run")
+    grid = Grid.make(w.start, w.end, 10.0)
+    h = {"host": "h", "instance": "h:9731", "job": "wattbit-agent"}
+    p1 = {"pdu": "p", "outlet": "1", "outlet_name": "h-psu", "host": "h", "component": "server"}
+    p2 = {"pdu": "p", "outlet": "2", "outlet_name": "sw", "host": "", "component": "switch"}
+    tracks = [
+        _counter(
+            NIC, {**h, "interface": "eth0", "direction": "tx"}, [0, 1.25e9, 2.5e9, 3.75e9], grid
+        ),
+        _counter(NIC, {**h, "interface": "eth0", "direction": "rx"}, [0, 0, 0, 0], grid),
+        _counter(BUSY, {**h, "device": "sda"}, [0, 5, 10, 15], grid),
+        _counter(BUSY, {**h, "device": "sdb"}, [0, 1, 2, 3], grid),
+        _counter(DISK_IO, {**h, "device": "sda", "op": "read"}, [0, 1e6, 2e6, 3e6], grid),
+        _counter(DISK_IO, {**h, "device": "nvme0n1", "op": "write"}, [0, 3e6, 6e6, 9e6], grid),
+        _counter(DISK_IO, {"host": "k", "device": "sdz", "op": "read"}, [0, 1, 2, 3], grid),
+        _watts({**p1, **PDU_TARGET}, [100.0, 110.0, 120.0], grid),
+        _counter(ENERGY, {**p1, **PDU_TARGET}, [0, 1000, 2100, 3300], grid),
+        _watts({**p2, **PDU_TARGET}, [50.0, 50.0, 50.0], grid),
+    ]
+    outlets = outlets_of(tracks)
+    choose_energy_sources(outlets)
+    return Gathered(
+        window=w, options=Options(), grid=grid, tracks=tracks, outlets=outlets,
+        coarse=coarse_counters(outlets), interval=10.0, timings={"count": 0.25},
+        started=time.monotonic(), prometheus="http://prom.invalid:9090", requests=7,
+    )  # fmt: skip
+
+
+def small_report() -> Result:
+    """The report of :func:`small_window`."""
+    return analyse(small_window(), now=1_714_557_600.0)
+
+
+def test_analysis_needs_no_prometheus() -> None:
+    doc = small_report().doc
+    h = doc.hosts["h"]
+    # 3.75e9 bytes sent in 30 s: 30 Gbit, 1 Gbit/s; 3 300 J from the energy counter
+    assert h.gigabits == 30.0 and h.gbit_per_second_mean == 1.0
+    assert h.energy_joules == 3300.0 and h.energy_source == "counter"
+    assert h.joules_per_gigabit == 110.0
+    # the switch: 50 W held over the 30 s (its watts are integrated), charged with the site's bits
+    sw = doc.components["switch"]
+    assert sw.energy_joules == 1500.0 and sw.bits_from == "site" and sw.bits_hosts == ["h"]
+    assert doc.site.energy_joules == 4800.0 and doc.site.energy_source == "mixed"
+    assert h.disks["sda"].busy_ratio == 0.5 and h.disks["nvme0n1"].busy_ratio is None
+    assert h.disk_summary is not None and h.disk_summary.busiest == "sda"
+    assert doc.generated_at == "2024-05-01T10:00:00Z" and doc.prometheus_requests == 7
+    assert list(doc.timings_seconds) == ["count", "compute", "total"]
+    assert "host k: no PDU outlet is mapped to it, so no energy figures" in doc.warnings
+
+
+def test_json_keys_keep_the_schema() -> None:
+    res = small_report()
+    doc = replace(res.doc, compare=compare(res.doc, res.doc))
+    j = doc.to_json()
+    assert list(j) == [*TOP_KEYS, "compare"]
+    assert j["schema"] == "wattbit.report/1"
+    assert list(j["window"]) == WINDOW_KEYS
+    assert list(j["site"]) == SCOPE_KEYS
+    assert list(j["hosts"]) == ["h", "k"] and list(j["components"]) == ["server", "switch"]
+    for host in j["hosts"].values():
+        assert list(host) == HOST_KEYS
+    for comp in j["components"].values():
+        assert list(comp) == COMPONENT_KEYS
+    # a disk has the busy keys with a busy-time counter, the byte keys with I/O byte counters
+    disks = j["hosts"]["h"]["disks"]
+    assert list(disks) == ["nvme0n1", "sda", "sdb"]
+    assert list(disks["sda"]) == ["coverage", *DISK_BUSY_KEYS, *DISK_IO_KEYS]
+    assert list(disks["sdb"]) == ["coverage", *DISK_BUSY_KEYS]
+    assert list(disks["nvme0n1"]) == ["coverage", *DISK_IO_KEYS]
+    assert list(j["hosts"]["h"]["disk_summary"]) == DISK_SUMMARY_KEYS
+    assert list(j["hosts"]["k"]["disk_summary"]) == DISK_SUMMARY_KEYS[:2]
+    assert [list(o) for o in j["outlets"]] == [OUTLET_KEYS, OUTLET_KEYS]
+    assert list(j["sources"]) == ["agent:h", "agent:k", "pdu:p"]
+    assert all(list(s) == SOURCE_KEYS for s in j["sources"].values())
+    cmp = j["compare"]
+    assert list(cmp) == COMPARISON_KEYS
+    assert list(cmp["site"]) == list(COMPARE_KEYS)
+    assert set(COMPARE_KEYS) <= set(SCOPE_KEYS)
+    assert cmp["site"]["energy_joules"] == {"this": 4800.0, "other": 4800.0, "change": 0.0}
+    assert list(cmp["report"]) == TOP_KEYS  # the other run's report, without a comparison
+    # plain JSON, and the same after a trip through it
+    assert json.loads(json.dumps(j, allow_nan=False)) == j
+
+
+def test_finite_document_and_renderers() -> None:
+    res = small_report()
+    o = replace(res.doc.outlets[0], energy_counter_step_joules=math.inf)
+    doc = replace(res.doc, outlets=[o, *res.doc.outlets[1:]])
+    assert finite(doc).outlets[0].energy_counter_step_joules is None
+    assert finite(doc.to_json())["outlets"][0]["energy_counter_step_joules"] is None
+    with pytest.raises(KeyError):
+        doc.site.figure("energy_source")
+    assert isinstance(doc.site, Scope)
+    md = markdown(finite(doc), "small.html")
+    assert "| host h | 30s | 3.3 kJ | counter |" in md
+    # every device counts, the busy figures are over the two with a busy-time counter
+    assert "* h: 3 disks were 30 % busy on average (min 10 %, max 50 % on sda)" in md
+    assert summary_lines(doc)[0] == (
+        "run small: 1970-01-01T00:16:40Z → 1970-01-01T00:17:10Z (30s), step 10 s"
+    )

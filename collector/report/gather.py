@@ -1,0 +1,345 @@
+"""All of the report's Prometheus I/O: find a run's window, fetch and reduce its series.
+
+The window ``(start, end]`` is cut into bins of one analysis step (the scrape interval, or
+coarser for long windows so that there are at most ``max_bins`` bins). Prometheus reduces the
+raw samples to one value per series and bin (``last_over_time`` for counters,
+``avg_over_time`` for watts; both see only the samples inside the bin, so a scrape gap is an
+empty bin and never a repeated value), and the report fetches raw samples only where exact
+arithmetic needs them: counters that reset inside the window, and the watts of outlets whose
+energy is integrated. ``count_over_time`` over the window gives the coverage.
+
+The public interface is :func:`find_run` and :func:`gather`, which returns a
+:class:`Gathered`; everything else here is private.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from . import compute as C
+from .prom import LabelKey, Prometheus, Series, duration, label_key, selector
+from .series import (
+    ALL,
+    COUNTERS,
+    NIC,
+    POWER,
+    RUN_ACTIVE,
+    RUN_END,
+    RUN_START,
+    Grid,
+    Options,
+    Outlet,
+    ReportError,
+    Track,
+    Window,
+    choose_energy_sources,
+    coarse_counters,
+    outlets_of,
+)
+
+PROBE_SECONDS = 600.0
+LOOKBACKS = (86400.0, 7 * 86400.0, 31 * 86400.0, 366 * 86400.0)
+
+
+# --- finding a run ------------------------------------------------------------------------
+
+
+def find_run(prom: Prometheus, run: str, now: float | None = None) -> Window:
+    """The window of the latest run called ``run``, from the run registry's series."""
+    now = time.time() if now is None else now
+    sel = {"run": run}
+    start: float | None = None
+    for lb in LOOKBACKS:
+        res = prom.query(f"max_over_time({selector(RUN_START, sel)}[{duration(lb)}])", now)
+        if res:
+            start = max(s.samples[-1][1] for s in res)
+            break
+    if start is None:
+        raise ReportError(f"no run called {run!r} in Prometheus (no {RUN_START}{{run=...}})")
+    span = duration(max(1.0, now - start) + 60)
+    res = prom.query(f"max_over_time({selector(RUN_END, sel)}[{span}])", now)
+    ends = [s.samples[-1][1] for s in res if s.samples[-1][1] >= start]
+    if ends:
+        return Window(run, start, max(ends), "run")
+    # No end time: still going, or the registry never said. Use the run_active series.
+    active = prom.query(selector(RUN_ACTIVE, sel), now)
+    if any(s.samples[-1][1] >= 1 for s in active):
+        return Window(run, start, now, "run", in_progress=True)
+    raw = prom.raw(selector(RUN_ACTIVE, sel), start, now, chunk_seconds=86400.0)
+    last = [t for s in raw for t, v in s.samples if v >= 1]
+    if last:
+        return Window(run, start, max(last), "run")
+    raise ReportError(f"run {run!r} started at {start:.0f} but has no end; pass --start/--end")
+
+
+# --- gathering ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """Every series of a window reduced to the bins of its grid, and how getting them went."""
+
+    window: Window
+    options: Options
+    grid: Grid
+    tracks: list[Track]  # in the order Prometheus listed them, metric by metric
+    outlets: list[Outlet]  # energy sources chosen
+    coarse: dict[str, float]  # outlets whose energy counter is too coarse: {name: step, J}
+    interval: float  # the longest scrape interval seen
+    timings: dict[str, float]  # seconds per phase, in the order they ran
+    started: float  # time.monotonic() when gathering began
+    prometheus: str  # the server's URL
+    requests: int  # HTTP requests the client had made when gathering ended
+
+
+def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gathered:
+    """Fetch and reduce every series of ``window``; raises ReportError when there are none."""
+    opts = opts or Options()
+    started = time.monotonic()
+    g = _Gatherer(prom, window, opts)
+    try:
+        grid, tracks, outlets = g.run()
+    finally:
+        g.pool.shutdown(wait=False)
+    return Gathered(
+        window=window,
+        options=opts,
+        grid=grid,
+        tracks=list(tracks.values()),
+        outlets=outlets,
+        coarse=g.coarse,
+        interval=g.interval,
+        timings=g.timings,
+        started=started,
+        prometheus=prom.url,
+        requests=prom.requests,
+    )
+
+
+class _Gatherer:
+    """One window's fetches, four at a time."""
+
+    def __init__(self, prom: Prometheus, window: Window, opts: Options) -> None:
+        self.prom = prom
+        self.w = window
+        self.opts = opts
+        self.pool = ThreadPoolExecutor(max_workers=max(1, opts.workers))
+        self.timings: dict[str, float] = {}
+        self.coarse: dict[str, float] = {}
+        self.interval = 0.0
+
+    def sel(self, metric: str, labels: dict[str, str] | None = None) -> str:
+        """Selector of a metric, with the interface filter on NIC series."""
+        if metric == NIC and self.opts.interfaces and labels is None:
+            return selector(metric, None, interface=self.opts.interfaces)
+        return selector(metric, labels)
+
+    def _map(self, fn: Callable[..., Any], items: Iterable[Any]) -> list[Any]:
+        return list(self.pool.map(fn, items))
+
+    def _timed(self, name: str, t0: float) -> None:
+        self.timings[name] = self.timings.get(name, 0.0) + time.monotonic() - t0
+
+    def run(self) -> tuple[Grid, dict[tuple[str, LabelKey], Track], list[Outlet]]:
+        """Every track of the window reduced to the bins of the grid, and the outlets.
+
+        The queries run concurrently in three waves: the sample counts and the interval probe
+        (neither needs the step); then, with the step known, the bins, the reset counts and the
+        raw watts of outlets whose energy is integrated; last, raw samples of the counters that
+        reset (rare).
+        """
+        w, prom = self.w, self.prom
+        if w.duration <= 0:
+            raise ReportError("the window is empty (end is not after start)")
+        prom.closed_ranges()
+        t0 = time.monotonic()
+        whole = prom.range_for(w.duration)
+        p = min(w.duration, PROBE_SECONDS)
+        count_f = {
+            m: self.pool.submit(prom.query, f"count_over_time({self.sel(m)}[{whole}])", w.end)
+            for m in ALL
+        }
+        probe_f = {
+            m: self.pool.submit(prom.raw, self.sel(m), w.start, w.start + p, p + 1) for m in ALL
+        }
+        tracks: dict[tuple[str, LabelKey], Track] = {}
+        for metric, fut in count_f.items():
+            for s in fut.result():
+                labels = _strip_name(s.labels)
+                tracks[(metric, label_key(labels))] = Track(
+                    metric, labels, n_samples=int(s.samples[-1][1])
+                )
+        if not tracks:
+            raise ReportError(
+                f"no wattbit series in Prometheus between {w.start:.0f} and {w.end:.0f}"
+            )
+        self._timed("count", t0)
+        t0 = time.monotonic()
+        self._set_intervals(tracks, {m: f.result() for m, f in probe_f.items()})
+        mid = w.start + (w.duration - p) / 2
+        for a, b in ((w.end - p, w.end), (mid, mid + p)):  # series the first slice missed
+            missing = {m for (m, _k), t in tracks.items() if t.interval is None}
+            if not missing:
+                break
+            self._set_intervals(
+                tracks,
+                dict(
+                    self._map(lambda m, a=a, b=b: (m, prom.raw(self.sel(m), a, b, p + 1)), missing)
+                ),
+            )
+        self._timed("probe", t0)
+        interval = self.interval = max(
+            (t.interval for t in tracks.values() if t.interval), default=15.0
+        )
+        step = self.opts.step or C.choose_step(interval, w.duration, self.opts.max_bins)
+        grid = Grid.make(w.start, w.end, step)
+        for tr in tracks.values():
+            tr.interval = tr.interval or self._fallback_interval(tr, tracks, step)
+            tr.coverage = C.coverage(tr.n_samples, tr.interval, w.duration)
+        outlets = outlets_of(list(tracks.values()))
+        integrate = [o.power for o in choose_energy_sources(outlets) if o.power is not None]
+
+        t0 = time.monotonic()
+        jobs: list[tuple[str, str]] = [(m, "last_over_time") for m in COUNTERS]
+        jobs.append((POWER, "avg_over_time"))
+        jobs += [(m, "resets") for m in COUNTERS]
+        bins_f = {j: self.pool.submit(self._bins, grid, *j) for j in jobs}
+        raw_f = [self.pool.submit(self._raw, tr, grid) for tr in integrate]
+        binned = {j: f.result() for j, f in bins_f.items()}
+        for tr, f in zip(integrate, raw_f, strict=True):
+            tr.raw = f.result()
+        self._timed("bins", t0)
+        for (metric, key), tr in tracks.items():
+            if metric in COUNTERS:
+                points = binned[(metric, "last_over_time")].get(key, {})
+                last = [points.get(k) for k in range(grid.n + 1)]
+                tr.counter = C.counter_from_last(last)
+                tr.present = [v is not None for v in last[1:]]
+            else:
+                points = binned[(POWER, "avg_over_time")].get(key, {})
+                tr.values = [points.get(k + 1) for k in range(grid.n)]
+                tr.present = [v is not None for v in tr.values]
+
+        # raw samples where the bins are not exact: counters that reset in the window
+        t0 = time.monotonic()
+        resets = [
+            tr
+            for (metric, key), tr in tracks.items()
+            if metric in COUNTERS and binned[(metric, "resets")].get(key, {}).get(grid.n, 0) > 0
+        ]
+        for tr, raw in zip(resets, self._map(lambda t: self._raw(t, grid), resets), strict=True):
+            tr.raw = raw
+            tr.counter = C.bin_counter(raw, grid.edges)
+            tr.present = [False] * grid.n
+            for t, _v in raw:
+                if grid.start < t <= grid.end:
+                    tr.present[_bin_of(grid, t)] = True
+        self._timed("raw_counters", t0)
+        for tr in tracks.values():
+            tr.longest_gap = C.longest_gap(tr.present, grid.edges)
+            if tr.counter is not None:
+                tr.rates = tr.counter.rates(grid.edges)
+                tr.total = tr.counter.total()
+
+        # energy counters too coarse for this window: integrate those hosts' watts instead
+        coarse = self.coarse = coarse_counters(outlets)
+        if coarse:
+            t0 = time.monotonic()
+            fetched = {id(t) for t in integrate}
+            again = [o.power for o in choose_energy_sources(outlets, set(coarse))]
+            late = [t for t in again if t is not None and id(t) not in fetched]
+            for tr, raw in zip(late, self._map(lambda t: self._raw(t, grid), late), strict=True):
+                tr.raw = raw
+            self._timed("raw_power_coarse", t0)
+        return grid, tracks, outlets
+
+    def _raw(self, tr: Track, grid: Grid) -> list[tuple[float, float]]:
+        """Raw samples of one track in ``(start - step, end]`` (the step before is the base)."""
+        chunk = max(60.0, 20_000 * (tr.interval or grid.step))
+        res = self.prom.raw(
+            selector(tr.metric, tr.labels), grid.start - grid.step, grid.end, chunk_seconds=chunk
+        )
+        return [p for p in res[0].samples if math.isfinite(p[1])] if res else []
+
+    def _bins(self, grid: Grid, metric: str, fn: str) -> dict[LabelKey, dict[int, float]]:
+        """``fn(metric[bin])`` for every bin: {labels: {edge index: value}}."""
+        prom, sel = self.prom, self.sel(metric)
+        out: dict[LabelKey, dict[int, float]] = defaultdict(dict)
+
+        def put(series: list[Series]) -> None:
+            start, step, end, n = grid.start, grid.step, grid.end, grid.n
+            for s in series:
+                # some functions keep the metric name (last_over_time), most drop it
+                d = out[label_key(_strip_name(s.labels))]
+                for t, v in s.samples:
+                    if v != v:  # NaN
+                        continue
+                    if abs(t - end) < 1e-3:
+                        d[n] = v
+                        continue
+                    k = round((t - start) / step)
+                    if 0 <= k < n and abs(start + k * step - t) < 1e-3:
+                        d[k] = v
+
+        if fn == "resets":  # one number over the whole window and the step before it
+            span = prom.range_for(grid.end - grid.start + grid.step)
+            put(_at(prom.query(f"resets({sel}[{span}])", grid.end), grid.end))
+            return out
+        # bins 0..n-2 end on the regular grid; the last one ends at `end` and may be shorter
+        first = 0 if fn == "last_over_time" else 1  # edge 0 is the counters' base
+        if grid.n - 1 >= first:
+            put(
+                prom.query_range(
+                    f"{fn}({sel}[{prom.range_for(grid.step)}])",
+                    grid.edges[first],
+                    grid.edges[grid.n - 1],
+                    grid.step,
+                )
+            )
+        last_len = grid.end - grid.edges[grid.n - 1]
+        put(_at(prom.query(f"{fn}({sel}[{prom.range_for(last_len)}])", grid.end), grid.end))
+        return out
+
+    @staticmethod
+    def _set_intervals(
+        tracks: dict[tuple[str, LabelKey], Track], probed: dict[str, list[Series]]
+    ) -> None:
+        """Scrape interval of each series: median spacing of its raw samples in a probe slice."""
+        for metric, series in probed.items():
+            for s in series:
+                tr = tracks.get((metric, label_key(_strip_name(s.labels))))
+                if tr is not None and tr.interval is None:
+                    tr.interval = C.median_interval([t for t, _ in s.samples])
+
+    @staticmethod
+    def _fallback_interval(
+        tr: Track, tracks: dict[tuple[str, LabelKey], Track], step: float
+    ) -> float:
+        same = [t.interval for t in tracks.values() if t.interval and t.source == tr.source]
+        if same:
+            return sorted(same)[len(same) // 2]
+        return step
+
+
+def _strip_name(labels: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in labels.items() if k != "__name__"}
+
+
+def _at(series: list[Series], t: float) -> list[Series]:
+    """Stamp instant-query answers with exactly ``t`` (Prometheus rounds to ms)."""
+    for s in series:
+        s.samples = [(t, v) for _, v in s.samples]
+    return series
+
+
+def _bin_of(grid: Grid, t: float) -> int:
+    k = min(grid.n - 1, max(0, math.ceil((t - grid.start) / grid.step - 1e-9) - 1))
+    while k + 1 < grid.n and t > grid.edges[k + 1]:
+        k += 1
+    return k

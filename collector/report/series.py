@@ -1,0 +1,238 @@
+"""What the report works on: the window, its grid of bins, one track per series, the outlets.
+
+Gathering (:mod:`.gather`) fills these in from Prometheus; analysis (:mod:`.analyse`) reads
+them. Which of an outlet's series gives its energy is decided here, by pure functions, because
+that choice also decides which raw samples gathering has to fetch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import compute as C
+from .prom import LabelKey, label_key
+
+NIC = "wattbit_nic_bytes_total"
+BUSY = "wattbit_disk_busy_seconds_total"
+DISK_IO = "wattbit_disk_io_bytes_total"
+POWER = "wattbit_pdu_outlet_power_watts"
+ENERGY = "wattbit_pdu_outlet_energy_joules_total"
+COUNTERS = (NIC, BUSY, DISK_IO, ENERGY)
+ALL = (NIC, BUSY, DISK_IO, POWER, ENERGY)
+RUN_START = "wattbit_run_start_time_seconds"
+RUN_END = "wattbit_run_end_time_seconds"
+RUN_ACTIVE = "wattbit_run_active"
+
+COARSE_COUNTER = 0.01  # an energy counter whose register step exceeds 1 % of the energy
+# Labels Prometheus or the scrape adds: not part of an outlet's identity.
+TARGET_LABELS = ("job", "instance")
+
+
+class ReportError(Exception):
+    """The report cannot be made (unknown run, empty window, unreachable Prometheus)."""
+
+
+@dataclass
+class Options:
+    """Knobs of the analysis."""
+
+    step: float | None = None  # analysis step in seconds; default: chosen from the data
+    max_lag: float = 120.0  # lag search range in seconds, either way
+    interfaces: str | None = None  # regex on the `interface` label (default: all exported)
+    coverage_threshold: float = 0.95
+    max_bins: int = 10_000
+    workers: int = 4
+
+
+@dataclass
+class Window:
+    """The time window of a report."""
+
+    name: str
+    start: float
+    end: float
+    source: str  # "run" or "explicit"
+    in_progress: bool = False
+
+    @property
+    def duration(self) -> float:
+        """Length in seconds."""
+        return self.end - self.start
+
+
+@dataclass
+class Grid:
+    """The bins of the window: edges ``start = e0 < e1 < ... < en = end``."""
+
+    start: float
+    end: float
+    step: float
+    edges: list[float]
+
+    @classmethod
+    def make(cls, start: float, end: float, step: float) -> Grid:
+        """Bins of one step from ``start``; the last one ends at ``end`` and may be shorter."""
+        n = max(1, math.ceil((end - start) / step - 1e-9))
+        edges = [start + k * step for k in range(n)] + [end]
+        return cls(start, end, step, edges)
+
+    @property
+    def n(self) -> int:
+        """Number of bins."""
+        return len(self.edges) - 1
+
+    def index(self, t: float) -> int | None:
+        """Edge index of an evaluation timestamp (None when it is not an edge)."""
+        if abs(t - self.end) < 1e-3:
+            return self.n
+        k = round((t - self.start) / self.step)
+        if 0 <= k < self.n and abs(self.start + k * self.step - t) < 1e-3:
+            return k
+        return None
+
+
+@dataclass(eq=False)
+class Track:
+    """One series of the window, reduced to bins."""
+
+    metric: str
+    labels: dict[str, str]
+    n_samples: int = 0
+    interval: float | None = None
+    values: list[float | None] = field(default_factory=list)  # means (watts) per bin
+    counter: C.CounterBins | None = None
+    raw: list[tuple[float, float]] | None = None
+    coverage: float = 0.0
+    longest_gap: float = 0.0
+    present: list[bool] = field(default_factory=list)  # per bin: had a sample in it
+    rates: list[float | None] = field(default_factory=list)  # counters: per-second rate per bin
+    total: float = 0.0  # counters: increase over the window
+
+    @property
+    def host(self) -> str:
+        """The host the series belongs to (``host`` label; ``instance`` for agents without)."""
+        h = self.labels.get("host", "")
+        if not h and self.metric not in (POWER, ENERGY):
+            h = self.labels.get("instance", "")
+        return h
+
+    @property
+    def source(self) -> str:
+        """The scrape source: ``agent:HOST`` or ``pdu:NAME``."""
+        if self.metric in (POWER, ENERGY):
+            return "pdu:" + self.labels.get("pdu", "?")
+        return "agent:" + (self.host or "?")
+
+
+# eq=False: outlets are told apart by identity (two can share ``pdu/outlet`` when another
+# label changed inside the window), and analysis keys dicts by them.
+@dataclass(eq=False)
+class Outlet:
+    """A PDU outlet: its power and (maybe) energy-counter tracks, and its energy source."""
+
+    labels: dict[str, str]
+    power: Track | None = None
+    energy: Track | None = None
+    energy_source: str = "none"  # counter | power | none
+    energy_note: str = ""  # why not the counter, when it exists and is not used
+    energy_counter_step: float | None = None  # register step of a coarse counter, joules
+
+    @property
+    def host(self) -> str:
+        """``host`` label (empty when the outlet feeds no monitored host)."""
+        return self.labels.get("host", "")
+
+    @property
+    def component(self) -> str:
+        """``component`` label."""
+        return self.labels.get("component", "")
+
+    @property
+    def name(self) -> str:
+        """``pdu/outlet``."""
+        return f"{self.labels.get('pdu', '?')}/{self.labels.get('outlet', '?')}"
+
+    def tracks(self) -> list[Track]:
+        """The tracks the report's numbers use (energy only when it is the counter source)."""
+        out = [t for t in (self.power,) if t is not None]
+        if self.energy is not None and self.energy_source == "counter":
+            out.append(self.energy)
+        return out
+
+
+def outlets_of(tracks: list[Track]) -> list[Outlet]:
+    """The outlets of the PDU tracks, by PDU then outlet number (``2`` before ``10``)."""
+    by: dict[LabelKey, Outlet] = {}
+    for tr in tracks:
+        if tr.metric not in (POWER, ENERGY):
+            continue
+        ident = {k: v for k, v in tr.labels.items() if k not in TARGET_LABELS}
+        o = by.setdefault(label_key(ident), Outlet(ident))
+        if tr.metric == POWER:
+            o.power = tr
+        else:
+            o.energy = tr
+    return sorted(by.values(), key=lambda o: (o.labels.get("pdu", ""), _natural(o)))
+
+
+def _natural(o: Outlet) -> tuple[Any, ...]:
+    return tuple(int(p) if p.isdigit() else p for p in o.labels.get("outlet", "").split("."))
+
+
+def choose_energy_sources(outlets: list[Outlet], coarse: set[str] | None = None) -> list[Outlet]:
+    """Counters for a host whose every outlet has a usable one; else integrate all its watts.
+
+    A counter is unusable when it has fewer than two samples or is in ``coarse`` (its
+    register steps are too big for the window's energy). Outlets that feed no host decide
+    alone. Sets each outlet's ``energy_source`` and ``energy_note``; returns the outlets whose
+    watts are integrated.
+    """
+    coarse = coarse or set()
+    groups: dict[str, list[Outlet]] = defaultdict(list)
+    for o in outlets:
+        groups[o.host if o.host else "\0" + o.name].append(o)
+    integrate: list[Outlet] = []
+    for outs in groups.values():
+        usable = [
+            o.energy is not None and o.energy.n_samples >= 2 and o.name not in coarse for o in outs
+        ]
+        if all(usable):
+            for o in outs:
+                o.energy_source = "counter"
+            continue
+        for o, ok in zip(outs, usable, strict=True):
+            if o.power is not None:
+                o.energy_source = "power"
+                integrate.append(o)
+                if o.name in coarse:
+                    o.energy_note = "its counter's register steps are too coarse"
+                elif ok:
+                    o.energy_note = "another outlet of the host has no usable counter"
+                elif o.energy is None:
+                    o.energy_note = "the PDU reports no energy counter for it"
+            elif o.energy is not None and o.energy.n_samples >= 2:
+                o.energy_source = "counter"  # no watts at all: the counter is all there is
+            else:
+                o.energy_source = "none"
+    return integrate
+
+
+def coarse_counters(outlets: list[Outlet]) -> dict[str, float]:
+    """Outlets whose energy counter moves in steps bigger than 1 % of the window's energy.
+
+    PDUs keep energy in Wh, 0.01 kWh or 0.1 kWh registers; a 0.1 kWh (360 kJ) register over a
+    20-minute run at 300 W moves once or twice. Sets ``energy_counter_step``; returns {outlet
+    name: register step in joules}.
+    """
+    out: dict[str, float] = {}
+    for o in outlets:
+        if o.energy is None or o.energy.counter is None or o.power is None:
+            continue
+        q = C.counter_step(o.energy.counter.increase, o.power.values)
+        o.energy_counter_step = q
+        if q is not None and (math.isinf(q) or q > COARSE_COUNTER * max(o.energy.total, 0.0)):
+            out[o.name] = q
+    return out
