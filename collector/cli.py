@@ -8,19 +8,15 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from pydantic import BaseModel
-
-from collector.config import ConfigError
+from collector.config import ConfigError, ProcessConfig
 
 if TYPE_CHECKING:
     from collector.web.config import WebConfig
 
-M = TypeVar("M", bound=BaseModel)
+P = TypeVar("P", bound=ProcessConfig)
 
 
-def _load(
-    model: type[M], args: argparse.Namespace, default_port: int
-) -> tuple[M, WebConfig | None]:
+def _load(model: type[P], args: argparse.Namespace) -> tuple[P, WebConfig | None]:
     """The validated config file with --listen and --web-config applied, and its web config.
 
     Every problem is a ConfigError (exit 2) raised before anything starts.
@@ -32,22 +28,21 @@ def _load(
     updates: dict[str, object] = {}
     if args.listen:
         try:
-            parse_listen(args.listen, default_port)
+            parse_listen(args.listen, model.default_port)
         except ValueError as exc:
             raise ConfigError("--listen", "listen", str(exc)) from exc
         updates["listen"] = args.listen
     if args.web_config:
         updates["web_config"] = args.web_config
     cfg = cfg.model_copy(update=updates)
-    web_path = getattr(cfg, "web_config", None)
-    return cfg, load_web_config(web_path) if web_path else None
+    return cfg, load_web_config(cfg.web_config) if cfg.web_config else None
 
 
 def _agent(args: argparse.Namespace) -> int:
     from collector.agent import main as agent
     from collector.agent.config import AgentConfig
 
-    cfg, web = _load(AgentConfig, args, agent.DEFAULT_PORT)
+    cfg, web = _load(AgentConfig, args)
     _logging(args.log_level or cfg.log_level)
     try:
         return agent.run(cfg, web)
@@ -62,7 +57,7 @@ def _collector(args: argparse.Namespace) -> int:
     from collector.site import main as site
     from collector.site.config import CollectorConfig, redacted
 
-    cfg, web = _load(CollectorConfig, args, site.DEFAULT_PORT)
+    cfg, web = _load(CollectorConfig, args)
     site.profiles_for(cfg, args.config)  # a configured profile that does not exist: exit 2 now
     if args.print_config:
         print(json.dumps(redacted(cfg), indent=2, default=str))
@@ -79,7 +74,7 @@ def _demo(args: argparse.Namespace) -> int:
     from collector.demo import main as demo
 
     _logging(args.log_level or "warning")
-    return demo.main(args.duration, args.disks, args.out, args.wait, args.disk_mb)
+    return demo.run(args)
 
 
 def _logging(level: str) -> None:
@@ -128,16 +123,9 @@ def parser() -> argparse.ArgumentParser:
         "demo",
         help="one-machine demo: loop disks, a veth stream, a simulated PDU, the stack, a report",
     )
-    d.add_argument("--duration", type=float, default=60.0, help="seconds of run (default 60)")
-    d.add_argument("--disks", type=int, default=4, help="loop disks (default 4)")
-    d.add_argument("--disk-mb", type=int, default=256, help="size of each loop disk in MB")
-    d.add_argument("--out", default="demo-report", help="report directory (default demo-report)")
-    d.add_argument(
-        "--wait",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="keep Prometheus up until Enter (default: when stdin is a terminal)",
-    )
+    from collector.demo import main as demo
+
+    demo.add_options(d)
     d.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     d.set_defaults(func=_demo)
     return p

@@ -1,13 +1,35 @@
-"""Configuration files: YAML validated by pydantic, every error naming file, key and reason."""
+"""The one YAML loader: every file wattbit reads (agent and collector configs, the web config,
+PDU profiles) is validated by pydantic through load_model, and every problem is a ConfigError
+naming file, key and reason, in one style: ``FILE: key 'a.b[0].c': reason``.
+
+The YAML is strict as Go's is (node_exporter's web config must mean the same to both): a key
+given twice is an error, not "the last one wins". Values are never echoed, neither in the
+message nor in a chained exception: they may be secrets (communities, v3 keys, run tokens,
+password hashes).
+"""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import BeforeValidator, ValidationError, field_validator
+from pydantic_core import ErrorDetails
+
+from exporters.strict import Strict
+
+__all__ = [
+    "ConfigError",
+    "Duration",
+    "ProcessConfig",
+    "Regex",
+    "Strict",
+    "load_model",
+    "parse_duration",
+    "parse_listen",
+]
 
 
 class ConfigError(Exception):
@@ -65,12 +87,6 @@ def parse_listen(value: str, default_port: int) -> tuple[str, int]:
     return host or "0.0.0.0", port_n
 
 
-class Strict(BaseModel):
-    """Base of every config section: unknown keys are errors (typos must not pass silently)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 def _regex(value: str) -> str:
     try:
         re.compile(value)
@@ -82,46 +98,125 @@ def _regex(value: str) -> str:
 Regex = Annotated[str, BeforeValidator(lambda v: _regex(str(v)))]
 
 
-M = TypeVar("M", bound=BaseModel)
+class ProcessConfig(Strict):
+    """What the configuration of each serving process (agent, collector) has in common."""
+
+    default_port: ClassVar[int]  # the port of a `listen` that names none
+
+    listen: str
+    web_config: Path | None = None  # TLS and basic auth, node_exporter's web-config format
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        parse_listen(v, cls.default_port)
+        return v
+
+
+# --- the loader ----------------------------------------------------------------------------
+
+M = TypeVar("M", bound=Strict)
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+# Anything that looks like the start of a bcrypt hash (web config users), for scrubbing the
+# text of an error: a hash pasted where a key or user name belongs must not be shown either.
+_HASHLIKE_RE = re.compile(r"\$2[a-z]?\$[^\s'\",]{3,}")
+
+
+def _redact(text: str) -> str:
+    """Replace anything shaped like a bcrypt hash so error text can never carry one."""
+    return _HASHLIKE_RE.sub("<redacted>", text)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A safe YAML loader that rejects duplicate mapping keys, as Go's strict YAML does."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """Construct a mapping, failing on a key that appears twice."""
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue  # `<<: *anchor`: merged keys may be overridden, as in Go
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:
+                continue  # unhashable: the base class reports it properly
+            if duplicate:
+                # Only the position: the key itself is user text and could be anything.
+                raise yaml.constructor.ConstructorError(
+                    None, None, "duplicate key", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_reason(exc: yaml.YAMLError) -> str:
+    """Describe a YAML error by position only, never quoting the file's text."""
+    # str(exc) includes a snippet of the offending line, which may hold a secret.
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or "syntax error"
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"not valid YAML{where}: {problem}"
 
 
 def _key(loc: tuple[int | str, ...]) -> str:
-    return ".".join(str(p) for p in loc) or "(top level)"
+    """'a.b[0].c' from pydantic's location ('' for the file as a whole)."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part != "[key]":  # pydantic's marker of a bad mapping key: the key names it
+            out += f".{part}" if out else part
+    return out
 
 
-def load_model(model: type[M], path: str | Path | None) -> M:
-    """Load and validate a YAML file (None: all defaults); raise ConfigError on any problem."""
+def _reason(err: ErrorDetails, key: str, model: type[Strict]) -> str:
+    """The reason of one pydantic error, in words that never quote the input."""
+    if err["type"] == "extra_forbidden":
+        return model.unsupported_keys.get(key, "unknown key")
+    if err["type"] == "missing":
+        return "required key is missing"
+    if err["type"] in ("dict_type", "model_type", "model_attributes_type"):
+        return "must be a mapping"
+    if err["type"] == "value_error":  # our validators' own words
+        return str(err.get("ctx", {}).get("error", err["msg"]))
+    # pydantic's messages describe the expected type or values, not the input.
+    return err["msg"]
+
+
+def load_model(model: type[M], path: str | Path | None, context: dict[str, Any] | None = None) -> M:
+    """Load and validate a YAML file (None: all defaults); raise ConfigError on any problem.
+
+    context is handed to the model's validators (the web config resolves relative paths
+    against the file's directory with it).
+    """
     if path is None:
         return model()
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(path, "", f"cannot read: {exc.strerror}") from exc
+        raise ConfigError(path, "", f"cannot read: {exc.strerror or type(exc).__name__}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(path, "", "not valid UTF-8") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
         # `from None`: the YAML error quotes the offending line, which may hold a secret.
-        raise ConfigError(
-            path, "", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}"
-        ) from None
+        raise ConfigError(path, "", _redact(_yaml_reason(exc))) from None
     if data is None:
-        data = {}
+        data = {}  # an empty file: every default
     if not isinstance(data, dict):
-        raise ConfigError(path, "", "expected a mapping of keys at the top level")
+        raise ConfigError(path, "", "the top level must be a mapping")
     try:
-        cfg = model.model_validate(data)
+        cfg = model.model_validate(data, context=context)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        reason = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            reason = "unknown key"
-        # Never echo the input value: it may be a secret (communities, keys, tokens). `from
-        # None`: pydantic's own message quotes the input.
-        raise ConfigError(path, _key(err["loc"]), reason) from None
-    cross_check = getattr(cfg, "cross_check", None)
-    for key, reason in cross_check() if cross_check else ():
+        err = exc.errors(include_input=False, include_url=False)[0]
+        key = _key(err["loc"])
+        # `from None`: pydantic's own message quotes the input.
+        raise ConfigError(path, _redact(key), _redact(_reason(err, key, model))) from None
+    for key, reason in cfg.cross_check():
         raise ConfigError(path, key, reason)
     return cfg

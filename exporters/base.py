@@ -1,11 +1,11 @@
-"""The tiny protocol every metric source implements, and the health wrapper around them."""
+"""The contract every metric source implements, and the health wrapper around them."""
 
 from __future__ import annotations
 
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Protocol
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -13,14 +13,27 @@ from prometheus_client.metrics_core import Metric
 log = logging.getLogger(__name__)
 
 
-class Exporter(Protocol):
-    """A metric source: a name and a collect() that yields finished metric families."""
+class Exporter(ABC):
+    """A metric source, run on every scrape by ExportersCollector.
+
+    Required: ``name`` (its ``exporter`` label in wattbit_exporter_up) and ``collect()``.
+    Optional, with defaults here: ``startup_note()`` and ``close()``; the process running
+    the exporters (collector/agent/main.py) logs every note once serving and closes every
+    exporter when it stops, whatever the exporter.
+    """
 
     name: str
 
+    @abstractmethod
     def collect(self) -> Iterable[Metric]:
-        """Read the source and yield its metric families."""
-        ...
+        """Read the source and yield its metric families (raise: absent this scrape, up 0)."""
+
+    def startup_note(self) -> str:
+        """One line for the log at start: how this exporter runs here ("": nothing to say)."""
+        return ""
+
+    def close(self) -> None:  # noqa: B027 (optional: a no-op unless overridden)
+        """Release what the exporter holds (sockets, BPF programs); by default nothing."""
 
 
 class ExportersCollector:

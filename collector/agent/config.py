@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from collector.config import Duration, Regex, Strict, parse_listen
+from collector.config import Duration, ProcessConfig, Regex, Strict
 from exporters.blockio.exporter import DEFAULT_EXCLUDE
 from exporters.nic.exporter import DEFAULT_EXCLUDE as NIC_EXCLUDE
 
@@ -31,17 +30,11 @@ class NicConfig(Strict):
     info_refresh: Duration = 60.0
 
 
-class AgentConfig(Strict):
+class AgentConfig(ProcessConfig):
     """`wattbit agent` configuration."""
 
+    default_port: ClassVar[int] = 9731
+
     listen: str = ":9731"
-    web_config: Path | None = None
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
     blockio: BlockioConfig = BlockioConfig()
     nic: NicConfig = NicConfig()
-
-    @field_validator("listen")
-    @classmethod
-    def _listen(cls, v: str) -> str:
-        parse_listen(v, 9731)
-        return v

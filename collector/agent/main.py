@@ -17,19 +17,28 @@ from collector.web.server import landing_page, start_server
 from exporters.base import Exporter, ExportersCollector
 from exporters.blockio.exporter import BlockioExporter
 from exporters.blockio.model import BackendUnavailable
-from exporters.nic.exporter import NicExporter
+from exporters.nic.exporter import NicExporter, QueueReader
 
 log = logging.getLogger("wattbit.agent")
 
-DEFAULT_PORT = 9731
+DEFAULT_PORT = AgentConfig.default_port
 
 
 class StartupError(Exception):
     """The agent cannot start (exit code 1): a requested backend is missing, the port is taken."""
 
 
-def build_exporters(cfg: AgentConfig, sys_root: Path = Path("/sys")) -> list[Exporter]:
-    """The exporters the configuration enables."""
+def build_exporters(
+    cfg: AgentConfig,
+    sys_root: Path = Path("/sys"),
+    proc_root: Path = Path("/proc"),
+    ethtool: QueueReader | None = None,
+) -> list[Exporter]:
+    """The exporters the configuration enables, reading this machine.
+
+    Another machine's captured /sys and /proc, and a recorded ethtool, can be given instead
+    (tests/unit/test_agent_golden.py).
+    """
     exporters: list[Exporter] = []
     if cfg.blockio.enabled:
         try:
@@ -40,6 +49,7 @@ def build_exporters(cfg: AgentConfig, sys_root: Path = Path("/sys")) -> list[Exp
                     max_inflight=cfg.blockio.max_inflight,
                     topology_refresh=cfg.blockio.topology_refresh,
                     sys_root=sys_root,
+                    proc_root=proc_root,
                 )
             )
         except BackendUnavailable as exc:
@@ -51,6 +61,8 @@ def build_exporters(cfg: AgentConfig, sys_root: Path = Path("/sys")) -> list[Exp
                 queues=cfg.nic.queues,
                 info_refresh=cfg.nic.info_refresh,
                 sys_root=sys_root,
+                proc_root=proc_root,
+                ethtool=ethtool,
             )
         )
     return exporters
@@ -79,12 +91,8 @@ def run(cfg: AgentConfig, web: WebConfig | None, stop: threading.Event | None = 
         except OSError as exc:
             raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
         for e in exporters:
-            if isinstance(e, BlockioExporter):
-                log.info(
-                    "blockio backend: %s%s",
-                    e.backend.name,
-                    f" ({e.reason})" if e.reason else "",
-                )
+            if note := e.startup_note():
+                log.info("%s %s", e.name, note)  # e.g. "blockio backend: bcc"
         log.info("serving %s/metrics", server.url)
         stop = stop or threading.Event()
         if threading.current_thread() is threading.main_thread():
@@ -95,7 +103,5 @@ def run(cfg: AgentConfig, web: WebConfig | None, stop: threading.Event | None = 
         server.shutdown()
     finally:
         for e in exporters:
-            close = getattr(e, "close", None)
-            if close:
-                close()
+            e.close()
     return 0

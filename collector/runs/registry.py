@@ -37,6 +37,8 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from exporters.base import Exporter
+
 log = logging.getLogger("wattbit.runs")
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -221,7 +223,7 @@ def atomic_write(path: Path, text: str) -> None:
         os.close(dfd)
 
 
-class RunRegistry:
+class RunRegistry(Exporter):
     """Thread-safe registry of runs, persisted to a JSON file; also a metric source."""
 
     name = "runs"  # the exporter name in wattbit_exporter_up{exporter}

@@ -11,11 +11,11 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
 
-from collector.config import Duration, Regex, Strict, parse_listen
+from collector.config import Duration, ProcessConfig, Regex, Strict, parse_listen
 
 log = logging.getLogger(__name__)
 
@@ -215,12 +215,12 @@ class RunsConfig(Strict):
         return self
 
 
-class CollectorConfig(Strict):
+class CollectorConfig(ProcessConfig):
     """`wattbit collector` configuration."""
 
+    default_port: ClassVar[int] = 9732
+
     listen: str = ":9732"
-    web_config: Path | None = None
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
     interval: Duration = 10.0
     concurrency: int = Field(default=32, ge=1, le=1024)  # PDUs polled at once
     profiles_dir: Path | None = None  # extra profiles, next to the built-in ones
@@ -236,21 +236,15 @@ class CollectorConfig(Strict):
             raise ValueError("interval must be at least 1s")
         return v
 
-    @field_validator("listen")
-    @classmethod
-    def _listen(cls, v: str) -> str:
-        parse_listen(v, 9732)
-        return v
-
     def cross_check(self) -> list[tuple[str, str]]:
         """(key, reason) for references that do not resolve; load_model raises on the first."""
         problems = []
         names: set[str] = set()
         for i, pdu in enumerate(self.pdus):
             if pdu.auth not in self.auths:
-                problems.append((f"pdus.{i}.auth", f"no auth named {pdu.auth!r} in auths"))
+                problems.append((f"pdus[{i}].auth", f"no auth named {pdu.auth!r} in auths"))
             if pdu.name in names:
-                problems.append((f"pdus.{i}.name", f"{pdu.name!r} is used twice"))
+                problems.append((f"pdus[{i}].name", f"{pdu.name!r} is used twice"))
             names.add(pdu.name)
         return problems
 

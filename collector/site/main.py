@@ -17,18 +17,19 @@ from collector.config import ConfigError, parse_listen
 from collector.runs.api import API_PREFIX, api_routes
 from collector.runs.registry import STATE_FILE, RunRegistry
 from collector.site.config import AuthConfig, CollectorConfig, PduConfig
+from collector.site.profiles import load_profiles
 from collector.web.config import WebConfig
 from collector.web.exposition import metrics_app
 from collector.web.server import landing_page, start_server
 from exporters.base import ExportersCollector
 from exporters.pdu.exporter import PduExporter
 from exporters.pdu.poller import PduPoller, PduTarget
-from exporters.pdu.profile import Profile, load_profiles
+from exporters.pdu.profile import Profile
 from exporters.snmp.client import Auth, SnmpClient, Target
 
 log = logging.getLogger("wattbit.collector")
 
-DEFAULT_PORT = 9732
+DEFAULT_PORT = CollectorConfig.default_port
 
 
 def snmp_auth(a: AuthConfig) -> Auth:
@@ -80,7 +81,7 @@ def profiles_for(cfg: CollectorConfig, source: str | Path = "") -> list[Profile]
         if pdu.profile and pdu.profile not in known:
             raise ConfigError(
                 source,
-                f"pdus.{i}.profile",
+                f"pdus[{i}].profile",
                 f"no profile named {pdu.profile!r} (known: {', '.join(sorted(known))})",
             )
     return profiles

@@ -8,24 +8,22 @@ from __future__ import annotations
 
 import re
 import ssl
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import MappingProxyType
+from typing import Annotated, Any, ClassVar, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     SecretStr,
     StrictBool,
-    ValidationError,
     ValidationInfo,
     field_validator,
 )
 
-from collector.config import ConfigError
+from collector.config import ConfigError, Strict, load_model
 
 __all__ = [
     "ClientAuthType",
@@ -65,30 +63,26 @@ _ALLOWED_HEADERS: dict[str, tuple[str, ...]] = {
 # Keys exporter-toolkit knows but wattbit does not implement. They are rejected rather than
 # ignored, because silently dropping e.g. client_allowed_sans or cipher_suites would quietly
 # weaken what the operator asked for; the distinct message says it is not a typo.
-_UNSUPPORTED_KEYS = frozenset(
-    {
-        "tls_server_config.cert",
-        "tls_server_config.key",
-        "tls_server_config.client_ca",
-        "tls_server_config.client_allowed_sans",
-        "tls_server_config.cipher_suites",
-        "tls_server_config.prefer_server_cipher_suites",
-        "tls_server_config.curve_preferences",
-        "rate_limit",
-    }
+_UNSUPPORTED_KEYS = MappingProxyType(
+    dict.fromkeys(
+        (
+            "tls_server_config.cert",
+            "tls_server_config.key",
+            "tls_server_config.client_ca",
+            "tls_server_config.client_allowed_sans",
+            "tls_server_config.cipher_suites",
+            "tls_server_config.prefer_server_cipher_suites",
+            "tls_server_config.curve_preferences",
+            "rate_limit",
+        ),
+        "exporter-toolkit option not supported by wattbit",
+    )
 )
 
 # A bcrypt hash in modular crypt format: version, two-digit cost 04..31, then 22 characters
 # of salt and 31 of checksum in bcrypt's base64 alphabet. Checked by shape rather than by a
 # trial bcrypt.checkpw, which would cost 2**cost rounds per user at every start.
 _BCRYPT_RE = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
-# Anything that merely looks like the start of a bcrypt hash, for scrubbing error text.
-_HASHLIKE_RE = re.compile(r"\$2[a-z]?\$[^\s'\",]{3,}")
-
-
-def _redact(text: str) -> str:
-    """Replace anything shaped like a bcrypt hash so error text can never carry one."""
-    return _HASHLIKE_RE.sub("<redacted>", text)
 
 
 def _check_bcrypt(value: SecretStr) -> SecretStr:
@@ -102,13 +96,7 @@ def _check_bcrypt(value: SecretStr) -> SecretStr:
 BcryptHash = Annotated[SecretStr, AfterValidator(_check_bcrypt)]
 
 
-class _Section(BaseModel):
-    """Common settings: unknown keys are errors, as with exporter-toolkit's strict YAML."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TLSServerConfig(_Section):
+class TLSServerConfig(Strict):
     """The `tls_server_config` section: server certificate and client-certificate policy."""
 
     cert_file: Path | None = None
@@ -142,7 +130,7 @@ class TLSServerConfig(_Section):
         return "NoClientCert" if value == "" else value
 
 
-class HTTPServerConfig(_Section):
+class HTTPServerConfig(Strict):
     """The `http_server_config` section: extra response headers; `http2` is accepted."""
 
     # Accepted for compatibility and ignored: the wsgiref server only speaks HTTP/1.x.
@@ -173,8 +161,10 @@ def _none_to_empty(value: Any) -> Any:
     return {} if value is None else value
 
 
-class WebConfig(_Section):
+class WebConfig(Strict):
     """A whole web config file: TLS, HTTP headers and basic-auth users."""
+
+    unsupported_keys: ClassVar[Mapping[str, str]] = _UNSUPPORTED_KEYS
 
     tls_server_config: TLSServerConfig | None = None
     http_server_config: HTTPServerConfig = Field(default_factory=HTTPServerConfig)
@@ -317,81 +307,12 @@ def _build_ssl_context(tls: TLSServerConfig, source: Path | None) -> ssl.SSLCont
     return ctx
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """A safe YAML loader that rejects duplicate mapping keys, as Go's strict YAML does."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        """Construct a mapping, failing on a key that appears twice."""
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-            try:
-                duplicate = key in seen
-                seen.add(key)
-            except TypeError:
-                continue  # unhashable: the base class reports it properly
-            if duplicate:
-                # Only the position: the key itself is user text and could be anything.
-                raise yaml.constructor.ConstructorError(
-                    None, None, "duplicate key", key_node.start_mark
-                )
-        return super().construct_mapping(node, deep=deep)
-
-
-def _yaml_reason(exc: yaml.YAMLError) -> str:
-    """Describe a YAML error by position only, never quoting the file's text."""
-    # str(exc) includes a snippet of the offending line, which may hold a password hash.
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or "syntax error"
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return _redact(f"invalid YAML{where}: {problem}")
-
-
-def _validation_error(path: Path, exc: ValidationError) -> ConfigError:
-    """Turn the first pydantic error into a ConfigError naming only the key."""
-    err = exc.errors(include_input=False, include_url=False)[0]
-    key = ".".join(str(part) for part in err["loc"])
-    if err["type"] == "extra_forbidden":
-        if key in _UNSUPPORTED_KEYS:
-            reason = "exporter-toolkit option not supported by wattbit"
-        else:
-            reason = "unknown key"
-    elif err["type"] == "missing":
-        reason = "required key is missing"
-    elif err["type"] in ("dict_type", "model_type", "model_attributes_type"):
-        reason = "must be a mapping"
-    elif err["type"] == "value_error":
-        reason = str(err.get("ctx", {}).get("error", err["msg"]))
-    else:
-        # pydantic's messages describe the expected type or values, not the input.
-        reason = err["msg"]
-    return ConfigError(path, _redact(key), _redact(reason))
-
-
 def load_web_config(path: str | Path) -> WebConfig:
     """Read, validate and check (including cert/key files) a web config file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(path, "", f"cannot read: {exc.strerror or type(exc).__name__}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(path, "", "not valid UTF-8") from None
-
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
-    except yaml.YAMLError as exc:
-        raise ConfigError(path, "", _yaml_reason(exc)) from None
-    if data is None:
-        data = {}  # an empty file is valid: plain HTTP, no auth, as in exporter-toolkit
-    if not isinstance(data, dict):
-        raise ConfigError(path, "", "the top level must be a mapping")
-
-    try:
-        config = WebConfig.model_validate(data, context={"base_dir": path.absolute().parent})
-    except ValidationError as exc:
-        # `from None`: the chained ValidationError's text quotes input values (hashes).
-        raise _validation_error(path, exc) from None
+    # An empty file is valid: plain HTTP, no auth, as in exporter-toolkit. Relative file
+    # names are relative to the file's own directory (base_dir), as in exporter-toolkit.
+    config = load_model(WebConfig, path, context={"base_dir": path.absolute().parent})
     config._source = path
     # Build the SSL context once now so a missing or bad cert fails before anything starts.
     config.ssl_context()

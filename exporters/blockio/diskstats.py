@@ -83,5 +83,9 @@ class DiskstatsBackend:
         rows = parse_diskstats(self.path.read_text())
         return {name: device_stats(row) for name, row in rows.items()}
 
+    def missed_events(self) -> dict[str, int] | None:
+        """No BPF programs: nothing to miss (and no such metric)."""
+        return None
+
     def close(self) -> None:
         """Nothing to release."""

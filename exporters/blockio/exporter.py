@@ -8,7 +8,6 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Protocol
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -19,11 +18,14 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from exporters.base import Exporter
+
 from .diskstats import DiskstatsBackend
 from .model import (
     LAT_BOUNDS_SECONDS,
     OPS,
     SIZE_BOUNDS_BYTES,
+    Backend,
     BackendUnavailable,
     DeviceStats,
 )
@@ -37,20 +39,6 @@ DEFAULT_EXCLUDE = r"^(ram|zram|fd|sr)\d+$"
 
 _LAT_LE = (*(floatToGoString(b) for b in LAT_BOUNDS_SECONDS), "+Inf")
 _SIZE_LE = (*(floatToGoString(b) for b in SIZE_BOUNDS_BYTES), "+Inf")
-
-
-class Backend(Protocol):
-    """Where the per-device counts come from."""
-
-    name: str
-
-    def read(self) -> dict[str, DeviceStats]:
-        """Cumulative per-device counts by kernel device name."""
-        ...
-
-    def close(self) -> None:
-        """Release kernel resources."""
-        ...
 
 
 def open_backend(
@@ -122,7 +110,7 @@ class TopologyCache:
         return self.infos
 
 
-class BlockioExporter:
+class BlockioExporter(Exporter):
     """Per-disk latency and size histograms, bytes, I/Os, errors, busy time, topology."""
 
     name = "blockio"
@@ -143,6 +131,10 @@ class BlockioExporter:
         # Devices still without a size after a fresh read (e.g. gone): don't re-read for them
         # on every scrape.
         self._unsized: set[str] = set()
+
+    def startup_note(self) -> str:
+        """The backend in use, and why not eBPF if it is not ("backend: diskstats (not root)")."""
+        return f"backend: {self.backend.name}" + (f" ({self.reason})" if self.reason else "")
 
     def close(self) -> None:
         """Detach BPF programs, if any."""
@@ -166,8 +158,7 @@ class BlockioExporter:
         devices = {
             name: dev for name, dev in stats.items() if self._included(name, infos.get(name))
         }
-        missed = getattr(self.backend, "missed_events", None)
-        yield from render(devices, self.backend.name, self.reason, missed() if missed else None)
+        yield from render(devices, self.backend.name, self.reason, self.backend.missed_events())
         yield disk_info_metric(
             info
             for name, info in infos.items()

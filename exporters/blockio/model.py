@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 OPS = ("read", "write", "flush", "discard")  # index = the op number in blockio.c
 
@@ -51,6 +52,24 @@ class DeviceStats:
     ops: dict[str, OpStats] = field(default_factory=dict)
     busy_seconds: float = 0.0
     inflight: int = 0
+
+
+class Backend(Protocol):
+    """Where the per-device counts come from: BccBackend (eBPF) or DiskstatsBackend."""
+
+    name: str  # the backend label of wattbit_blockio_backend_info
+
+    def read(self) -> dict[str, DeviceStats]:
+        """Cumulative per-device counts by kernel device name."""
+        ...
+
+    def missed_events(self) -> dict[str, int] | None:
+        """Tracepoint events each BPF program skipped, by event; None: it runs no BPF program."""
+        ...
+
+    def close(self) -> None:
+        """Release kernel resources."""
+        ...
 
 
 class BackendUnavailable(Exception):

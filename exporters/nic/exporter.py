@@ -15,6 +15,8 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from exporters.base import Exporter
+
 from .ethtool import Ethtool, QueueStat, queue_stats
 from .links import LinkStats, interface_names, is_loopback, read_link
 from .procfs import (
@@ -47,12 +49,20 @@ class QueueReader(Protocol):
         """(driver, version, bus_info); OSError when unsupported."""
         ...
 
+    def close(self) -> None:
+        """Release the socket."""
+        ...
+
 
 class QstatsReader(Protocol):
     """Reads every device's per-queue counters from the kernel's netdev netlink family."""
 
     def read(self) -> dict[int, list[QueueStat]]:
         """ifindex -> per-queue counters; QstatsUnavailable (an OSError) when unsupported."""
+        ...
+
+    def close(self) -> None:
+        """Release the socket."""
         ...
 
 
@@ -270,7 +280,7 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
             yield fam
 
 
-class NicExporter:
+class NicExporter(Exporter):
     """Reads netlink, ethtool, /proc and /sys on each scrape."""
 
     name = "nic"
@@ -303,10 +313,9 @@ class NicExporter:
 
     def close(self) -> None:
         """Close the ethtool and netlink sockets."""
-        for reader in (self.ethtool, self.qstats):
-            close = getattr(reader, "close", None)
-            if close:
-                close()
+        self.ethtool.close()
+        if self.qstats is not None:
+            self.qstats.close()
 
     def _wanted(self) -> list[str]:
         return [

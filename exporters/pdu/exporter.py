@@ -7,12 +7,14 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from exporters.base import Exporter
+
 from .poller import PduPoller, PduTarget
 
 OUTLET_LABELS = ["pdu", "outlet", "outlet_name", "host", "component"]
 
 
-class PduExporter:
+class PduExporter(Exporter):
     """Per-outlet and per-unit power, health and identity of every configured PDU."""
 
     name = "pdu"

@@ -57,6 +57,9 @@ Schema (every mapping rejects unknown keys; OIDs are dotted decimal, a leading d
 
 Polling: ``Profile.walk_roots()`` lists the subtrees to walk (GETBULK) and ``Profile.scalar_oids()``
 the instances to GET; together they cover every OID the decoder reads.
+
+Files are read by the one YAML loader (``collector.site.profiles.load_profiles``, through
+``collector.config.load_model``); this module holds the data contract only.
 """
 
 from __future__ import annotations
@@ -65,19 +68,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    model_validator,
-)
+from pydantic import BeforeValidator, Field, model_validator
 
 from exporters.snmp.oid import normalize_oid, oid_arcs, under
+from exporters.strict import Strict
 
-PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"  # the built-in profiles
 
 
 def _index(value: Any) -> str:
@@ -91,27 +87,7 @@ Oid = Annotated[str, BeforeValidator(normalize_oid)]
 Index = Annotated[str, BeforeValidator(_index)]
 
 
-class ProfileError(ValueError):
-    """A profile file is unusable: names the file, the key and the reason."""
-
-    def __init__(self, file: str | Path, key: str, reason: str) -> None:
-        self.file = str(file)
-        self.key = key
-        self.reason = reason
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        key = f"key '{self.key}': " if self.key else ""
-        return f"{self.file}: {key}{self.reason}"
-
-
-class _Strict(BaseModel):
-    """Base of every profile mapping: unknown keys are errors, instances are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-class Condition(_Strict):
+class Condition(Strict):
     """A test on one value: a column at the row's index, a scalar instance, or an index arc."""
 
     oid: Oid | None = None
@@ -151,7 +127,7 @@ class Condition(_Strict):
         return []
 
 
-class Metric(_Strict):
+class Metric(Strict):
     """How to turn one raw SNMP integer into an SI value, and when it is not a reading."""
 
     oid: Oid
@@ -184,7 +160,7 @@ class UnitMetric(Metric):
 
     instance: Index | None = None
     aggregate: Literal["first", "sum"] | None = None
-    where: list[Condition] = []
+    where: list[Condition] = Field(default_factory=list)
     fallback: UnitMetric | None = None
 
     @model_validator(mode="after")
@@ -217,7 +193,7 @@ class UnitMetric(Metric):
         return out
 
 
-class Source(_Strict):
+class Source(Strict):
     """Where an identity string comes from: OID.instance, or the first row of a column."""
 
     oid: Oid
@@ -231,12 +207,12 @@ def _sources(value: Any) -> Any:
 Sources = Annotated[list[Source], BeforeValidator(_sources)]
 
 
-class Identity(_Strict):
+class Identity(Strict):
     """The model / firmware / serial sources; each a source or a list tried in order."""
 
-    model: Sources = []
-    firmware: Sources = []
-    serial: Sources = []
+    model: Sources = Field(default_factory=list)
+    firmware: Sources = Field(default_factory=list)
+    serial: Sources = Field(default_factory=list)
 
     def sources(self) -> Iterator[Source]:
         """Every source of every field."""
@@ -247,7 +223,7 @@ UNIT_FIELDS = ("power_watts", "energy_joules", "current_amperes", "voltage_volts
 OUTLET_FIELDS = ("power_watts", "current_amperes", "voltage_volts", "energy_joules")
 
 
-class Unit(_Strict):
+class Unit(Strict):
     """Unit-level values; a missing key means the MIB (or this profile) offers no such value."""
 
     power_watts: UnitMetric | None = None
@@ -263,14 +239,14 @@ class Unit(_Strict):
                 yield f, spec
 
 
-class Outlets(_Strict):
+class Outlets(Strict):
     """The outlet table: which rows are outlets, their names, and the per-outlet values."""
 
     index_from: Oid
     index: list[str] = Field(min_length=1)
-    name: list[Oid] = []
-    skip_if: list[Condition] = []
-    metered_if: list[Condition] = []
+    name: list[Oid] = Field(default_factory=list)
+    skip_if: list[Condition] = Field(default_factory=list)
+    metered_if: list[Condition] = Field(default_factory=list)
     power_watts: Metric | None = None
     current_amperes: Metric | None = None
     voltage_volts: Metric | None = None
@@ -297,7 +273,7 @@ class Outlets(_Strict):
         return [s for cond in (*self.skip_if, *self.metered_if) for s in cond.scalars()]
 
 
-class Profile(_Strict):
+class Profile(Strict):
     """One vendor MIB's profile: matching, identity, unit and outlet values."""
 
     name: str = Field(min_length=1)
@@ -308,7 +284,7 @@ class Profile(_Strict):
     identity: Identity = Identity()
     unit: Unit = Unit()
     outlets: Outlets | None = None
-    tables: dict[Oid, int] = {}
+    tables: dict[Oid, int] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _tables_cover_columns(self) -> Profile:
@@ -376,67 +352,6 @@ def _minimal(roots: Iterable[str]) -> list[str]:
         if not any(under(r, kept) for kept in out):
             out.append(r)
     return out
-
-
-def _key(loc: tuple[int | str, ...]) -> str:
-    parts: list[str] = []
-    for p in loc:
-        if isinstance(p, int):
-            parts.append(f"[{p}]")
-        else:
-            parts.append(("." if parts else "") + ("in" if p == "in_" else str(p)))
-    return "".join(parts)
-
-
-def load_profile(path: str | Path) -> Profile:
-    """Load and validate one profile file; ProfileError names the file, key and reason."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ProfileError(path, "", f"cannot read: {exc.strerror}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", exc)
-        raise ProfileError(path, "", f"not valid YAML{where}: {problem}") from None
-    if not isinstance(data, dict):
-        raise ProfileError(path, "", "expected a mapping of keys at the top level")
-    try:
-        return Profile.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        reason = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            reason = "unknown key"
-        raise ProfileError(path, _key(err["loc"]), reason) from None
-
-
-def load_profiles(directory: str | Path = PROFILES_DIR) -> list[Profile]:
-    """Every ``*.yaml`` profile in directory, sorted by name; names and prefixes must be unique."""
-    directory = Path(directory)
-    profiles: list[Profile] = []
-    seen_names: dict[str, Path] = {}
-    seen_prefixes: dict[str, Path] = {}
-    for path in sorted(directory.glob("*.yaml")):
-        profile = load_profile(path)
-        if profile.name in seen_names:
-            raise ProfileError(
-                path, "name", f"{profile.name!r} is also used by {seen_names[profile.name].name}"
-            )
-        seen_names[profile.name] = path
-        for i, prefix in enumerate(profile.sys_object_ids):
-            if prefix in seen_prefixes:
-                raise ProfileError(
-                    path,
-                    f"sys_object_ids[{i}]",
-                    f"{prefix} is also claimed by {seen_prefixes[prefix].name}",
-                )
-            seen_prefixes[prefix] = path
-        profiles.append(profile)
-    return sorted(profiles, key=lambda p: p.name)
 
 
 def match_profile(profiles: Iterable[Profile], sys_object_id: str) -> Profile | None:

@@ -71,22 +71,22 @@ pdus: []
     ("text", "key", "reason"),
     [
         (MINIMAL.replace("interval: 10s", "interval: 500ms"), "interval", "at least 1s"),
-        (MINIMAL.replace("auth: lab-v2", "auth: nope"), "pdus.0.auth", "no auth named 'nope'"),
+        (MINIMAL.replace("auth: lab-v2", "auth: nope"), "pdus[0].auth", "no auth named 'nope'"),
         (MINIMAL.replace("version: 2c", "version: 4"), "auths.lab-v2.version", "'2c' or '3'"),
         (MINIMAL.replace("    community: public\n", ""), "auths.lab-v2", "needs community"),
         (
             MINIMAL.replace("address: 127.0.0.1:1161", "address: 'a:b:c'"),
-            "pdus.0.address",
+            "pdus[0].address",
             "HOST:PORT",
         ),
         (
             MINIMAL.replace("    auth: lab-v2\n", "    auth: lab-v2\n    retries: -1\n"),
-            "pdus.0.retries",
+            "pdus[0].retries",
             "greater than or equal",
         ),
         (
             MINIMAL + "  - name: rack1-a\n    address: 127.0.0.1:1162\n    auth: lab-v2\n",
-            "pdus.1.name",
+            "pdus[1].name",
             "used twice",
         ),
         (
@@ -98,7 +98,7 @@ pdus: []
             MINIMAL.replace(
                 "    auth: lab-v2\n", "    auth: lab-v2\n    outlets:\n      - index: 3\n"
             ),
-            "pdus.0.outlets.0",
+            "pdus[0].outlets[0]",
             "host, component",
         ),
     ],

@@ -10,6 +10,7 @@ import pytest
 
 from collector.agent.config import AgentConfig
 from collector.config import ConfigError, load_model, parse_duration, parse_listen
+from collector.site.config import CollectorConfig
 from tests.support.env import ROOT
 
 
@@ -100,3 +101,77 @@ def test_cli_bad_listen_and_web_config(tmp_path: Path) -> None:
     assert r.returncode == 2 and "--listen" in r.stderr
     r = _wattbit("agent", "--web-config", str(tmp_path / "missing-web.yml"))
     assert r.returncode == 2 and "missing-web.yml" in r.stderr
+
+
+def test_a_key_given_twice_is_an_error(tmp_path: Path) -> None:
+    """Every file goes through the one strict loader: no silent "the last one wins"."""
+    f = tmp_path / "agent.yml"
+    f.write_text("blockio:\n  backend: bcc\n  backend: diskstats\n")
+    with pytest.raises(ConfigError) as err:
+        load_model(AgentConfig, f)
+    assert err.value.key == ""
+    assert "duplicate key" in err.value.reason and "line 3" in err.value.reason
+    assert "diskstats" not in str(err.value)  # the position only, never the text
+
+
+def test_merge_key_overrides_are_not_duplicates(tmp_path: Path) -> None:
+    """A key set again after `<<: *anchor` overrides the merged one, as in Go's yaml."""
+    f = tmp_path / "collector.yml"
+    f.write_text(
+        "auths:\n  a: {version: 2c, community: public}\n"
+        "pdus:\n"
+        "  - &rack {name: r1, address: '127.0.0.1:1161', auth: a, retries: 3}\n"
+        "  - <<: *rack\n    name: r2\n"
+    )
+    cfg = load_model(CollectorConfig, f)
+    assert [(p.name, p.retries) for p in cfg.pdus] == [("r1", 3), ("r2", 3)]
+
+
+def test_file_must_be_utf8(tmp_path: Path) -> None:
+    f = tmp_path / "agent.yml"
+    f.write_bytes("listen: ':9731'  # \u00e9\n".encode("latin-1"))
+    with pytest.raises(ConfigError) as err:
+        load_model(AgentConfig, f)
+    assert str(err.value) == f"{f}: not valid UTF-8"
+
+
+@pytest.mark.parametrize(
+    ("model", "text", "message"),
+    [
+        (AgentConfig, "blockio: 5\n", "key 'blockio': must be a mapping"),
+        (AgentConfig, "nic:\n  queus: true\n", "key 'nic.queus': unknown key"),
+        (
+            CollectorConfig,
+            "auths:\n  a: {community: x}\n",
+            "key 'auths.a.version': required key is missing",
+        ),
+        (
+            CollectorConfig,
+            "pdus:\n  - {name: p, address: x, auth: a, retries: -1}\n",
+            "key 'pdus[0].retries': Input should be greater than or equal to 0",
+        ),
+    ],
+)
+def test_one_message_style(
+    tmp_path: Path, model: type[AgentConfig | CollectorConfig], text: str, message: str
+) -> None:
+    """FILE: key 'a.b[0].c': reason, for every file the loader reads."""
+    f = tmp_path / "x.yml"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_model(model, f)
+    assert str(err.value) == f"{f}: {message}"
+
+
+def test_cli_bad_site_profile_exits_2(tmp_path: Path) -> None:
+    """A site profile is read by the same loader: a bad one is a configuration error too."""
+    (tmp_path / "mine.yaml").write_text(
+        "name: mine\nvendor: V\nmib: M\nsys_object_ids: [1.3.6.1.4.1.99999]\n"
+        "unit: {power_watts: {oid: 1.3.6, scale: 1}}\n"
+    )
+    f = tmp_path / "collector.yml"
+    f.write_text(f"profiles_dir: {tmp_path}\npdus: []\n")
+    r = _wattbit("collector", "--config", str(f), "--print-config")
+    assert r.returncode == 2, r.stderr
+    assert f"{tmp_path / 'mine.yaml'}: key 'unit.power_watts': give 'instance'" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -14,21 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from collector.demo.snmprec import parse_snmprec, parse_snmpwalk
+from collector.config import ConfigError
+from collector.demo.snmprec import parse_snmprec
+from collector.site.profiles import load_profile, load_profiles
 from exporters.pdu.decode import decode, metered, text_of
-from exporters.pdu.profile import (
-    Condition,
-    Metric,
-    Profile,
-    ProfileError,
-    load_profile,
-    load_profiles,
-    match_profile,
-)
+from exporters.pdu.profile import Condition, Metric, Profile, match_profile
 from exporters.pdu.types import OutletReading, Reading
 from exporters.snmp.oid import under
 from exporters.snmp.types import Value, Walk
 from tests.support.env import FIXTURES, require
+from tests.support.netsnmp import parse_snmpwalk
 
 RECORDINGS = Path("/work/shared/pdu-recordings")
 AVOCENT = FIXTURES / "pdu" / "avocent_pm3000.snmprec"
@@ -226,7 +221,7 @@ def test_bad_profiles_name_file_and_key(tmp_path: Path, text: str, key: str, rea
         head += "sys_object_ids: [1.3.6.1.4.1.1]\n"
     f = tmp_path / "bad.yaml"
     f.write_text(head + text)
-    with pytest.raises(ProfileError) as err:
+    with pytest.raises(ConfigError) as err:
         load_profile(f)
     assert err.value.file == str(f)
     assert err.value.key == key
@@ -238,13 +233,13 @@ def test_duplicate_prefix_or_name_is_refused(tmp_path: Path) -> None:
     base = "name: {n}\nvendor: V\nmib: M\nsys_object_ids: [1.3.6.1.4.1.9]\n"
     (tmp_path / "a.yaml").write_text(base.format(n="a"))
     (tmp_path / "b.yaml").write_text(base.format(n="b"))
-    with pytest.raises(ProfileError, match=r"b\.yaml: key 'sys_object_ids\[0\]'.*a\.yaml"):
+    with pytest.raises(ConfigError, match=r"b\.yaml: key 'sys_object_ids\[0\]'.*a\.yaml"):
         load_profiles(tmp_path)
     (tmp_path / "b.yaml").write_text(base.format(n="a").replace(".9]", ".8]"))
-    with pytest.raises(ProfileError, match=r"key 'name'"):
+    with pytest.raises(ConfigError, match=r"key 'name'"):
         load_profiles(tmp_path)
     (tmp_path / "c.yaml").write_text("name: [unclosed\n")
-    with pytest.raises(ProfileError, match=r"c\.yaml.*not valid YAML"):
+    with pytest.raises(ConfigError, match=r"c\.yaml.*not valid YAML"):
         load_profile(tmp_path / "c.yaml")
 
 

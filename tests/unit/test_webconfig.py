@@ -261,7 +261,7 @@ def test_yaml_error_quotes_no_line_text(tmp_path: Path) -> None:
     path = write(tmp_path / "web.yml", f"basic_auth_users:\n  alice: '{HASH}\n  bob: x\n")
     err = load_error(path)
     assert err.key == ""
-    assert "invalid YAML" in err.reason
+    assert "not valid YAML" in err.reason
     assert "line" in err.reason
     shown = full_text(err)
     assert HASH not in shown

@@ -1,0 +1,215 @@
+"""The whole agent's /metrics over fixture trees, byte for byte (as node_exporter keeps its
+end-to-end output): a change in any exporter's output shows as one reviewable diff of
+tests/fixtures/metrics/agent.prom.
+
+The machine read is a VM captured from the fixtures: /sys is tests/fixtures/sys/captured_vm.tar
+(virtio disk vda on PCI 0000:00:02.0) plus, built below, its virtio NIC eth0 on 0000:00:03.0
+(and lo and a docker0 the exclude pattern drops); /proc is the same VM's diskstats, interrupts,
+softirqs, softnet_stat, snmp and netstat from tests/fixtures/proc; ethtool -S is
+tests/fixtures/ethtool/virtio_net.txt, from a virtio_net before Linux 6.10 (which still had
+per-queue counters there), so that the per-queue families have series. The agent is built as
+`wattbit agent` builds it (build_exporters, build_registry) with backend: diskstats, and
+/metrics is what its WSGI app serves. Two things vary from run to run and are normalised:
+the process_* families (this test process's own resource use) are left out, and
+wattbit_exporter_duration_seconds reads 0.
+
+After an intended change, rewrite the golden with WATTBIT_UPDATE_GOLDEN=1 and review the diff;
+by default a mismatch fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tarfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pytest
+
+from collector.agent.config import AgentConfig
+from collector.agent.main import build_exporters, build_registry
+from collector.web.exposition import metrics_app
+from tests.support.env import FIXTURES, require
+from tests.support.realparts import have
+
+GOLDEN = FIXTURES / "metrics" / "agent.prom"
+UPDATE = os.environ.get("WATTBIT_UPDATE_GOLDEN") == "1"
+
+NIC_PCI = "devices/pci0000:00/0000:00:03.0"  # virtio2 in interrupts-6.18-virtio
+# /sys/class/net/eth0/statistics: the sums of the recorded ethtool queues, a few drops
+ETH0 = {
+    "rx_bytes": 279141472810,
+    "tx_bytes": 192526316842,
+    "rx_packets": 247452306,
+    "tx_packets": 147583378,
+    "rx_errors": 0,
+    "tx_errors": 0,
+    "rx_dropped": 3,
+    "tx_dropped": 0,
+    "rx_missed_errors": 0,
+}
+# /proc/<file> of the machine: the fixture each one is
+PROC = {
+    "diskstats": "diskstats-6.18",
+    "interrupts": "nic/interrupts-6.18-virtio",
+    "softirqs": "nic/softirqs-6.18-virtio",
+    "net/softnet_stat": "nic/softnet_stat-6.18-virtio",
+    "net/snmp": "nic/snmp-6.18-virtio",
+    "net/netstat": "nic/netstat-6.18-virtio",
+}
+IRQ_AFFINITY = {"37": ("0-1", "0"), "38": ("0-1", "1"), "39": ("0-1", "0")}
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def _link(path: Path, target: Path) -> None:
+    """A relative symlink, as sysfs makes them."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(os.path.relpath(target, path.parent))
+
+
+def _interface(sys_root: Path, net: Path, stats: dict[str, int], loopback: bool = False) -> None:
+    """/sys/class/net/<name> -> net, the interface's directory under devices/."""
+    for counter, value in stats.items():
+        _write(net / "statistics" / counter, f"{value}\n")
+    _write(net / "flags", "0x9\n" if loopback else "0x1003\n")
+    _write(net / "mtu", "65536\n" if loopback else "1500\n")
+    _write(net / "operstate", "unknown\n" if loopback else "up\n")
+    _write(net / "ifindex", f"{len(list((sys_root / 'class' / 'net').iterdir())) + 1}\n")
+    _link(sys_root / "class" / "net" / net.name, net)
+
+
+def machine(root: Path) -> tuple[Path, Path]:
+    """(sys_root, proc_root) of the captured VM, assembled under root."""
+    with tarfile.open(FIXTURES / "sys" / "captured_vm.tar") as tar:
+        tar.extractall(root)  # our own fixture archive
+    sys_root = root / "captured_vm"
+    (sys_root / "class" / "net").mkdir(parents=True)
+    virtual = sys_root / "devices" / "virtual" / "net"
+    _interface(sys_root, virtual / "lo", {"rx_bytes": 1, "tx_bytes": 1}, loopback=True)
+    pci = sys_root / NIC_PCI
+    _write(pci / "numa_node", "-1\n")
+    for irq in IRQ_AFFINITY:
+        _write(pci / "msi_irqs" / irq, "msix\n")
+    virtio = pci / "virtio2"
+    (sys_root / "bus/virtio/drivers/virtio_net").mkdir(parents=True)
+    _link(virtio / "driver", sys_root / "bus/virtio/drivers/virtio_net")
+    eth0 = virtio / "net" / "eth0"
+    _interface(sys_root, eth0, ETH0)
+    _link(eth0 / "device", virtio)
+    _write(eth0 / "speed", "-1\n")  # virtio_net: unknown
+    _interface(sys_root, virtual / "docker0", {"rx_bytes": 7})  # the exclude pattern drops it
+
+    proc_root = root / "proc"
+    for name, fixture in PROC.items():
+        _write(proc_root / name, (FIXTURES / "proc" / fixture).read_text())
+    for irq, (allowed, effective) in IRQ_AFFINITY.items():
+        _write(proc_root / "irq" / irq / "smp_affinity_list", f"{allowed}\n")
+        _write(proc_root / "irq" / irq / "effective_affinity_list", f"{effective}\n")
+    return sys_root, proc_root
+
+
+class RecordedEthtool:
+    """ethtool -S as recorded from a virtio_net NIC (tests/fixtures/ethtool)."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def read_stats(self, ifname: str) -> list[tuple[str, int]]:
+        if ifname != "eth0":
+            raise OSError(95, "Operation not supported")
+        text = (FIXTURES / "ethtool" / "virtio_net.txt").read_text()
+        pairs = []
+        for line in text.splitlines()[1:]:  # after "NIC statistics:"
+            name, _, value = line.strip().rpartition(": ")
+            pairs.append((name, int(value)))
+        return pairs
+
+    def driver_info(self, ifname: str) -> tuple[str, str, str]:
+        if ifname != "eth0":
+            raise OSError(95, "Operation not supported")
+        return ("virtio_net", "1.0.0", "0000:00:03.0")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def normalise(body: bytes) -> bytes:
+    """The exposition without what varies between runs (see the module docstring)."""
+    text = body.decode()
+    text = re.sub(r"(?m)^(# (HELP|TYPE) )?process_\S*.*\n", "", text)
+    text = re.sub(r"(?m)^(wattbit_exporter_duration_seconds\{[^}]*\}) \S+$", r"\1 0.0", text)
+    return text.encode()
+
+
+def scrape(app: Callable[..., Iterable[bytes]]) -> bytes:
+    """One GET /metrics from the WSGI app."""
+    status: list[str] = []
+    body = b"".join(app({"REQUEST_METHOD": "GET"}, lambda s, h: status.append(s)))
+    assert status == ["200 OK"]
+    return body
+
+
+@pytest.fixture(scope="module")
+def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    sys_root, proc_root = machine(tmp_path_factory.mktemp("machine"))
+    cfg = AgentConfig.model_validate({"blockio": {"backend": "diskstats"}})
+    ethtool = RecordedEthtool()
+    exporters = build_exporters(cfg, sys_root=sys_root, proc_root=proc_root, ethtool=ethtool)
+    try:
+        assert [e.startup_note() for e in exporters] == ["backend: diskstats (configured)", ""]
+        app = metrics_app(build_registry(exporters))
+        first = scrape(app)
+        assert normalise(scrape(app)) == normalise(first)  # nothing but time varies
+    finally:
+        for e in exporters:
+            e.close()
+    assert ethtool.closed
+    return normalise(first)
+
+
+def test_golden_metrics(agent_metrics: bytes) -> None:
+    if UPDATE:
+        GOLDEN.write_bytes(agent_metrics)
+    assert GOLDEN.exists(), f"no golden {GOLDEN}: run with WATTBIT_UPDATE_GOLDEN=1"
+    # Compared as text for a readable diff; UTF-8 both ways, so equal text is equal bytes.
+    assert agent_metrics.decode() == GOLDEN.read_bytes().decode(), (
+        "intended? WATTBIT_UPDATE_GOLDEN=1"
+    )
+
+
+def test_golden_covers_every_exporter(agent_metrics: bytes) -> None:
+    text = agent_metrics.decode()
+    for exporter in ("blockio", "nic"):
+        assert f'wattbit_exporter_up{{exporter="{exporter}"}} 1.0\n' in text
+    assert 'wattbit_disk_io_bytes_total{device="vda",op="read"}' in text
+    assert 'wattbit_nic_queue_bytes_total{direction="rx",interface="eth0",queue="0"}' in text
+    assert 'wattbit_nic_irq_info{affinity="0-1",effective_affinity="1",interface="eth0"' in text
+    assert 'interface="docker0"' not in text and 'interface="lo"' not in text
+    assert "process_" not in text
+
+
+def test_promtool_accepts_the_golden() -> None:
+    require(have("promtool"), "promtool (Debian package prometheus) is not installed")
+    r = subprocess.run(
+        ["promtool", "check", "metrics"],
+        input=GOLDEN.read_bytes(),
+        capture_output=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, (r.stdout + r.stderr).decode()
+
+
+def test_machine_is_only_the_fixtures(tmp_path: Path) -> None:
+    """The tree holds no link out of itself: nothing of the real machine is read."""
+    sys_root, _ = machine(tmp_path)
+    for dirpath, dirnames, filenames in os.walk(sys_root):
+        for name in dirnames + filenames:
+            path = Path(dirpath, name)
+            if path.is_symlink():
+                assert os.path.realpath(path).startswith(str(sys_root.resolve()) + os.sep), path
