@@ -33,7 +33,6 @@ import random
 import resource
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,6 +46,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from collector.demo.procs import free_port  # noqa: E402  (the demo's and the tests' helper)
+
 BT_SCRIPT = Path(__file__).resolve().with_suffix(".bt")
 BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 GOAL_RATIO = 0.98  # IOPS with the tracer / without
@@ -214,12 +216,6 @@ class Tracer(Protocol):
         ...
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class AgentTracer:
     """The real wattbit agent with the bcc blockio backend, scraped once a second."""
 
@@ -237,7 +233,7 @@ class AgentTracer:
     def start(self) -> list[int]:
         """Start the agent, wait until /metrics shows the bcc backend."""
         before = set(bpf_progs())
-        port = _free_port()
+        port = free_port()
         self.url = f"http://127.0.0.1:{port}/metrics"
         env = dict(os.environ, PYTHONPATH=str(REPO))
         with self.logfile.open("wb") as out:

@@ -441,8 +441,8 @@ class Bench:
     def setup_wattbit(self) -> None:
         import asyncio
 
+        from collector.site.profiles import load_profiles
         from exporters.pdu.poller import PduPoller, PduTarget
-        from exporters.pdu.profile import load_profiles
         from exporters.snmp.client import Auth, SnmpClient, Target
 
         targets = [
@@ -959,7 +959,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from exporters.pdu.profile import load_profiles
+    from collector.site.profiles import load_profiles
     from tests.support.snmpagents import SnmpSim, have_netsnmp, have_snmpsim
 
     if not have_snmpsim() or not have_netsnmp() or shutil.which(SNMP_EXPORTER) is None:

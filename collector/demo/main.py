@@ -1,6 +1,6 @@
 """`make demo`: the whole of wattbit on one machine, on loopback, in about a minute.
 
-Creates four loop disks (sparse files in tmpfs) and a veth pair into a second network
+Creates four loop disks (files of random bytes in tmpfs) and a veth pair into a second network
 namespace; starts a SIMULATED PDU (collector/demo/pdusim.py: a real SNMP agent speaking APC's
 rPDU2 MIB whose outlet watts follow this machine's load), the wattbit agent, the wattbit
 collector, and Prometheus, Alertmanager and node_exporter from Debian's packages, all on
@@ -42,6 +42,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from collector.demo.loopdisks import loop_disks
+from collector.demo.procs import Procs, free_port, wait_for
+
 ROOT = Path(__file__).resolve().parents[2]
 NETNS = "wattbit-demo"
 IF_ROOT, IF_NS = "wbdemo0", "wbdemo1"
@@ -71,14 +74,7 @@ def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, check=check, capture_output=True, text=True)
 
 
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    """A port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-# --- leftovers, loop disks, network -------------------------------------------------------------
+# --- leftovers, network -------------------------------------------------------------------------
 
 
 def remove_leftovers() -> list[str]:
@@ -101,27 +97,6 @@ def remove_leftovers() -> list[str]:
     for d in Path("/dev/shm").glob(f"{TMP_PREFIX}*"):
         shutil.rmtree(d, ignore_errors=True)
     return removed
-
-
-@contextlib.contextmanager
-def loop_disks(n: int, size_mb: int) -> Iterator[list[str]]:
-    """n loop devices over files in tmpfs; detached and deleted afterwards whatever happens."""
-    d = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir="/dev/shm"))
-    devices: list[str] = []
-    try:
-        for i in range(n):
-            f = d / f"disk{i}.img"
-            # Real bytes, not holes: a read of a hole costs the loop driver nothing.
-            with open(f, "wb") as fh:
-                chunk = os.urandom(1 << 20)
-                for _ in range(size_mb):
-                    fh.write(chunk)
-            devices.append(_run("losetup", "--find", "--show", str(f)).stdout.strip())
-        yield devices
-    finally:
-        for dev in devices:
-            _run("losetup", "-d", dev, check=False)
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -149,51 +124,7 @@ def veth_to_namespace() -> Iterator[None]:
         _run("ip", "link", "del", IF_ROOT, check=False)
 
 
-# --- processes ----------------------------------------------------------------------------------
-
-
-class Procs:
-    """The demo's child processes: started with a log each, all stopped in stop_all()."""
-
-    def __init__(self, logdir: Path) -> None:
-        self.logdir = logdir
-        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
-
-    def start(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
-        log = open(self.logdir / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        p = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT
-        )
-        log.close()
-        self.procs.append((name, p))
-        return p
-
-    def check(self) -> None:
-        """Raise if a child died."""
-        for name, p in self.procs:
-            if p.poll() is not None:
-                raise RuntimeError(f"{name} exited {p.returncode}:\n{self.log_tail(name)}")
-
-    def log_tail(self, name: str, n: int = 20) -> str:
-        """The last lines a child wrote."""
-        path = self.logdir / f"{name}.log"
-        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
-        return "\n".join(lines[-n:])
-
-    def stop_all(self) -> None:
-        """SIGTERM everything (newest first), then SIGKILL what is still there after 10 s."""
-        for _, p in reversed(self.procs):
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    p.terminate()
-        deadline = time.monotonic() + 10
-        for _, p in reversed(self.procs):
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+# --- scraping -----------------------------------------------------------------------------------
 
 
 def _http(url: str, timeout: float = 5.0) -> str:
@@ -223,18 +154,6 @@ def prom_query(base: str, expr: str) -> list[dict[str, Any]]:
     """An instant query's result vector."""
     doc = json.loads(_http(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"))
     return list(doc["data"]["result"])
-
-
-def wait_for(what: str, ok: Any, procs: Procs, timeout: float = 90.0) -> None:
-    """Poll ok() until it is true; fail when a child dies or after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        procs.check()
-        with contextlib.suppress(Exception):
-            if ok():
-                return
-        time.sleep(0.3)
-    raise TimeoutError(f"{what}: not ready after {timeout:.0f} s")
 
 
 # --- configuration files ------------------------------------------------------------------------
@@ -450,8 +369,12 @@ def main(
     try:
         for what in remove_leftovers():
             console.print(f"removed a leftover of an earlier demo: {what}")
-        with loop_disks(disks, disk_mb) as devs, veth_to_namespace():
-            names = [Path(d).name for d in devs]
+        with (
+            loop_disks(disks, disk_mb, nomerges=False, fill=True, prefix=TMP_PREFIX) as loops,
+            veth_to_namespace(),
+        ):
+            devs = [d.device for d in loops]
+            names = [d.name for d in loops]
             console.print(f"[bold]wattbit demo[/bold] (temporary files in {tmp})")
             console.print(f"  {disks} loop disks of {disk_mb} MB on tmpfs: {', '.join(devs)}")
             console.print(f"  veth {IF_ROOT} ({ADDR_ROOT}) ⇄ {IF_NS} ({ADDR_NS}) in netns {NETNS}")
@@ -496,16 +419,22 @@ def main(
             coll_url = f"http://127.0.0.1:{ports['collector']}"
             console.print("  starting agent (bcc compiles its program: a few seconds), "
                           "collector, Prometheus, Alertmanager, node_exporter…")  # fmt: skip
-            wait_for("agent", lambda: scrape(agent_url), procs)
+            # a child that dies fails the wait at once; anything check() raises is "not yet"
+            up = (Exception,)
+            wait_for(lambda: scrape(agent_url), 90, "agent", alive=procs.check, errors=up)
             wait_for(
-                "collector polling the PDU",
                 lambda: total(scrape(f"{coll_url}/metrics"), "wattbit_pdu_up", pdu=PDU) == 1,
-                procs,
+                90,
+                "collector polling the PDU",
+                alive=procs.check,
+                errors=up,
             )
             wait_for(
-                "Prometheus scraping all targets",
                 lambda: len(prom_query(prom_url, "up == 1")) >= 3,
-                procs,
+                90,
+                "Prometheus scraping all targets",
+                alive=procs.check,
+                errors=up,
             )
             backend = [
                 dict(k[1]).get("backend", "?")
@@ -518,11 +447,13 @@ def main(
             # the run's first second, so the idle seconds at its start count as covered.
             touch_disks(devs)
             wait_for(
-                "Prometheus holding every disk's read series",
                 lambda: (
                     len(prom_query(prom_url, 'wattbit_disk_io_bytes_total{op="read"}')) >= len(devs)
                 ),
-                procs,
+                90,
+                "Prometheus holding every disk's read series",
+                alive=procs.check,
+                errors=up,
             )
             # A few idle seconds inside the run: the report's fit gets its idle baseline.
             receiver = procs.start(
@@ -630,23 +561,39 @@ def main(
                 signal.signal(s, h)
 
 
-def parser() -> argparse.ArgumentParser:
-    """`python -m collector.demo` options (what `make demo DEMO_ARGS=...` passes)."""
-    p = argparse.ArgumentParser(prog="python -m collector.demo", description="the wattbit demo")
-    p.add_argument("--duration", type=float, default=60.0, help="seconds of run (default 60)")
+def _duration(text: str) -> float:
+    seconds = float(text)
+    if seconds < 10:
+        raise argparse.ArgumentTypeError("must be at least 10 s")
+    return seconds
+
+
+def add_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The demo's options, the same on `wattbit demo` and `python -m collector.demo`."""
+    p.add_argument(
+        "--duration", type=_duration, default=60.0, help="seconds of run, at least 10 (default 60)"
+    )
     p.add_argument("--disks", type=int, default=4, help="loop disks (default 4)")
     p.add_argument("--disk-mb", type=int, default=256, help="size of each loop disk in MB")
     p.add_argument("--out", default="demo-report", help="report directory (default demo-report)")
-    w = p.add_mutually_exclusive_group()
-    w.add_argument(
+    p.add_argument(
         "--wait",
-        dest="wait",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         default=None,
-        help="keep Prometheus up until Enter (default: when stdin is a tty)",
+        help="keep Prometheus up until Enter (default: when stdin is a terminal)",
     )
-    w.add_argument("--no-wait", dest="wait", action="store_false")
     return p
+
+
+def parser() -> argparse.ArgumentParser:
+    """`python -m collector.demo` options (what `make demo DEMO_ARGS=...` passes)."""
+    p = argparse.ArgumentParser(prog="python -m collector.demo", description="the wattbit demo")
+    return add_options(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo with the options of add_options()."""
+    return main(args.duration, args.disks, args.out, args.wait, args.disk_mb)
 
 
 def entry(argv: list[str]) -> int:
@@ -655,10 +602,7 @@ def entry(argv: list[str]) -> int:
         return receive(argv[1], int(argv[2]))
     if argv[:1] == ["send"]:
         return send(argv[1], int(argv[2]), float(argv[3]), argv[4:])
-    a = parser().parse_args(argv)
-    if a.duration < 10:
-        parser().error("--duration must be at least 10 s")
-    return main(a.duration, a.disks, a.out, a.wait, a.disk_mb)
+    return run(parser().parse_args(argv))
 
 
 if __name__ == "__main__":

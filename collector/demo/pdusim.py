@@ -4,9 +4,10 @@ outlet watts follow this machine's actual load.
     python -m collector.demo.pdusim --listen 127.0.0.1:16100 --community-file FILE
 
 It serves a real APC AP8641 walk (deploy/demo/apc_ap8641.snmprec, from lextudio/snmpsim-data)
-over UDP — GET, GETNEXT and GETBULK, BER-encoded by pysnmp, readable by net-snmp's snmpwalk and
-by the wattbit collector's APC profile — and once a second rewrites the metered-outlet rows
-(rPDU2OutletMeteredStatus power, current, energy) and the unit totals from a model:
+over UDP — GET, GETNEXT and GETBULK, answered by collector/demo/responder.py (the tests' agent
+too), readable by net-snmp's snmpwalk and by the wattbit collector's APC profile — and once a
+second rewrites the metered-outlet rows (rPDU2OutletMeteredStatus power, current, energy) and
+the unit totals from a model:
 
     host watts   = idle + cpu_w x CPU busy (0..1, all CPUs, /proc/stat)
                         + disk_w x sum of disk busy fractions (/proc/diskstats io_ticks)
@@ -21,19 +22,19 @@ all carry "SIMULATED", and it prints its model on start. It is not a measurement
 from __future__ import annotations
 
 import argparse
-import bisect
 import contextlib
 import os
 import re
-import select
 import signal
-import socket
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from collector.demo.responder import Responder
+from collector.demo.snmprec import read_snmprec
+from exporters.snmp.types import Value, Walk
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDING = ROOT / "deploy" / "demo" / "apc_ap8641.snmprec"
@@ -124,63 +125,14 @@ class LoadSampler:
         return min(max(busy, 0.0), 1.0), disk, gbps
 
 
-def _types() -> dict[str, Any]:
-    from pysnmp.proto import api
-
-    p = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
-    return {
-        "2": p.Integer32,
-        "4": p.OctetString,
-        "5": p.Null,
-        "6": p.ObjectIdentifier,
-        "64": p.IpAddress,
-        "65": p.Counter32,
-        "66": p.Gauge32,
-        "67": p.TimeTicks,
-        "68": p.Opaque,
-        "70": p.Counter64,
-        # snmpsim's tags for the RFC 3416 exceptions (fault-test recordings use them)
-        "128": p.NoSuchObject,
-        "129": p.NoSuchInstance,
-        "130": p.EndOfMibView,
-    }
-
-
-def load_snmprec(path: Path) -> dict[tuple[int, ...], Any]:
-    """A .snmprec file as {oid: pysnmp value}; variation rows take their stated value."""
-    types = _types()
-    rows: dict[tuple[int, ...], Any] = {}
-    for line in path.read_text(encoding="latin-1").splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        oid, tag, text = line.split("|", 2)
-        tag, _, module = tag.partition(":")
-        if module:
-            opts = dict(kv.split("=", 1) for kv in text.split(",") if "=" in kv)
-            text = opts.get("value", opts.get("initial", opts.get("min", "")))
-        cls = types.get(tag.rstrip("x"))
-        if cls is None:
-            continue
-        if tag.endswith("x"):
-            value = cls(bytes.fromhex(text))
-        elif tag in ("5", "128", "129", "130"):
-            value = cls("")
-        elif tag in ("4", "68"):
-            value = cls(text.encode("latin-1"))
-        elif tag in ("6", "64"):
-            value = cls(text)
-        else:
-            value = cls(int(text))
-        rows[tuple(int(x) for x in oid.split("."))] = value
-    return rows
-
-
-def _oid(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split("."))
+def _int(walk: Walk, oid: str) -> int:
+    """The recorded integer at oid, 0 when there is none."""
+    v = walk.get(oid)
+    return v.value if v is not None and isinstance(v.value, int) else 0
 
 
 class SimulatedPdu:
-    """The MIB view (recording + live overrides) and the SNMPv2c responder on a UDP socket."""
+    """The recording with its outlet rows rewritten from the model, served by a Responder."""
 
     def __init__(
         self,
@@ -189,42 +141,30 @@ class SimulatedPdu:
         model: Model,
         sampler: LoadSampler,
         outlet_names: tuple[str, str, str] = ("demo-host-psu1", "demo-host-psu2", "demo-switch"),
+        host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
-        from pysnmp.proto import api
-
-        self.p = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
-        self.rows = load_snmprec(recording)
-        self.keys = sorted(self.rows)
-        self.community = community
+        walk = read_snmprec(recording)
         self.model = model
         self.sampler = sampler
-        self.lock = threading.Lock()
         self.started = time.monotonic()
+        power = f"{OUTLET}.{COL_POWER}"
         self.outlets = sorted(
-            k[-1] for k in self.keys if k[:-1] == _oid(f"{OUTLET}.{COL_POWER}") and len(k) > 0
+            int(oid.rpartition(".")[2]) for oid in walk if oid.rpartition(".")[0] == power
         )
         # energy registers in Wh (float), starting from the recorded kWh readings
-        self.energy_wh = {
-            i: int(self.rows.get(_oid(f"{OUTLET}.{COL_ENERGY}.{i}"), 0)) * 100.0
-            for i in self.outlets
-        }
-        self.device_energy_wh = int(self.rows.get(_oid(DEVICE_ENERGY), 0)) * 100.0
+        self.energy_wh = {i: _int(walk, f"{OUTLET}.{COL_ENERGY}.{i}") * 100.0 for i in self.outlets}
+        self.device_energy_wh = _int(walk, DEVICE_ENERGY) * 100.0
         self.peak = dict.fromkeys(self.outlets, 0)
         self.watts: dict[int, float] = dict.fromkeys(self.outlets, 0.0)
         self.load = (0.0, 0.0, 0.0)
-        s = self.p.OctetString
-        self._set(SYS_DESCR, s(DESCR.encode()))
-        self._set(SYS_NAME, s(b"wattbit-demo-pdu-SIMULATED"))
-        self._set(MODEL, s(b"AP8641 (SIMULATED)"))
+        walk[SYS_DESCR] = Value("OctetString", DESCR.encode())
+        walk[SYS_NAME] = Value("OctetString", b"wattbit-demo-pdu-SIMULATED")
+        walk[MODEL] = Value("OctetString", b"AP8641 (SIMULATED)")
         for i, name in enumerate(outlet_names, start=1):
-            self._set(f"{OUTLET}.{COL_NAME}.{i}", s(name.encode()))
+            walk[f"{OUTLET}.{COL_NAME}.{i}"] = Value("OctetString", name.encode())
+        self.responder = Responder(walk, community, max_repetitions=64, host=host, port=port)
         self.update(0.0)
-
-    def _set(self, oid: str, value: Any) -> None:
-        key = _oid(oid)
-        if key not in self.rows:
-            bisect.insort(self.keys, key)
-        self.rows[key] = value
 
     def update(self, dt: float) -> None:
         """Sample the load, recompute every outlet and the unit totals."""
@@ -234,91 +174,27 @@ class SimulatedPdu:
         watts[1], watts[2] = host * 0.52, host * 0.48
         if 3 in watts:
             watts[3] = self.model.switch_watts(gbps)
-        i32 = self.p.Integer32
-        with self.lock:
-            self.load, self.watts = (cpu, disk, gbps), watts
-            for i, w in watts.items():
-                self.energy_wh[i] += w * dt / 3600.0
-                self.peak[i] = max(self.peak[i], round(w))
-                self._set(f"{OUTLET}.{COL_POWER}.{i}", i32(round(w)))
-                self._set(f"{OUTLET}.{COL_PEAK}.{i}", i32(self.peak[i]))
-                self._set(f"{OUTLET}.{COL_CURRENT}.{i}", i32(round(w / VOLTS * 10)))
-                self._set(f"{OUTLET}.{COL_ENERGY}.{i}", i32(int(self.energy_wh[i] // 100)))
-            total = sum(watts.values())
-            self.device_energy_wh += total * dt / 3600.0
-            self._set(DEVICE_POWER, i32(round(total / 10)))
-            self._set(DEVICE_ENERGY, i32(int(self.device_energy_wh // 100)))
-            self._set(PHASE_CURRENT, i32(round(total / VOLTS * 10)))
-            self._set(PHASE_VOLTAGE, i32(round(VOLTS)))
-            ticks = int((time.monotonic() - self.started) * 100)
-            self._set(SYS_UPTIME, self.p.TimeTicks(ticks))
+        self.load, self.watts = (cpu, disk, gbps), watts
+        rows: dict[str, Value] = {}
 
-    def _next(self, oid: tuple[int, ...]) -> tuple[tuple[int, ...], Any] | None:
-        i = bisect.bisect_right(self.keys, oid)
-        return (self.keys[i], self.rows[self.keys[i]]) if i < len(self.keys) else None
+        def i32(n: float) -> Value:
+            return Value("Integer32", int(n))
 
-    def answer(self, data: bytes) -> bytes | None:
-        """The response to one request datagram; None for garbage or a wrong community."""
-        from pyasn1.codec.ber import decoder, encoder
-
-        p = self.p
-        try:
-            req, _ = decoder.decode(data, asn1Spec=p.Message())
-        except Exception:
-            return None
-        if str(p.apiMessage.get_community(req)) != self.community:
-            return None  # like a real agent: a wrong community gets no answer
-        pdu = p.apiMessage.get_pdu(req)
-        rsp = p.apiMessage.get_response(req)
-        rsp_pdu = p.apiMessage.get_pdu(rsp)
-        names = [tuple(vb[0]) for vb in p.apiPDU.get_varbinds(pdu)]
-        out: list[tuple[Any, Any]] = []
-
-        def nxt(n: tuple[int, ...]) -> tuple[Any, Any]:
-            r = self._next(n)
-            return r if r else (n, p.EndOfMibView(""))
-
-        with self.lock:
-            if pdu.isSameTypeWith(p.GetRequestPDU()):
-                out = [(n, self.rows.get(n, p.NoSuchInstance(""))) for n in names]
-            elif pdu.isSameTypeWith(p.GetNextRequestPDU()):
-                out = [nxt(n) for n in names]
-            elif pdu.isSameTypeWith(p.GetBulkRequestPDU()):
-                reps = min(int(p.apiBulkPDU.get_max_repetitions(pdu)), 64)
-                non_rep = int(p.apiBulkPDU.get_non_repeaters(pdu))
-                out = [nxt(n) for n in names[:non_rep]]
-                cursors = names[non_rep:]
-                for _ in range(max(reps, 0)):
-                    if not cursors:
-                        break
-                    step = [nxt(n) for n in cursors]
-                    out.extend(step)
-                    cursors = [s[0] for s in step]
-                    if all(isinstance(s[1], p.EndOfMibView) for s in step):
-                        break
-            else:
-                return None
-        p.apiPDU.set_varbinds(rsp_pdu, out)
-        return bytes(encoder.encode(rsp))
-
-    def serve(self, sock: socket.socket, stop: threading.Event, interval: float = 1.0) -> None:
-        """Answer requests until stop is set; refresh the model every `interval` seconds."""
-        last = time.monotonic()
-        while not stop.is_set():
-            now = time.monotonic()
-            if now - last >= interval:
-                self.update(now - last)
-                last = now
-            ready = select.select([sock], [], [], max(0.0, min(0.2, interval - (now - last))))
-            if not ready[0]:
-                continue
-            try:
-                data, peer = sock.recvfrom(65535)
-            except OSError:
-                continue
-            reply = self.answer(data)
-            if reply is not None:
-                sock.sendto(reply, peer)
+        for i, w in watts.items():
+            self.energy_wh[i] += w * dt / 3600.0
+            self.peak[i] = max(self.peak[i], round(w))
+            rows[f"{OUTLET}.{COL_POWER}.{i}"] = i32(round(w))
+            rows[f"{OUTLET}.{COL_PEAK}.{i}"] = i32(self.peak[i])
+            rows[f"{OUTLET}.{COL_CURRENT}.{i}"] = i32(round(w / VOLTS * 10))
+            rows[f"{OUTLET}.{COL_ENERGY}.{i}"] = i32(self.energy_wh[i] // 100)
+        total = sum(watts.values())
+        self.device_energy_wh += total * dt / 3600.0
+        rows[DEVICE_POWER] = i32(round(total / 10))
+        rows[DEVICE_ENERGY] = i32(self.device_energy_wh // 100)
+        rows[PHASE_CURRENT] = i32(round(total / VOLTS * 10))
+        rows[PHASE_VOLTAGE] = i32(round(VOLTS))
+        rows[SYS_UPTIME] = Value("TimeTicks", int((time.monotonic() - self.started) * 100))
+        self.responder.set(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -341,24 +217,25 @@ def main(argv: list[str] | None = None) -> int:
         community = Path(a.community_file).read_text().strip()
     model = Model(**{f: getattr(a, f) for f in Model.__dataclass_fields__})
     host, _, port = a.listen.rpartition(":")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind((host, int(port)))
-    pdu = SimulatedPdu(Path(a.recording), community, model, LoadSampler(a.disks, a.interfaces))
+    sampler = LoadSampler(a.disks, a.interfaces)
+    pdu = SimulatedPdu(Path(a.recording), community, model, sampler, host=host, port=int(port))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    if not a.quiet:
-        print(
-            f"pdusim: SIMULATED APC AP8641 on udp://{a.listen} (pid {os.getpid()}); "
-            f"host W = {model.idle_w:g} + {model.cpu_w:g}*CPU + {model.disk_w:g}*disk busy "
-            f"+ {model.gbit_w:g}*Gbit/s; switch W = {model.switch_idle_w:g} + "
-            f"{model.switch_gbit_w:g}*Gbit/s",
-            flush=True,
-        )
-    try:
-        pdu.serve(sock, stop, a.interval)
-    finally:
-        sock.close()
+    with pdu.responder:  # bound (or failed) before it says where it is
+        if not a.quiet:
+            print(
+                f"pdusim: SIMULATED APC AP8641 on udp://{a.listen} (pid {os.getpid()}); "
+                f"host W = {model.idle_w:g} + {model.cpu_w:g}*CPU + {model.disk_w:g}*disk busy "
+                f"+ {model.gbit_w:g}*Gbit/s; switch W = {model.switch_idle_w:g} + "
+                f"{model.switch_gbit_w:g}*Gbit/s",
+                flush=True,
+            )
+        last = time.monotonic()
+        while not stop.wait(a.interval):
+            now = time.monotonic()
+            pdu.update(now - last)
+            last = now
     return 0
 
 

@@ -37,7 +37,15 @@ import pytest
 import yaml
 
 from tests.support.env import ROOT, require
-from tests.support.realparts import Agent, bcc_importable, free_port, have, is_root, loop_disks
+from tests.support.realparts import (
+    Agent,
+    bcc_importable,
+    free_port,
+    have,
+    is_root,
+    loop_disks,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.timeout(300)]
 
@@ -119,18 +127,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def _get(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=5) as r:
         return json.load(r) if "json" in r.headers.get("Content-Type", "") else r.read()
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str, logs: list[Path]) -> float:
-    """Poll check() until true; returns the seconds it took. On timeout, fail with the logs."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            if check():
-                return time.monotonic() - t0
-        time.sleep(0.5)
-    tails = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in logs if p.exists())
-    pytest.fail(f"timed out after {timeout}s waiting for {what}\n{tails}")
 
 
 def prom_firing(port: int) -> set[tuple[str, str, str]]:
@@ -304,13 +300,13 @@ def test_disk_slow_and_errors_reach_the_webhook() -> None:
 
         agent.wait_ready()
         wait_for(
-            lambda: bool(_get(f"http://127.0.0.1:{am_port}/-/ready")), 30, "Alertmanager", logs
+            lambda: bool(_get(f"http://127.0.0.1:{am_port}/-/ready")), 30, "Alertmanager", logs=logs
         )
         wait_for(
             lambda: bool(prom_query(prom_port, 'up{job="wattbit-agent"} == 1')),
             60,
             "Prometheus scraping the agent",
-            logs,
+            logs=logs,
         )
         t_ready = time.monotonic()
 
@@ -319,12 +315,14 @@ def test_disk_slow_and_errors_reach_the_webhook() -> None:
         # manages about 1000/20 ms = 50 (the loop driver serves one request at a time).
         stack.enter_context(_fio(devices, tmp / "fio.log", 150, ["--rate_iops=200"]))
         logs.append(tmp / "fio.log")
-        took = wait_for(
+        t0 = time.monotonic()
+        wait_for(
             lambda: {d for _, d, _ in hook.firing("WattbitDiskSlow")} == {slow},
             120,
             f"WattbitDiskSlow for {slow} at the webhook",
-            logs,
+            logs=logs,
         )
+        took = time.monotonic() - t0
         print(f"WattbitDiskSlow reached the webhook {took:.1f}s after fio started")
         # Reads and writes are both delayed: both ops fire, within a few evaluations.
         wait_for(
@@ -333,7 +331,7 @@ def test_disk_slow_and_errors_reach_the_webhook() -> None:
             },
             15,
             "WattbitDiskSlow for reads and writes",
-            logs,
+            logs=logs,
         )  # fmt: skip
         time.sleep(5)  # more evaluations under load: nothing else may come up
         disk_alerts = {a for a in hook.firing() if a[0] in DISK_ALERTS}
@@ -356,7 +354,8 @@ def test_disk_slow_and_errors_reach_the_webhook() -> None:
 
         # ---- phase 2: the FUSE file system fails every I/O ----------------------------------
         control.write_text("eio\n")
-        took = wait_for(
+        t0 = time.monotonic()
+        wait_for(
             lambda: (
                 subprocess.run(
                     ["dd", f"if={fuse_dev}", "of=/dev/null", "bs=4k", "count=1", "iflag=direct",
@@ -367,8 +366,9 @@ def test_disk_slow_and_errors_reach_the_webhook() -> None:
             ),
             60,
             f"WattbitDiskErrors for {slow} at the webhook",
-            logs,
+            logs=logs,
         )  # fmt: skip
+        took = time.monotonic() - t0
         print(f"WattbitDiskErrors reached the webhook {took:.1f}s after EIO mode")
         errors = {d for _, d, _ in hook.firing("WattbitDiskErrors")}
         assert errors == {slow}, errors

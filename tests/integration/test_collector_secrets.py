@@ -426,8 +426,8 @@ def test_repr_of_config_objects_holds_no_secret(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The validated config, its sections, the poller's targets: repr, str and dumps."""
-    from collector import site
     from collector.config import load_model
+    from collector.site import main as site
     from collector.site.config import CollectorConfig, redacted
 
     for name, value in ENV.items():

@@ -56,7 +56,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,7 @@ from tests.support.realparts import (
     is_root,
     loop_disks,
     veth_pair,
+    wait_for,
 )
 from tests.support.snmpagents import RECORDINGS, SnmpSim, have_snmpsim
 
@@ -144,16 +145,6 @@ while True:
 
 
 # ---- helpers ----------------------------------------------------------------------------------
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            if check():
-                return
-        time.sleep(0.5)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def api(port: int, path: str, params: dict[str, Any]) -> Any:

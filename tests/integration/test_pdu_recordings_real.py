@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from exporters.pdu.profile import Condition, Metric, Profile, load_profiles
+from collector.site.profiles import load_profiles
+from exporters.pdu.profile import Condition, Metric, Profile
 from tests.support.env import FIXTURES, require
 from tests.support.realparts import Collector, parse_samples
 from tests.support.snmpagents import SnmpSim, have_netsnmp, have_snmpsim, snmpwalk_values

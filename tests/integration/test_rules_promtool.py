@@ -18,7 +18,6 @@ import http.server
 import json
 import re
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -33,6 +32,7 @@ import yaml
 
 from tests.support import realparts
 from tests.support.env import ROOT, require
+from tests.support.realparts import free_port, wait_for
 
 ALERTS = ROOT / "alerts"
 RULE_FILES = sorted(ALERTS.glob("*.yml"))
@@ -220,12 +220,6 @@ def serve_metrics(body: Callable[[], bytes]) -> Iterator[int]:
         server.server_close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def site_config(agent_port: int, agent2_port: int, collector_port: int) -> dict[str, Any]:
     """deploy/prometheus/prometheus.yml with its targets pointed at the fakes, nothing else
     of the jobs changed (relabelling, honor_labels); 1s intervals to be quick."""
@@ -257,16 +251,6 @@ def query(port: int, expr: str, at: float | None = None) -> dict[str, float]:
         labels = ",".join(f"{k}={v}" for k, v in sorted(r["metric"].items()) if k != "__name__")
         out[labels] = float(r["value"][1])
     return out
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError, ValueError):
-            if check():
-                return
-        time.sleep(0.5)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def test_prometheus_joins_agents_and_collector_on_host(tmp_path: Path) -> None:

@@ -1,1 +1,2 @@
-"""Test support: real parts, SNMP agents, FUSE delay, waits and ports."""
+"""Test support: real parts (with the demo's loop disks, ports and waits), SNMP agents, net-snmp
+text, FUSE delay."""

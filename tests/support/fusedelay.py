@@ -17,9 +17,9 @@ device over a file here, set up with ``losetup --direct-io=off`` (the default), 
 I/O on the backing file, so each block request reaches this process and the delay or error is
 what the block layer sees between issue and completion.
 
-Run as a separate process (``python tests/support/fusedelay.py SOURCE MOUNTPOINT ...``; it stays in the
-foreground until unmounted with ``fusermount -u``) or through :func:`mounted`, which starts it,
-waits for the mount, and always unmounts and stops it afterwards.
+Run as a separate process (``python tests/support/fusedelay.py SOURCE MOUNTPOINT ...``; it stays
+in the foreground until unmounted with ``fusermount -u``) or through :func:`mounted`, which
+starts it, waits for the mount, and always unmounts and stops it afterwards.
 
 Needs fusepy (the ``test`` extra) and Debian's ``libfuse2`` (fusepy speaks the FUSE 2 API) and
 ``fuse3`` (``fusermount``).

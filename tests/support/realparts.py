@@ -1,4 +1,8 @@
-"""Real parts for integration tests: loop disks on tmpfs, a running agent, scraping, fio."""
+"""Real parts for integration tests: loop disks on tmpfs, a running agent, scraping, fio.
+
+Loop disks, free ports and waits are the demo's (collector/demo/loopdisks.py, procs.py),
+re-exported here.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +10,23 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from collector.demo.loopdisks import LoopDisk as LoopDisk
+from collector.demo.loopdisks import loop_disks as loop_disks
+from collector.demo.procs import free_port as free_port
+from collector.demo.procs import wait_for as wait_for
+
 ROOT = Path(__file__).resolve().parents[2]
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 def is_root() -> bool:
@@ -38,55 +46,6 @@ def bcc_importable() -> bool:
     except ImportError:
         return False
     return True
-
-
-@dataclass
-class LoopDisk:
-    """A loop device over a file."""
-
-    device: str  # /dev/loopN
-    backing: Path
-
-    @property
-    def name(self) -> str:
-        """Kernel name, e.g. loop3."""
-        return Path(self.device).name
-
-
-@contextlib.contextmanager
-def loop_disks(
-    n: int, size_mb: int = 64, directory: Path | None = None, nomerges: bool = True
-) -> Iterator[list[LoopDisk]]:
-    """n loop devices over sparse files (in tmpfs by default); always detached afterwards."""
-    own_dir = directory is None
-    d = Path(tempfile.mkdtemp(prefix="wattbit-disks-", dir="/dev/shm")) if own_dir else directory
-    assert d is not None
-    disks: list[LoopDisk] = []
-    try:
-        for i in range(n):
-            f = d / f"disk{i}.img"
-            with open(f, "wb") as fh:
-                fh.truncate(size_mb * 2**20)
-            dev = subprocess.run(
-                ["losetup", "--find", "--show", str(f)], check=True, capture_output=True, text=True
-            ).stdout.strip()
-            disks.append(LoopDisk(dev, f))
-            if nomerges:
-                # 2 = no merging at all: one fio I/O is exactly one block request.
-                Path(f"/sys/block/{Path(dev).name}/queue/nomerges").write_text("2")
-        yield disks
-    finally:
-        for disk in disks:
-            subprocess.run(["losetup", "-d", disk.device], check=False, capture_output=True)
-        if own_dir:
-            shutil.rmtree(d, ignore_errors=True)
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Agent:
@@ -120,18 +79,35 @@ class Agent:
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
         self.url = f"http://127.0.0.1:{self.port}/metrics"
 
+    def check_alive(self) -> None:
+        """Raise, with its log, when the process has exited."""
+        if self.proc.poll() is not None:
+            raise RuntimeError(
+                f"{self.command} exited {self.proc.returncode}: {self.log.read_text()}"
+            )
+
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Wait until /metrics answers (bcc compiles the program first: a few seconds)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"agent exited {self.proc.returncode}: {self.log.read_text()}")
-            try:
-                self.scrape_text()
-                return
-            except OSError:
-                time.sleep(0.2)
-        raise TimeoutError(f"agent not ready: {self.log.read_text()}")
+        wait_for(
+            lambda: self.scrape_text() is not None,
+            timeout,
+            f"{self.command} /metrics",
+            alive=self.check_alive,
+            logs=[self.log],
+            errors=(OSError,),
+            interval=0.2,
+        )
+
+    def scrape_until(
+        self, what: str, ok: Callable[[Samples], bool], timeout: float = 20.0
+    ) -> Samples:
+        """Scrape until ok(samples) holds and return those samples; TimeoutError with the log."""
+
+        def check() -> Samples | None:
+            s = self.scrape()
+            return s if ok(s) else None
+
+        return wait_for(check, timeout, what, alive=self.check_alive, logs=[self.log], interval=0.2)
 
     def scrape_text(self) -> str:
         """The raw /metrics text (fetched from inside the agent's network namespace)."""
@@ -153,7 +129,7 @@ class Agent:
         with urllib.request.urlopen(self.url, timeout=10) as r:
             return str(r.read().decode())
 
-    def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    def scrape(self) -> Samples:
         """/metrics as {(sample name, sorted labels): value}."""
         return parse_samples(self.scrape_text())
 
@@ -263,18 +239,17 @@ def prometheus_on_blocks(
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        with urllib.request.urlopen(url + "/-/ready", timeout=2) as r:
+            return bool(r.status == 200)
+
+    def alive() -> None:
+        if proc.poll() is not None:
+            raise RuntimeError("prometheus did not start: " + log_path.read_text()[-2000:])
+
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            with (
-                contextlib.suppress(OSError),
-                urllib.request.urlopen(url + "/-/ready", timeout=2) as r,
-            ):
-                if r.status == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("prometheus did not start: " + log_path.read_text()[-2000:])
-            time.sleep(0.2)
+        wait_for(ready, timeout, "prometheus ready", alive=alive, logs=[log_path], interval=0.2)
         yield url
     finally:
         proc.terminate()
@@ -301,7 +276,7 @@ def assert_promtool_clean(proc: subprocess.CompletedProcess[str]) -> None:
     assert "SUCCESS" in out, out
 
 
-def parse_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def parse_samples(text: str) -> Samples:
     """Exposition text as {(sample name, sorted labels): value}."""
     out = {}
     for fam in text_string_to_metric_families(text):

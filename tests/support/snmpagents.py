@@ -1,4 +1,7 @@
-"""Real SNMP agents for tests: snmpsim serving recordings, raw-UDP fault agents, net-snmp reads.
+"""Real SNMP agents for tests: snmpsim serving recordings, fault agents, net-snmp reads.
+
+RawAgent is the demo's SNMPv2c responder (collector/demo/responder.py) serving a recording,
+with its faults switched on as a test asks.
 
 How snmpsim is started (snmpsim 1.2.2, `snmpsim-command-responder` from this venv):
 
@@ -35,18 +38,25 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import select
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from collector.demo.procs import free_port
+from collector.demo.responder import Faults, Responder
+from collector.demo.snmprec import read_snmprec
+from exporters.snmp import ber
+from exporters.snmp.oid import oid_arcs
+from exporters.snmp.types import Value
 
 ROOT = Path(__file__).resolve().parents[2]
 SNMPSIM_BIN = Path(sys.executable).parent / "snmpsim-command-responder"
@@ -66,17 +76,6 @@ def have_snmpsim() -> bool:
 def have_netsnmp() -> bool:
     """True when net-snmp's command line tools are on PATH."""
     return all(shutil.which(c) for c in ("snmpget", "snmpbulkwalk"))
-
-
-def _family(host: str) -> socket.AddressFamily:
-    return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-
-def free_udp_port(host: str = "127.0.0.1") -> int:
-    """A UDP port that was free a moment ago."""
-    with socket.socket(_family(host), socket.SOCK_DGRAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 # net-snmp's names for snmpsim's protocol names.
@@ -227,7 +226,7 @@ class SnmpSim:
                 shutil.chown(cache, PROCESS_USER, PROCESS_GROUP)
             last_error = ""
             for _ in range(3):  # the free port may be taken between probe and bind
-                self.port = free_udp_port(self.host)
+                self.port = free_port(socket.SOCK_DGRAM, self.host)
                 if self._launch(data, cache):
                     return self
                 last_error = self.log_text()
@@ -296,207 +295,51 @@ class SnmpSim:
             self._tmp = None
 
 
-# --- raw SNMPv2c over UDP (pysnmp.proto.api): a readiness probe and a fault-injecting agent ---
+# --- a readiness probe and the fault agent ------------------------------------------------------
 
 
-def raw_get(host: str, port: int, community: str, oid: str, timeout: float) -> Any | None:
+def raw_get(host: str, port: int, community: str, oid: str, timeout: float) -> Value | None:
     """One SNMPv2c GET; the value, or None when nothing (decodable) answered in time."""
-    from pyasn1.codec.ber import decoder, encoder
-    from pysnmp.proto import api
-
-    p = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
-    pdu = p.GetRequestPDU()
-    p.apiPDU.set_defaults(pdu)
-    p.apiPDU.set_varbinds(pdu, [(p.ObjectIdentifier(oid), p.Null(""))])
-    msg = p.Message()
-    p.apiMessage.set_defaults(msg)
-    p.apiMessage.set_community(msg, community)
-    p.apiMessage.set_pdu(msg, pdu)
-    with socket.socket(_family(host), socket.SOCK_DGRAM) as s:
-        s.sendto(encoder.encode(msg), (host, port))
+    request_id = random.randrange(1, 2**31)
+    request = ber.encode_request(ber.GET, community.encode(), request_id, [oid_arcs(oid)])
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.sendto(request, (host, port))
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             if not select.select([s], [], [], left)[0]:
                 return None
             try:
-                data = s.recv(65535)
-                rsp, _ = decoder.decode(data, asn1Spec=p.Message())
-            except Exception:
+                rsp = ber.decode_response(s.recv(65535))
+            except (OSError, ber.BerError):
                 continue
-            rsp_pdu = p.apiMessage.get_pdu(rsp)
-            if p.apiPDU.get_request_id(rsp_pdu) == p.apiPDU.get_request_id(pdu):
-                return p.apiPDU.get_varbinds(rsp_pdu)[0][1]
+            if rsp.request_id == request_id and rsp.var_binds:
+                return rsp.var_binds[0][2]
     return None
 
 
-def load_snmprec(path: Path) -> list[tuple[tuple[int, ...], Any]]:
-    """A .snmprec recording as sorted (oid, pysnmp value); variation rows take their value."""
-    from collector.demo.pdusim import load_snmprec as load
+class RawAgent(Responder):
+    """The demo's SNMPv2c responder serving a recording on 127.0.0.1, playing a faulty PDU.
 
-    return sorted(load(path).items(), key=lambda r: r[0])
-
-
-@dataclass
-class AgentStats:
-    """What a RawAgent saw."""
-
-    requests: int = 0
-    bulk_sizes: list[int] = field(default_factory=list)  # max-repetitions of each GETBULK
-    bulk_widths: list[int] = field(default_factory=list)  # var-binds (subtrees) of each GETBULK
-    faults: int = 0
-
-
-class RawAgent:
-    """A tiny real SNMPv2c agent on a UDP socket, in a thread, playing a faulty PDU."""
-
-    # GETBULK requests with max-repetitions above `max_bulk`, or asking for more than
-    # `max_response` var-binds in all (max-repetitions x subtrees), get `fault`: "tooBig" (a
-    # Response with error-status tooBig(1), which snmpsim never sends), "garbage" (the response
-    # datagram cut in half, undecodable) or "silent" (no answer: a timeout on bulk only).
-    # `column_major=True` lays a GETBULK answer for several subtrees out subtree by subtree
-    # instead of repetition by repetition (RFC 3416 section 4.2.3). `loop=True` answers every
-    # GETNEXT/GETBULK from the start of the recording again, so OIDs stop increasing. Faults
-    # are decided per request, in the thread that answers.
+    Faults (max_bulk, max_response, fault, column_major, loop) as in responder.Faults; rows
+    (the view, (OID arcs, Value) in order) may be swapped while it serves; stats counts what
+    it saw.
+    """
 
     def __init__(
         self,
         recording: Path,
         community: str = "public",
         *,
-        max_bulk: int | None = None,
-        max_response: int | None = None,
-        fault: str = "tooBig",
-        column_major: bool = False,
-        loop: bool = False,
         host: str = "127.0.0.1",
+        **faults: Any,
     ) -> None:
-        if fault not in ("tooBig", "garbage", "silent"):
-            raise ValueError(f"unknown fault {fault!r}")
-        self.rows = load_snmprec(recording)
-        self.community = community
-        self.max_bulk = max_bulk
-        self.max_response = max_response
-        self.column_major = column_major
-        self.fault = fault
-        self.loop = loop
-        self.host = host
-        self.port = 0
-        self.stats = AgentStats()
-        self._sock: socket.socket | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    @property
-    def endpoint(self) -> str:
-        """host:port."""
-        return f"{self.host}:{self.port}"
-
-    def __enter__(self) -> RawAgent:
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._sock.bind((self.host, 0))
-        self.port = int(self._sock.getsockname()[1])
-        self._thread = threading.Thread(target=self._serve, name="raw-snmp-agent", daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
-        if self._sock is not None:
-            self._sock.close()
-
-    def _next(self, oid: tuple[int, ...]) -> tuple[tuple[int, ...], Any] | None:
-        import bisect
-
-        keys = [r[0] for r in self.rows]
-        i = 0 if self.loop else bisect.bisect_right(keys, oid)
-        return self.rows[i] if i < len(self.rows) else None
-
-    def _serve(self) -> None:
-        from pyasn1.codec.ber import decoder, encoder
-        from pysnmp.proto import api
-
-        p = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
-        assert self._sock is not None
-        while not self._stop.is_set():
-            if not select.select([self._sock], [], [], 0.05)[0]:
-                continue
-            try:
-                data, peer = self._sock.recvfrom(65535)
-                req, _ = decoder.decode(data, asn1Spec=p.Message())
-            except Exception:
-                continue
-            if str(p.apiMessage.get_community(req)) != self.community:
-                continue  # like a real agent: wrong community, no answer
-            self.stats.requests += 1
-            pdu = p.apiMessage.get_pdu(req)
-            rsp = p.apiMessage.get_response(req)
-            rsp_pdu = p.apiMessage.get_pdu(rsp)
-            names = [tuple(vb[0]) for vb in p.apiPDU.get_varbinds(pdu)]
-            out: list[tuple[Any, Any]] = []
-            if pdu.isSameTypeWith(p.GetRequestPDU()):
-                exact = dict(self.rows)  # per request: a test may swap the rows
-                out = [(n, exact.get(n, p.NoSuchInstance(""))) for n in names]
-            elif pdu.isSameTypeWith(p.GetNextRequestPDU()):
-                for n in names:
-                    nxt = self._next(n)
-                    out.append(nxt if nxt else (n, p.EndOfMibView("")))
-            elif pdu.isSameTypeWith(p.GetBulkRequestPDU()):
-                reps = int(p.apiBulkPDU.get_max_repetitions(pdu))
-                non_rep = int(p.apiBulkPDU.get_non_repeaters(pdu))
-                self.stats.bulk_sizes.append(reps)
-                self.stats.bulk_widths.append(len(names) - non_rep)
-                too_big = (self.max_bulk is not None and reps > self.max_bulk) or (
-                    self.max_response is not None
-                    and reps * (len(names) - non_rep) > self.max_response
-                )
-                if too_big:
-                    self.stats.faults += 1
-                    if self.fault == "silent":
-                        continue
-                    if self.fault == "tooBig":
-                        p.apiPDU.set_error_status(rsp_pdu, 1)
-                        p.apiPDU.set_error_index(rsp_pdu, 0)
-                        p.apiPDU.set_varbinds(rsp_pdu, [])
-                        self._sock.sendto(encoder.encode(rsp), peer)
-                        continue
-                for n in names[:non_rep]:
-                    nxt = self._next(n)
-                    out.append(nxt if nxt else (n, p.EndOfMibView("")))
-                cursors = names[non_rep:]
-                if self.column_major:  # a broken agent: each subtree's repetitions together
-                    for n in cursors:
-                        for _ in range(max(reps, 0)):
-                            nxt = self._next(n)
-                            out.append(nxt if nxt else (n, p.EndOfMibView("")))
-                            n = out[-1][0]
-                    cursors = []
-                for _ in range(max(reps, 0)):
-                    if not cursors:
-                        break
-                    step = []
-                    for n in cursors:
-                        nxt = self._next(n)
-                        step.append(nxt if nxt else (n, p.EndOfMibView("")))
-                    out.extend(step)
-                    cursors = [s[0] for s in step]
-                    if all(isinstance(s[1], p.EndOfMibView) for s in step):
-                        break
-                if too_big:  # garbage
-                    p.apiPDU.set_varbinds(rsp_pdu, out)
-                    whole = encoder.encode(rsp)
-                    self._sock.sendto(whole[: len(whole) // 2], peer)
-                    continue
-            else:
-                continue
-            p.apiPDU.set_varbinds(rsp_pdu, out)
-            self._sock.sendto(encoder.encode(rsp), peer)
+        super().__init__(read_snmprec(recording), community, faults=Faults(**faults), host=host)
 
 
 def closed_udp_port(host: str = "127.0.0.1") -> int:
     """A UDP port nothing listens on: the kernel answers with ICMP port unreachable."""
-    return free_udp_port(host)
+    return free_port(socket.SOCK_DGRAM, host)
 
 
 @contextlib.contextmanager

@@ -12,10 +12,10 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 from collector.demo.snmprec import parse_snmprec
+from collector.site.profiles import load_profiles
 from exporters.base import ExportersCollector
 from exporters.pdu.exporter import PduExporter
 from exporters.pdu.poller import PduPoller, PduTarget
-from exporters.pdu.profile import load_profiles
 from exporters.snmp.client import Auth, SnmpError, Target
 from exporters.snmp.oid import under
 from exporters.snmp.types import Walk
