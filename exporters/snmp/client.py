@@ -1,7 +1,8 @@
 """The SNMP client of the PDU poller: GET and GETBULK subtree walks, SNMPv2c and SNMPv3 (asyncio).
 
 One `SnmpClient` is shared by every concurrent poll in one event loop. SNMPv3 requests go
-through one pysnmp 7 `SnmpEngine` for the client's lifetime (v3.py). SNMPv2c requests, where
+through one pysnmp 7 `SnmpEngine` for the client's lifetime, plus one more per further key set
+of a user name on one agent, which one USM cannot hold (v3.py). SNMPv2c requests, where
 there is no security processing, go over one plain UDP socket (udp.py) with a minimal BER codec
 (ber.py): pyasn1's generic decoder, under pysnmp, costs 65-70 µs of CPU per var-bind, more than
 the poller's whole budget per value (docs/benchmarks.md). Both paths return the same `Value`s;
@@ -59,7 +60,7 @@ class _Column:
 
 
 class SnmpClient:
-    """GET and GETBULK walks against many agents: SNMPv2c over one socket, v3 over one engine."""
+    """GET and GETBULK walks against many agents: SNMPv2c over one socket, v3 through pysnmp."""
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -300,7 +301,7 @@ class SnmpClient:
         return {k: v2c[k] + v3[k] for k in v2c}
 
     def close(self) -> None:
-        """Close the sockets and the v3 engine; pending requests fail."""
+        """Close the sockets and the v3 engines; pending requests fail."""
         self._closed = True
         self._v2c.close()
         self._v3.close()

@@ -1,17 +1,34 @@
-"""SNMPv3 requests through pysnmp 7: one SnmpEngine for the client's lifetime (USM, discovery).
+"""SNMPv3 requests through pysnmp 7 SnmpEngines that live as long as the client (USM, discovery).
 
-The v3 half of `SnmpClient` (snmp.py). Requests go through pysnmp's command generator
+The v3 half of `SnmpClient` (client.py). Requests go through pysnmp's command generator
 applications (`pysnmp.entity.rfc3413.cmdgen`, the layer under `hlapi`'s `bulk_cmd`) with
 numeric OIDs, so there is no MIB resolution either way. USM: RFC 3414, SHA-2: RFC 7860;
 pysnmp 7 docs, https://docs.lextudio.com/pysnmp/ .
+
+One engine serves every target unless two targets have the same user name on the same agent
+(same snmpEngineID) with different keys. One USM cannot hold both: RFC 3414 indexes
+usmUserTable by (usmUserEngineID, usmUserName) (section 5) and finds the keys of an incoming
+message by msgAuthoritativeEngineID and msgUserName alone (section 3.2 step 4), so there is no
+column that could tell the two key sets apart; the securityName column cannot either, it is
+never on the wire. pysnmp 7 does not even get that far (7.1.30): `config.add_v3_user` writes
+the row at index (engine ID, securityName) (pysnmp/entity/config.py line 216, in
+`__cook_v3_user_info`) while its USM reads it at (engine ID, userName)
+(pysnmp/proto/secmod/rfc3414/service.py line 212, `__get_user_info`), so a securityName other
+than the user name fails with unknownSecurityName. And its LCD configurator deletes and
+re-adds a row whose keys changed (pysnmp/hlapi/v3arch/asyncio/lcd.py lines 63-71), so one key
+set replaced the other under requests already in flight, whose answers then failed their
+digest check. So each further key set of one (agent, user name) gets an engine of its own
+(`_slot`), created when first needed: ~65 ms CPU and ~0.8 MiB each (docs/exporters/pdu.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyasn1.type import univ
@@ -117,26 +134,39 @@ def to_value(v: Any) -> Value:
     return Value(kind, conv(v))
 
 
+@dataclass(eq=False)
+class _Engine:
+    """One pysnmp SnmpEngine (its own sockets and USM table) and the applications sending on it."""
+
+    engine: SnmpEngine
+    get_app: Any = field(default_factory=cmdgen.GetCommandGenerator)
+    # stops at the engine ID discovery Report instead of retrying with a user
+    probe_app: Any = field(default_factory=lambda: cmdgen.GetCommandGenerator(discoveryRetries=0))
+    bulk_app: Any = field(default_factory=cmdgen.BulkCommandGeneratorSingleRun)
+
+
 class V3Client:
-    """SNMPv3 GET and GETBULK over one pysnmp SnmpEngine, created in the first request's loop."""
+    """SNMPv3 GET and GETBULK over pysnmp SnmpEngines, created in the first request's loop."""
 
     def __init__(self) -> None:
-        self._engine: SnmpEngine | None = None
-        self._lcd = CommandGeneratorLcdConfigurator()
-        self._get_app = cmdgen.GetCommandGenerator()
-        # stops at the engine ID discovery Report instead of retrying with a user
-        self._probe_app = cmdgen.GetCommandGenerator(discoveryRetries=0)
-        self._bulk_app = cmdgen.BulkCommandGeneratorSingleRun()
+        # index = slot (see _slot); engine 0 serves every target but a clashing key set
+        self._engines: list[_Engine] = []
+        self._lcd = CommandGeneratorLcdConfigurator()  # keeps its state in each engine
         self._transports: dict[tuple[str, int, float, int], Any] = {}  # Udp(6)TransportTarget
         self._auth_data: dict[tuple[Auth, bytes | None], Any] = {}
+        # (agent engine ID, user name) -> its key sets in order of first use (context_name
+        # cleared); a key set's position is the engine that holds it
+        self._key_sets: dict[tuple[bytes | None, str], list[Auth]] = {}
+        self._slots: dict[tuple[bytes | None, Auth], int] = {}  # _slot's answers
         self._engine_ids: dict[tuple[str, int], bytes] = {}
         self._discovery_locks: dict[tuple[str, int], asyncio.Lock] = {}
         self._garbage_at: dict[tuple[str, int], float] = {}  # address -> last undecodable
         self._pending: set[asyncio.Future[Any]] = set()
         self.var_binds = 0  # var-binds received
 
-    def _ensure_engine(self) -> SnmpEngine:
-        if self._engine is None:
+    def _ensure_engine(self, slot: int = 0) -> _Engine:
+        """Engine number `slot`, created (with the ones before it) when first needed."""
+        while len(self._engines) <= slot:
             # pysnmp's asyncio dispatcher binds to the loop it is created in: create it here
             loop = asyncio.get_running_loop()
             engine = SnmpEngine()
@@ -150,8 +180,21 @@ class V3Client:
                 transport6 = udp6.Udp6AsyncioTransport(loop=loop).open_server_mode(sock=sock6)
                 config.add_transport(engine, udp6.DOMAIN_NAME, transport6)
             self._watch_parse_errors(engine)
-            self._engine = engine
-        return self._engine
+            self._engines.append(_Engine(engine))
+            if len(self._engines) > 1:
+                log.debug("SNMPv3 engine %d started for a clashing key set", len(self._engines) - 1)
+        return self._engines[slot]
+
+    def _slot(self, engine_id: bytes | None, auth: Auth) -> int:
+        """The engine whose USM table holds this user's keys for this agent (see the module doc)."""
+        slot = self._slots.get((engine_id, auth))
+        if slot is None:
+            keys = dataclasses.replace(auth, context_name="")  # contexts share one USM row
+            held = self._key_sets.setdefault((engine_id, str(auth.user)), [])
+            if keys not in held:
+                held.append(keys)
+            slot = self._slots[(engine_id, auth)] = held.index(keys)
+        return slot
 
     def _watch_parse_errors(self, engine: SnmpEngine) -> None:
         # pysnmp drops an undecodable datagram silently (RFC 3412 section 4.2.1, counting it in
@@ -204,10 +247,10 @@ class V3Client:
     async def _engine_id(self, target: Target, tt: Any) -> bytes | None:
         """The agent's snmpEngineID (RFC 3414 section 4), discovered once per agent.
 
-        pysnmp keeps one USM row per (engine ID, user name). Configured without an engine ID,
-        a user's keys live in one shared row that is replaced whenever another PDU has the
-        same user name with other keys, which breaks requests already in flight. Keyed by the
-        agent's own engine ID, every PDU gets its own row.
+        USM rows are per (engine ID, user name). Configured without an engine ID, a user's
+        keys would live in one row shared by all agents; keyed by the agent's own engine ID,
+        PDUs on different agents get rows of their own, and `_slot` sees which key sets of
+        one agent clash.
         """
         key = (target.host, target.port)
         engine_id = self._engine_ids.get(key)
@@ -222,8 +265,8 @@ class V3Client:
 
     async def _discover_engine_id(self, target: Target, tt: Any) -> bytes | None:
         key = (target.host, target.port)
-        engine = self._ensure_engine()
-        mp = engine.message_processing_subsystems[3]
+        # always engine 0: the engine ID is needed to choose the engine for the real request
+        mp = self._ensure_engine().engine.message_processing_subsystems[3]
         found = mp.get_peer_engine_info(tt.TRANSPORT_DOMAIN, tt.transport_address)[0]
         if not found:
             # RFC 3414 section 4 discovery: for an unknown peer pysnmp first sends a blank
@@ -268,11 +311,14 @@ class V3Client:
         max_repetitions: int,
     ) -> tuple[int, int, list[tuple[Any, Any]]]:
         """One request through pysnmp: (error-status, error-index, raw var-binds)."""
-        engine = self._ensure_engine()
         probing = auth.user == _V3_PROBE_USER
         engine_id = None
+        slot = 0
         if not probing:
             engine_id = await self._engine_id(target, tt)
+            slot = self._slot(engine_id, auth)
+        eng = self._ensure_engine(slot)
+        engine = eng.engine
         context = auth.context_name
         address = (str(tt.transport_address[0]), int(tt.transport_address[1]))
         loop = asyncio.get_running_loop()
@@ -296,11 +342,11 @@ class V3Client:
             auth_data = self._auth_object(auth, engine_id)
             addr_name, _ = self._lcd.configure(engine, auth_data, tt, context)
             if kind == "bulk":
-                self._bulk_app.send_varbinds(
+                eng.bulk_app.send_varbinds(
                     engine, addr_name, None, context, 0, max_repetitions, var_binds, done
                 )
             else:
-                app = self._probe_app if probing else self._get_app
+                app = eng.probe_app if probing else eng.get_app
                 app.send_varbinds(engine, addr_name, None, context, var_binds, done)
         except StatusInformation as exc:
             # raised before anything was sent, e.g. a USM user that cannot be used
@@ -352,23 +398,21 @@ class V3Client:
         return SnmpError("error", target.endpoint, f"{what}: {indication}")
 
     def counts(self) -> dict[str, int]:
-        """Messages sent and received by the engine and var-binds received so far."""
-        if self._engine is None:
-            return {"sent": 0, "received": 0, "var_binds": 0}
-        mib = self._engine.get_mib_builder()
-        sent, received = mib.import_symbols("__SNMPv2-MIB", "snmpOutPkts", "snmpInPkts")
-        return {
-            "sent": int(sent.syntax),
-            "received": int(received.syntax),
-            "var_binds": self.var_binds,
-        }
+        """Messages sent and received by the engines and var-binds received so far."""
+        sent = received = 0
+        for eng in self._engines:
+            mib = eng.engine.get_mib_builder()
+            out, into = mib.import_symbols("__SNMPv2-MIB", "snmpOutPkts", "snmpInPkts")
+            sent += int(out.syntax)
+            received += int(into.syntax)
+        return {"sent": sent, "received": received, "var_binds": self.var_binds}
 
     def close(self) -> None:
-        """Close the engine's transports and dispatcher; pending requests fail."""
+        """Close the engines' transports and dispatchers; pending requests fail."""
         for future in list(self._pending):
             if not future.done():
                 future.set_result((errind.otherError, 0, 0, ()))
         self._pending.clear()
-        engine, self._engine = self._engine, None
-        if engine is not None:
-            engine.close_dispatcher()
+        engines, self._engines = self._engines, []
+        for eng in engines:
+            eng.engine.close_dispatcher()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,20 +106,6 @@ def new_failures(now: Samples, before: Samples, pdu: str) -> dict[str, float]:
 def ups(s: Samples) -> dict[str, float]:
     """{pdu: wattbit_pdu_up}."""
     return {dict(labels)["pdu"]: v for (n, labels), v in s.items() if n == "wattbit_pdu_up"}
-
-
-def wait_for(
-    collector: Collector, what: str, ok: Callable[[Samples], bool], timeout: float = 20.0
-) -> Samples:
-    """Scrape until ok(samples) holds; fail with the collector's log tail otherwise."""
-    deadline = time.monotonic() + timeout
-    while True:
-        s = collector.scrape()
-        if ok(s):
-            return s
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout:g}s\n{collector.log.read_text()[-4000:]}")
-        time.sleep(0.2)
 
 
 def stop(collector: Collector) -> None:
@@ -234,7 +220,7 @@ def test_healthy_pdu_stays_fresh_among_failing_ones(site: Site) -> None:
             and len(series(s, "wattbit_pdu_outlet_power_watts", "toobig")) == 24
         )
 
-    first = wait_for(collector, "every PDU polled once", settled)
+    first = collector.scrape_until("every PDU polled once", settled)
     first_at = time.monotonic()
 
     # healthy: up, 24 outlets, a quick poll, untouched by the broken neighbours
@@ -295,7 +281,7 @@ def test_healthy_pdu_stays_fresh_among_failing_ones(site: Site) -> None:
         now = sample(s, "wattbit_pdu_poll_duration_seconds", pdu="healthy")
         return now != sample(first, "wattbit_pdu_poll_duration_seconds", pdu="healthy")
 
-    second = wait_for(collector, "healthy PDU polled again", repolled, timeout=3 * INTERVAL)
+    second = collector.scrape_until("healthy PDU polled again", repolled, timeout=3 * INTERVAL)
     assert time.monotonic() - first_at < 2 * INTERVAL + 1.0
     assert sample(second, "wattbit_pdu_up", pdu="healthy") == 1.0
     assert outlet_series(second, "healthy") == outlet_series(first, "healthy")
@@ -305,8 +291,7 @@ def test_healthy_pdu_stays_fresh_among_failing_ones(site: Site) -> None:
     assert new_failures(second, first, "faulty") == {}
 
     # keep seeing the failures; the silent one keeps failing every interval
-    third = wait_for(
-        collector,
+    third = collector.scrape_until(
         "silent PDU failing on every poll",
         lambda s: (
             sum(by_reason(s, "wattbit_pdu_poll_failures_total", "silent").values())
@@ -321,11 +306,18 @@ def test_healthy_pdu_stays_fresh_among_failing_ones(site: Site) -> None:
     assert WRONG_AUTH_KEY not in log
     assert str(V3.auth_key) not in log and str(V3.priv_key) not in log
 
-    # the healthy agent dies: at its next poll it is down and its outlets are gone, not stale
+    # the healthy agent dies: at its next poll it is down and its outlets are gone, not stale.
+    # It dies between two polls, as soon as one has finished: a poll still waiting for its
+    # answer when the agent dies would rightly end in "timeout", not "refused".
+    just_polled = sample(third, "wattbit_pdu_poll_duration_seconds", pdu="healthy")
+    collector.scrape_until(
+        "healthy PDU polled once more",
+        lambda s: sample(s, "wattbit_pdu_poll_duration_seconds", pdu="healthy") != just_polled,
+        timeout=3 * INTERVAL,
+    )
     kill_hard(healthy)
     killed_at = time.monotonic()
-    down = wait_for(
-        collector,
+    down = collector.scrape_until(
         "healthy PDU down after its agent died",
         lambda s: sample(s, "wattbit_pdu_up", pdu="healthy") == 0.0,
         timeout=3 * INTERVAL,
@@ -341,8 +333,7 @@ def test_healthy_pdu_stays_fresh_among_failing_ones(site: Site) -> None:
     assert sample(down, "wattbit_pdu_up", pdu="toobig") == 1.0
     assert sample(down, "wattbit_pdu_up", pdu="faulty") == 1.0
     assert outlet_series(down, "toobig") == outlet_series(first, "healthy")
-    later = wait_for(
-        collector,
+    later = collector.scrape_until(
         "healthy PDU still down one interval later",
         lambda s: (
             sum(by_reason(s, "wattbit_pdu_poll_failures_total", "healthy").values())
@@ -355,8 +346,7 @@ def test_healthy_pdu_stays_fresh_among_failing_ones(site: Site) -> None:
 
     # back on the same port: up again with all its outlets and the same values
     restart_on_same_port(healthy)
-    back = wait_for(
-        collector,
+    back = collector.scrape_until(
         "healthy PDU back",
         lambda s: (
             sample(s, "wattbit_pdu_up", pdu="healthy") == 1.0
@@ -396,8 +386,7 @@ def test_v3_authpriv_reads_what_v2c_reads(tmp_path: Path) -> None:
         collector = Collector(config, tmp_path)
         try:
             collector.wait_ready()
-            s = wait_for(
-                collector,
+            s = collector.scrape_until(
                 "both PDUs read",
                 lambda s: (
                     ups(s) == {"over-v2c": 1.0, "over-v3": 1.0}
@@ -440,13 +429,13 @@ def test_v3_authpriv_reads_what_v2c_reads(tmp_path: Path) -> None:
     assert str(user.auth_key) not in log and str(user.priv_key) not in log
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="exporters/pdu/v3.py keeps one USM row per (agent engine ID, user name): the "
-    "wrong keys of one PDU replace the right keys of another PDU on the same agent",
-)
 def test_wrong_keys_on_one_pdu_leave_another_on_the_same_agent_alone(tmp_path: Path) -> None:
-    """Two PDUs on one agent and one v3 user, one with a wrong auth key: only that one fails."""
+    """Two PDUs on one agent and one v3 user, one with a wrong auth key: only that one fails.
+
+    One USM holds one key set per (agent engine ID, user name) (RFC 3414 section 5), so the
+    client keeps the second key set in an engine of its own; before, the two replaced each
+    other in one row and the right keys failed on some polls.
+    """
     user = V3User("wb-shared-v3", "SHA256", "shared-auth-Lm29pe", "AES256", "shared-priv-Rc84tw")
 
     def v3(auth_key: str) -> str:
@@ -457,6 +446,9 @@ def test_wrong_keys_on_one_pdu_leave_another_on_the_same_agent_alone(tmp_path: P
             "    context_name: apc_ap8641\n"
         )
 
+    def wrong_failures(s: Samples) -> float:
+        return sum(by_reason(s, "wattbit_pdu_poll_failures_total", "wrong").values())
+
     with SnmpSim([APC], v3_users=[user]) as sim:
         config = (
             f"interval: {INTERVAL:g}s\nauths:\n"
@@ -465,19 +457,35 @@ def test_wrong_keys_on_one_pdu_leave_another_on_the_same_agent_alone(tmp_path: P
             "pdus:\n" + pdu("right", sim.port, "right") + pdu("wrong", sim.port, "wrong")
         )
         collector = Collector(config, tmp_path)
+        seen: list[Samples] = []  # every scrape once both PDUs were polled
+
+        def three_wrong_polls(s: Samples) -> bool:
+            if set(ups(s)) == {"right", "wrong"}:
+                seen.append(s)
+            return wrong_failures(s) >= 3
+
         try:
             collector.wait_ready()
-            s = wait_for(
-                collector,
-                "the PDU with the right keys up while the other fails",
-                lambda s: (
-                    sum(by_reason(s, "wattbit_pdu_poll_failures_total", "wrong").values()) >= 3
-                ),
-                timeout=4 * INTERVAL,
+            # a scrape every 0.2 s sees each 2 s poll's outcome; 3 polls of each PDU
+            s = collector.scrape_until(
+                "three polls of the PDU with the wrong keys", three_wrong_polls
             )
+            log = collector.log.read_text()
         finally:
             stop(collector)
-    assert "auth" in by_reason(s, "wattbit_pdu_poll_failures_total", "wrong")
-    assert sample(s, "wattbit_pdu_up", pdu="right") == 1.0
-    assert set(by_reason(s, "wattbit_pdu_poll_failures_total", "right")) <= {"deadline"}
-    assert len(series(s, "wattbit_pdu_outlet_power_watts", "right")) == 24
+
+    # the right keys: up on every poll (its failure counter covers polls between scrapes)
+    assert seen and all(sample(x, "wattbit_pdu_up", pdu="right") == 1.0 for x in seen)
+    assert by_reason(s, "wattbit_pdu_poll_failures_total", "right") == {}
+    assert all(len(series(x, "wattbit_pdu_outlet_power_watts", "right")) == 24 for x in seen)
+    assert series(s, "wattbit_pdu_outlet_power_watts", "right")["1"] == 163.0
+    assert "pdu right: poll failed" not in log
+    # the wrong keys: down on every poll, for "auth" only, with no outlet series
+    assert all(sample(x, "wattbit_pdu_up", pdu="wrong") == 0.0 for x in seen)
+    assert set(by_reason(s, "wattbit_pdu_poll_failures_total", "wrong")) == {"auth"}
+    assert outlet_series(s, "wrong") == {}
+    auth_lines = [line for line in log.splitlines() if "pdu wrong: poll failed (auth)" in line]
+    assert any(f"127.0.0.1:{sim.port}" in line and user.user in line for line in auth_lines), log
+    # no secret of either in the log
+    assert WRONG_AUTH_KEY not in log
+    assert str(user.auth_key) not in log and str(user.priv_key) not in log

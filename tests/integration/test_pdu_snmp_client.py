@@ -7,6 +7,7 @@ compared with.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
 import struct
@@ -482,18 +483,69 @@ def test_concurrent_walks_share_one_engine(sim: SnmpSim) -> None:
             async with SnmpClient() as client:
                 await client.get(kinds[0], ["1.3.6.1.2.1.1.2.0"])
                 await client.get(kinds[1], ["1.3.6.1.2.1.1.2.0"])
-                engine, sockets = client._v3._engine, dict(client._v2c._transports)  # v3; v2c
-                assert engine is not None and len(sockets) == 1
+                engines, sockets = list(client._v3._engines), dict(client._v2c._transports)
+                assert len(engines) == 1 and len(sockets) == 1  # v3; v2c
                 walks = await asyncio.gather(*(client.walk(t, RPDU2_METERED) for t in targets))
                 return list(
                     walks
-                ), client._v3._engine is engine and client._v2c._transports == sockets
+                ), client._v3._engines == engines and client._v2c._transports == sockets
 
         walks, same_engine = run(go())
         assert same_engine
         reference = walks[0]
         assert len(reference) > 600
         assert [i for i, w in enumerate(walks) if w != reference] == []
+
+
+def test_two_key_sets_of_one_user_on_one_agent_leave_each_other_alone(
+    sim: SnmpSim, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One user name on one agent, right and wrong keys in flight together: each fails alone.
+
+    RFC 3414 holds one key set per (agent engine ID, user name) in a USM, so the second key
+    set needs an engine of its own; the same keys in another v3 context do not.
+    """
+    require(_crypto_ok(), "pysnmp needs cryptography >= 43 for AES/DES")
+    caplog.set_level(logging.DEBUG)
+    user = USERS["sha256-aes256"]
+    good = v3(sim.port, user, "SHA256", "AES256", "apc_ap8641", timeout=1.0, retries=0)
+    bad_key = "not-the-right-key-9"
+    bad = Target(good.host, good.port, dataclasses.replace(good.auth, auth_key=bad_key), 1.0, 0)
+    other_context = Target(
+        good.host,
+        good.port,
+        dataclasses.replace(good.auth, context_name="cyberpower_pdu44005"),
+        1.0,
+        0,
+    )
+    rounds = 10
+
+    async def go() -> tuple[list[Any], int]:
+        async with SnmpClient() as client:
+            results = []
+            for _ in range(rounds):
+                # the wrong keys first: in the first round they reach the first engine first
+                results += await asyncio.gather(
+                    client.walk(bad, f"{OUTLET_TABLE}.1.7"),
+                    client.walk(good, f"{OUTLET_TABLE}.1.7"),
+                    client.get(other_context, ["1.3.6.1.2.1.1.2.0"]),
+                    client.walk(bad, f"{OUTLET_TABLE}.1.7"),
+                    return_exceptions=True,
+                )
+            return results, len(client._v3._engines)
+
+    results, engines = run(go())
+    bads = results[0::4] + results[3::4]
+    goods, others = results[1::4], results[2::4]
+    assert [r for r in bads if not (isinstance(r, SnmpError) and r.reason == "auth")] == []
+    assert all(isinstance(g, dict) and g == goods[0] for g in goods), goods
+    assert len(goods[0]) == 24 and goods[0][f"{OUTLET_TABLE}.1.7.1"] == Value("Integer32", 163)
+    sys_object_ids = {str(o["1.3.6.1.2.1.1.2.0"].value) for o in others if isinstance(o, dict)}
+    assert len(others) == rounds and sys_object_ids == {"1.3.6.1.4.1.3808.1.1.6"}, others
+    assert engines == 2  # the right keys and the other context share one; the wrong ones
+    secrets = [bad_key, str(user.auth_key), str(user.priv_key)]
+    texts = [caplog.text, *(str(r) for r in bads)]
+    assert [s for s in secrets for t in texts if s in t] == []
 
 
 def test_ipv6_agent_over_v2c_and_v3() -> None:
@@ -534,7 +586,7 @@ def _ipv6_loopback() -> bool:
 
 
 def _profile_roots(name: str) -> list[str]:
-    from exporters.pdu.profile import load_profiles
+    from collector.site.profiles import load_profiles
 
     return {p.name: p for p in load_profiles()}[name].walk_roots()
 
