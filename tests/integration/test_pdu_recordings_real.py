@@ -83,10 +83,30 @@ def scraped(sim: SnmpSim, tmp_path_factory: pytest.TempPathFactory) -> dict:
                 break
             time.sleep(0.5)
         assert up == dict.fromkeys(names, 1.0), collector.log.read_text()[-3000:]
-        # Two more intervals: the values checked come from polls whose GETBULKs were sized
-        # (and walked side by side) from the poll before, not only from a first poll.
-        time.sleep(2 * 2 + 1)
-        s = collector.scrape()
+
+        # Two more polls of every PDU: the values checked come from polls whose GETBULKs were
+        # sized (and walked side by side) from the poll before, not only from a first poll.
+        # A poll is seen as a new wattbit_pdu_poll_duration_seconds (waiting for polls, not
+        # for a time that a loaded machine may not keep).
+        def durations(s: dict) -> dict[str, float]:
+            return {
+                dict(k[1])["pdu"]: v
+                for k, v in s.items()
+                if k[0] == "wattbit_pdu_poll_duration_seconds"
+            }
+
+        last = durations(s)
+        polls = dict.fromkeys(names, 0)
+        deadline = time.monotonic() + 60
+        while min(polls.values()) < 2:
+            assert time.monotonic() < deadline, f"polls seen: {polls}"
+            time.sleep(0.2)
+            s = collector.scrape()
+            now = durations(s)
+            for n in names:
+                if now.get(n) != last.get(n):
+                    polls[n] += 1
+            last = now
         up = {dict(k[1])["pdu"]: v for k, v in s.items() if k[0] == "wattbit_pdu_up"}
         assert up == dict.fromkeys(names, 1.0), collector.log.read_text()[-3000:]
         return s

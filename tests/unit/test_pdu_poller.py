@@ -119,9 +119,12 @@ def test_a_hanging_pdu_hits_its_deadline_while_others_finish() -> None:
 
     async def go() -> None:
         task = asyncio.create_task(poller.poll_all())
-        await asyncio.sleep(0.3)
-        # The others are published before the hanging one's deadline.
-        assert poller.states["apc"].up and poller.states["eaton"].up
+        # The others are published while the hanging one still waits for its deadline: wait
+        # for them (not a fixed time), then the poll must still be going.
+        while not all(n in poller.states and poller.states[n].up for n in ("apc", "eaton")):
+            assert not task.done(), "the poll ended before the others were published"
+            await asyncio.sleep(0.005)
+        assert not task.done()
         assert "geist" not in poller.states
         await task
 
