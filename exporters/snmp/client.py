@@ -295,6 +295,11 @@ class SnmpClient:
             return False
         return True
 
+    @property
+    def v3_engines(self) -> int:
+        """How many SNMPv3 engines run (more than 1 only where key sets clash on one agent)."""
+        return self._v3.engines
+
     def counts(self) -> dict[str, int]:
         """Messages sent and received and var-binds received so far, SNMPv2c and v3 together."""
         v2c, v3 = self._v2c.counts(), self._v3.counts()

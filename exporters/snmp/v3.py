@@ -397,6 +397,11 @@ class V3Client:
             return SnmpError("too_big", target.endpoint, f"{what}: {indication}")
         return SnmpError("error", target.endpoint, f"{what}: {indication}")
 
+    @property
+    def engines(self) -> int:
+        """How many pysnmp engines run: 1, plus one per further clashing key set."""
+        return len(self._engines)
+
     def counts(self) -> dict[str, int]:
         """Messages sent and received by the engines and var-binds received so far."""
         sent = received = 0
