@@ -71,7 +71,8 @@ def _raise(signum: int, frame: FrameType | None) -> None:
 
 
 def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, check=check, capture_output=True, text=True)
+    # start_new_session: a Ctrl-C reaches the demo alone (see Procs.start)
+    return subprocess.run(cmd, check=check, capture_output=True, text=True, start_new_session=True)
 
 
 # --- leftovers, network -------------------------------------------------------------------------
@@ -464,7 +465,7 @@ def main(
             run_env = ["--collector", coll_url, "--token-file", str(cfg["token"])]
             r = subprocess.run(
                 [*wb, "run", "start", RUN, "--label", "source=make-demo", *run_env],
-                capture_output=True, text=True, cwd=ROOT,
+                capture_output=True, text=True, cwd=ROOT, start_new_session=True,
             )  # fmt: skip
             if r.returncode != 0:
                 raise RuntimeError(f"wattbit run start failed: {r.stderr.strip()}")
@@ -497,7 +498,11 @@ def main(
                 if sender.returncode != 0:
                     raise RuntimeError(f"the sender failed:\n{procs.log_tail('sender')}")
             r = subprocess.run(
-                [*wb, "run", "stop", RUN, *run_env], capture_output=True, text=True, cwd=ROOT
+                [*wb, "run", "stop", RUN, *run_env],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+                start_new_session=True,
             )
             if r.returncode != 0:
                 raise RuntimeError(f"wattbit run stop failed: {r.stderr.strip()}")
@@ -507,7 +512,7 @@ def main(
             out_dir.mkdir(parents=True, exist_ok=True)
             r = subprocess.run(
                 [*wb, "report", RUN, "--prometheus", prom_url, "--out", str(out_dir)],
-                capture_output=True, text=True, cwd=ROOT,
+                capture_output=True, text=True, cwd=ROOT, start_new_session=True,
             )  # fmt: skip
             console.print(r.stdout.rstrip(), markup=False, highlight=False)
             if r.returncode != 0:

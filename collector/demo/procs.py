@@ -72,8 +72,17 @@ class Procs:
         """Start cmd from the repository with its output in logdir/<name>.log."""
         log = open(self.logdir / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
         env = dict(os.environ, PYTHONPATH=str(ROOT))
+        # Its own session: a Ctrl-C at the terminal reaches the demo alone, which then stops
+        # every child in order (a child dying of the same SIGINT first made the demo's next
+        # request fail, and the demo end as "failed" instead of "interrupted").
         p = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+            start_new_session=True,
         )
         log.close()
         self.procs.append((name, p))

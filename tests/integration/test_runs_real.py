@@ -12,6 +12,7 @@ import base64
 import json
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -248,7 +249,12 @@ def test_exec_does_not_run_the_command_when_the_start_fails(
     )  # fmt: skip
     assert r.returncode == 125 and "not running the command" in r.stderr
     assert not marker.exists()
-    r = cli("exec", "nowhere", "--collector", "http://127.0.0.1:1", "--", "touch", str(marker))
+    # A port held bound but not listening: refused for certain (port 1, or a port found free
+    # a moment ago, may be anyone's by the time the command connects).
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        r = cli("exec", "nowhere", "--collector", url, "--", "touch", str(marker))
     assert r.returncode == 125 and "cannot reach the collector" in r.stderr
     assert not marker.exists()
 
