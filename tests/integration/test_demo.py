@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.env import require
+from tests.support.env import require, sigint_default
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_MARKERS = ("collector.demo", "collector.demo.pdusim", "/wattbit-demo-")
@@ -87,6 +87,7 @@ def test_ctrl_c_leaves_nothing_behind(demo_ready: None, tmp_path: Path) -> None:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # a terminal's Ctrl-C goes to the whole process group
+        preexec_fn=sigint_default,
     )  # fmt: skip
     assert proc.stdout is not None
     deadline = time.monotonic() + 120

@@ -26,7 +26,7 @@ from typing import Any
 import bcrypt
 import pytest
 
-from tests.support.env import require
+from tests.support.env import require, sigint_default
 from tests.support.realparts import ROOT, Collector, have, sample
 
 TOKEN = "Zr8tQ2wLx5vN9cK3mB7pH4"
@@ -271,6 +271,7 @@ def test_exec_interrupted_forwards_the_signal_and_ends_the_run(
         [sys.executable, "-m", "collector.cli", "run", "exec", name, "--",
          "sh", "-c", f"echo $$ > {pidfile}; exec sleep 600"],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=sigint_default,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 30

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -20,3 +21,13 @@ def require(condition: bool, reason: str) -> None:
     if IN_CI:
         pytest.fail(f"cannot run in CI: {reason}")
     pytest.skip(reason)
+
+
+def sigint_default() -> None:
+    """preexec_fn: SIGINT back to its default in a child a test will interrupt.
+
+    A test runner started as a background job of a non-interactive shell inherits SIGINT
+    ignored, and an ignored signal stays ignored across exec: the program under test would
+    then (rightly) stay immune to the Ctrl-C the test sends in place of a terminal's.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
