@@ -417,7 +417,8 @@ def test_an_agent_that_died_fails_and_keeps_its_bulk_size() -> None:
     async def go() -> tuple[SnmpError, dict[tuple[str, int], int], float]:
         async with SnmpClient() as client:
             with RawAgent(APC, "public") as agent:
-                target = v2c(agent, "public", timeout=0.3, retries=0)
+                # a timeout long enough that only a refusal can end the second walk in time
+                target = v2c(agent, "public", timeout=10.0, retries=0)
                 assert len(await client.walk(target, OUTLET_TABLE)) > 200
             start = time.monotonic()
             with pytest.raises(SnmpError) as info:
@@ -427,7 +428,7 @@ def test_an_agent_that_died_fails_and_keeps_its_bulk_size() -> None:
     exc, sizes, elapsed = run(go())
     assert exc.reason == "refused"  # the kernel answers for the dead agent's port
     assert sizes == {}
-    assert elapsed < 2 * 0.3 + 3.0  # the GETBULK and one small GET, no halving
+    assert elapsed < 10.0  # refused at once: no timeout was waited out
 
 
 @pytest.mark.parametrize(("fault", "reason"), [("tooBig", "too_big"), ("garbage", "garbage")])
