@@ -58,8 +58,11 @@ def bcc_agent(tmp_path: Path) -> Iterator[Agent]:
         agent.stop()
 
 
+IODEPTH = 16
+
+
 def _fio_jobs(disks: list[LoopDisk], rw: str, n: int) -> dict:
-    args = ["--ioengine=libaio", "--direct=1", f"--bs={BS}", "--iodepth=16", "--size=100%"]
+    args = ["--ioengine=libaio", "--direct=1", f"--bs={BS}", f"--iodepth={IODEPTH}", "--size=100%"]
     args += [f"--rw={rw}", f"--io_size={n * BS}", "--randrepeat=0", "--group_reporting=0"]
     for d in disks:
         args += [f"--name={d.name}", f"--filename={d.device}"]
@@ -127,10 +130,13 @@ def test_counts_bytes_busy_and_latency_match_the_kernel_and_fio(
         )
         io_ticks = kd[9] / 1000.0
         assert busy == pytest.approx(io_ticks, rel=0.02), f"{d.name}: busy {busy} vs {io_ticks}"
-        # ...and against fio's own clock: 16 requests deep, the disk is busy for most of the
-        # time fio spent on it, 4 jobs sharing 2 cores (busy is the kernel's accounting).
+        # ...and fio's clock bounds it above: the disk cannot be busy longer than fio ran on
+        # it. (No bound below: "busy for most of fio's runtime" failed when fio itself was
+        # starved of CPU, the disk then really idle; the exact check is the one against the
+        # kernel's io_ticks above, read from /proc/diskstats by this test.)
         runtime = (reads[d.name]["read"]["runtime"] + writes[d.name]["write"]["runtime"]) / 1e3
-        assert 0.6 * runtime <= busy <= 1.05 * runtime + 0.01, f"{d.name}: {busy} vs {runtime}"
+        assert busy > 0, d.name
+        assert busy <= 1.05 * runtime + 0.01, f"{d.name}: {busy} vs {runtime}"
         assert sample(s1, "wattbit_disk_inflight_requests", device=d.name) == 0
         assert sample(s1, "wattbit_disk_io_errors_total", device=d.name, op="write") == 0
 
