@@ -7,9 +7,14 @@ under one reason:
 * ``no_such``      the agent answered noSuchObject / noSuchInstance / endOfMibView;
 * ``wrong_type``   not an integer type (an OctetString or Null where a number belongs);
 * ``negative``     below the profile's ``invalid_below`` (vendors answer -1 for unsupported);
-* ``out_of_range`` above the profile's ``max`` (or absurd decimal digits);
+* ``out_of_range`` above the profile's ``max`` (or absurd decimal digits), or outside its SMI
+                   type's range (Integer32 -2^31..2^31-1; Unsigned32, Gauge32, Counter32,
+                   TimeTicks 0..2^32-1; Counter64 0..2^64-1), or too long to read at all;
 * ``unavailable``  the sensor's state says so, the MIB says 0 means unsupported, or the PDU says
-                   it does not meter its outlets (``metered_if``).
+                   it does not meter its outlets (``metered_if``);
+* ``over_limit``   every configured value of the outlets past the PDU's ``max_outlets`` (in
+                   index order): those outlets are not read at all, so a PDU claiming 20,000
+                   outlets costs at most ``max_outlets`` outlets' series.
 
 A unit ``sum`` is None as soon as one of its rows is invalid (a partial sum would look like a
 real, lower load); only the invalid rows are counted. Skipped outlet rows (padding) are not
@@ -23,12 +28,33 @@ from fractions import Fraction
 from functools import lru_cache
 
 from exporters.snmp.oid import oid_arcs
-from exporters.snmp.types import EXCEPTIONS, INTEGER_TYPES, Value, Walk
+from exporters.snmp.types import EXCEPTIONS, Value, Walk
 
 from .profile import Condition, Metric, Profile, UnitMetric
 from .types import OutletReading, Reading
 
-REASONS = ("missing", "no_such", "wrong_type", "negative", "out_of_range", "unavailable")
+REASONS = (
+    "missing",
+    "no_such",
+    "wrong_type",
+    "negative",
+    "out_of_range",
+    "unavailable",
+    "over_limit",
+)
+_I32 = (-(2**31), 2**31 - 1)
+_U32 = (0, 2**32 - 1)
+# The range of each SMI integer type (RFC 2578 section 7.1); "Integer" is pysnmp's INTEGER.
+_RANGES = {
+    "Integer32": _I32,
+    "Integer": _I32,
+    "Unsigned32": _U32,
+    "Gauge32": _U32,
+    "Counter32": _U32,
+    "TimeTicks": _U32,
+    "Counter64": (0, 2**64 - 1),
+}
+MAX_OUTLETS = 512  # the default of max_outlets
 
 
 class _Table:
@@ -73,9 +99,15 @@ def _int_of(value: Value | None) -> tuple[int | None, str | None]:
         return None, "missing"
     if value.type in EXCEPTIONS:
         return None, "no_such"
-    numeric_type = value.type in INTEGER_TYPES or value.type == "Integer"
-    if not numeric_type or not isinstance(value.value, int) or isinstance(value.value, bool):
+    bounds = _RANGES.get(value.type)
+    if bounds is None or isinstance(value.value, bool):
         return None, "wrong_type"
+    if value.value is None:  # ber.py: an integer too long to read
+        return None, "out_of_range"
+    if not isinstance(value.value, int):
+        return None, "wrong_type"
+    if not bounds[0] <= value.value <= bounds[1]:
+        return None, "out_of_range"
     return value.value, None
 
 
@@ -129,6 +161,8 @@ def _holds(t: _Table, cond: Condition, row: str) -> bool:
         number, _ = _int_of(v)
         if number is not None:
             value = number
+        elif v is not None and v.type in _RANGES:
+            return False  # an integer out of its range satisfies no test
         elif v is not None and v.type not in EXCEPTIONS and v.type != "Null":
             value = text_of(v)
         else:
@@ -215,15 +249,21 @@ def _identity(t: _Table, profile: Profile) -> dict[str, str]:
     return out
 
 
-def _outlets(t: _Table, profile: Profile, bad: Counter[str]) -> list[OutletReading]:
+def _outlets(
+    t: _Table, profile: Profile, bad: Counter[str], max_outlets: int
+) -> list[OutletReading]:
     spec = profile.outlets
     if spec is None:
         return []
     out: list[OutletReading] = []
+    width = sum(1 for _ in spec.metrics())
     for row in _sorted(list(t.rows(spec.index_from))):
         if len(row.split(".")) != len(spec.index):
             continue  # not a row of this table's index shape
         if any(_holds(t, c, row) for c in spec.skip_if):
+            continue
+        if len(out) >= max_outlets:
+            bad["over_limit"] += width
             continue
         name = ""
         for col in spec.name:
@@ -245,14 +285,18 @@ def _outlets(t: _Table, profile: Profile, bad: Counter[str]) -> list[OutletReadi
     return out
 
 
-def decode(profile: Profile, walk: Walk) -> Reading:
-    """The Reading for one PDU: SI values, or None with the reason counted in ``invalid``."""
+def decode(profile: Profile, walk: Walk, max_outlets: int = MAX_OUTLETS) -> Reading:
+    """The Reading for one PDU: SI values, or None with the reason counted in ``invalid``.
+
+    At most max_outlets outlets (the first in index order); the others' values are counted
+    as ``over_limit``.
+    """
     t = _Table(walk)
     bad: Counter[str] = Counter()
     reading = Reading(identity=_identity(t, profile))
     for field, spec in profile.unit.metrics():
         setattr(reading, f"unit_{field}", _unit(t, spec, bad))
-    reading.outlets = _outlets(t, profile, bad)
+    reading.outlets = _outlets(t, profile, bad, max_outlets)
     reading.invalid = {r: bad[r] for r in REASONS if bad[r]}
     return reading
 

@@ -115,8 +115,8 @@ class PduExporter(Exporter):
         yield from (up, duration, info)
         failures = CounterMetricFamily(
             "wattbit_pdu_poll_failures",
-            "Failed polls by reason (timeout, auth, too_big, garbage, deadline, no_profile, "
-            "refused, error).",
+            "Failed polls by reason (timeout, auth, too_big, garbage, over_limit, deadline, "
+            "no_profile, refused, error).",
             labels=["pdu", "reason"],
         )
         for (pdu, reason), n in sorted(self.poller.failures.items()):

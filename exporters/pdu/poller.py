@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from exporters.snmp.client import SnmpClient, SnmpError, Target
 
-from .decode import decode, metered
+from .decode import MAX_OUTLETS, decode, metered
 from .profile import Profile, match_profile
 from .types import Reading
 
@@ -37,6 +37,7 @@ class PduTarget:
     profile: str | None = None  # None: detect from sysObjectID
     # (outlet index, outlet name) -> (host, component)
     labels: Callable[[str, str], tuple[str, str]] = field(default=lambda i, n: ("", ""))
+    max_outlets: int = MAX_OUTLETS  # outlets exported at most; the rest counted over_limit
 
     def __repr__(self) -> str:
         return f"PduTarget({self.name!r}, {self.target.host}:{self.target.port})"
@@ -116,7 +117,7 @@ class PduPoller:
         walk = await self.client.walk_many(t.target, roots)
         if scalars:
             walk.update(await self.client.get(t.target, scalars))
-        return profile, decode(profile, walk)
+        return profile, decode(profile, walk, t.max_outlets)
 
     async def poll(self, t: PduTarget) -> PduState:
         """Poll one PDU once, within its deadline, and publish the outcome."""

@@ -9,8 +9,21 @@ encryption) stay with pysnmp.
 
 Values decode to the same `Value`s the pysnmp path produces (see snmp.py), with two deliberate
 differences, both following net-snmp's decoder: unsigned types (Counter32, Gauge32, TimeTicks,
-Counter64) are read modulo their width when an agent encodes them as negative or too long, and
-a value of an unknown application type reads as Opaque instead of failing the whole message.
+Counter64) are read modulo their width when an agent encodes them as negative within their
+width, and a value of an unknown application type reads as Opaque instead of failing the whole
+message.
+
+Everything an agent sends is untrusted, and decoding is linear in the datagram's size:
+
+* OBJECT IDENTIFIERs follow RFC 2578 section 7.1.3: at most 128 sub-identifiers, each at most
+  2^32-1 (at most 5 octets). Longer content is refused by its length before any arithmetic,
+  so a 60 KB arc costs one comparison, never a quadratic shift or an int too long to print.
+* An integer value of more than 9 octets is out of range for every SMI type: it reads as its
+  type with value None, and the decoder (exporters/pdu/decode.py) counts it ``out_of_range``;
+  integers that fit 9 octets read exactly and are range-checked there per type.
+* `decode_response` takes the most var-binds the request can be answered with (RFC 3416
+  section 4.2.3) and stops at the first one past it: more is garbage.
+* Only BerError leaves this module's decoders (the hypothesis tests feed them arbitrary bytes).
 """
 
 from __future__ import annotations
@@ -130,45 +143,80 @@ def _expect(data: bytes, pos: int, end: int, tag: int, what: str) -> tuple[int, 
 
 
 def _int_at(data: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
+    """A message-header INTEGER (version, request-id, error-status, error-index): 32 bits."""
     start, stop = _expect(data, pos, end, _INT, what)
     if start == stop:
         raise BerError(f"{what}: empty INTEGER at byte {pos}")
+    if stop - start > 5:
+        raise BerError(f"{what}: INTEGER of {stop - start} octets at byte {pos}")
     return int.from_bytes(data[start:stop], "big", signed=True), stop
 
 
+MAX_SUB_ID = 2**32 - 1  # RFC 2578 section 7.1.3
+MAX_SUB_IDS = 128
+_MAX_OID_OCTETS = MAX_SUB_IDS * 5  # a sub-identifier of 32 bits takes at most 5 octets
+
+
 def decode_oid(content: bytes) -> tuple[int, ...]:
-    """The arcs of OBJECT IDENTIFIER content octets (X.690 section 8.19)."""
+    """The arcs of OBJECT IDENTIFIER content octets (X.690 section 8.19), within RFC 2578.
+
+    At most 128 sub-identifiers of at most 2^32-1 each (the first encoded one, 40 X + Y, at
+    most 2^32-1 + 80). Linear in the content; anything else is a BerError.
+    """
     if not content or content[-1] & 0x80:
         raise BerError("empty or unterminated OBJECT IDENTIFIER")
+    if len(content) > _MAX_OID_OCTETS:
+        raise BerError(f"OBJECT IDENTIFIER of {len(content)} octets (at most {_MAX_OID_OCTETS})")
     arcs: list[int] = []
     arc = 0
+    octets = 0
     for b in content:
-        if arc == 0 and b == 0x80:
+        if octets == 0 and b == 0x80:
             raise BerError("OBJECT IDENTIFIER arc with a leading 0x80 octet")
+        octets += 1
+        if octets > 5:  # more than 35 bits: beyond any 32-bit sub-identifier
+            raise BerError("OBJECT IDENTIFIER sub-identifier of more than 32 bits")
         arc = (arc << 7) | (b & 0x7F)
         if not b & 0x80:
             arcs.append(arc)
             arc = 0
+            octets = 0
     first = arcs[0]
-    if first < 80:
-        return (first // 40, first % 40, *arcs[1:])
-    return (2, first - 80, *arcs[1:])
+    out = (first // 40, first % 40, *arcs[1:]) if first < 80 else (2, first - 80, *arcs[1:])
+    if len(out) > MAX_SUB_IDS or max(out) > MAX_SUB_ID:
+        raise BerError("OBJECT IDENTIFIER beyond RFC 2578 (128 sub-identifiers of 32 bits)")
+    return out
 
 
 def _octets(content: bytes) -> bytes:
     return content
 
 
-def _signed(content: bytes) -> int:
+# An integer value longer than this is out of range for every SMI type (Counter64 takes 9
+# octets at most: 8 and a leading 0x00); it reads as None without being converted.
+_MAX_INT_OCTETS = 9
+
+
+def _signed(content: bytes) -> int | None:
+    if len(content) > _MAX_INT_OCTETS:
+        return None
     return int.from_bytes(content, "big", signed=True)
 
 
-def _unsigned32(content: bytes) -> int:
-    return int.from_bytes(content, "big", signed=True) & 0xFFFFFFFF
+def _unsigned32(content: bytes) -> int | None:
+    if len(content) > _MAX_INT_OCTETS:
+        return None
+    n = int.from_bytes(content, "big", signed=True)
+    # negative within 32 bits: read modulo 2^32, as net-snmp does; anything longer stays
+    # exact, and out of range (decode.py)
+    return n & 0xFFFFFFFF if n < 0 and len(content) <= 4 else n
 
 
-def _unsigned64(content: bytes) -> int:
-    return int.from_bytes(content, "big", signed=True) & 0xFFFFFFFFFFFFFFFF
+def _unsigned64(content: bytes) -> int | None:
+    if len(content) > _MAX_INT_OCTETS:
+        return None
+    n = int.from_bytes(content, "big", signed=True)
+    return n & 0xFFFFFFFFFFFFFFFF if n < 0 and len(content) <= 8 else n
 
 
 def _oid_text(content: bytes) -> str:
@@ -205,9 +253,12 @@ _TYPES: dict[int, tuple[str, Callable[[bytes], int | str | bytes | None]]] = {
 _INTEGERS = frozenset({0x02, 0x41, 0x42, 0x43, 0x46})
 
 # Encoded OID -> (arcs, dotted). Every poll of a PDU returns the same OIDs, so after the first
-# poll decoding a name is one dict lookup. Bounded: cleared when it reaches this size.
+# poll decoding a name is one dict lookup. Bounded in entries (cleared when full) and in bytes:
+# only names of at most OID_CACHE_KEY_BYTES octets are kept (a PDU's are 10-25), so the cache
+# holds a few MiB at worst (tests/unit/test_ber_hostile.py measures it).
 _OID_CACHE: dict[bytes, tuple[tuple[int, ...], str]] = {}
-OID_CACHE_SIZE = 200_000
+OID_CACHE_SIZE = 16_384
+OID_CACHE_KEY_BYTES = 48
 
 
 def _name(content: bytes) -> tuple[tuple[int, ...], str]:
@@ -215,33 +266,42 @@ def _name(content: bytes) -> tuple[tuple[int, ...], str]:
     if hit is None:
         arcs = decode_oid(content)
         hit = (arcs, ".".join(map(str, arcs)))
-        if len(_OID_CACHE) >= OID_CACHE_SIZE:
-            _OID_CACHE.clear()
-        _OID_CACHE[content] = hit
+        if len(content) <= OID_CACHE_KEY_BYTES:
+            if len(_OID_CACHE) >= OID_CACHE_SIZE:
+                _OID_CACHE.clear()
+            _OID_CACHE[content] = hit
     return hit
 
 
-def request_id_of(data: bytes) -> int | None:
-    """The request-id of an SNMPv2c Response or Report, read even from a truncated message.
+def header_of(data: bytes) -> tuple[bytes, int] | None:
+    """(community, request-id) of an SNMPv2c Response or Report, read even from a cut-off one.
 
-    Lets the client fail the one request a cut-off or otherwise undecodable answer was meant
-    for at once, instead of waiting for its timeout. None when even that much is unreadable.
+    What the client checks before decoding any var-bind; also lets it fail the one request
+    a cut-off or otherwise undecodable answer was meant for at once, instead of waiting for
+    its timeout. None when even that much is unreadable.
     """
     try:
-        if data[:1] != bytes((_SEQ,)) or len(data) < 2:
+        if len(data) < 2 or data[0] != _SEQ:
             return None
         # the outer and PDU lengths may claim more than arrived: skip them unchecked
         pos = 2 + (data[1] & 0x7F if data[1] & 0x80 else 0)
         end = len(data)
         _, pos = _int_at(data, pos, end, "version")
-        _, pos = _expect(data, pos, end, _OCTETS, "community")
+        c0, pos = _expect(data, pos, end, _OCTETS, "community")
+        community = data[c0:pos]
         if pos + 2 > end or data[pos] not in (RESPONSE, REPORT):
             return None
         pos += 2 + (data[pos + 1] & 0x7F if data[pos + 1] & 0x80 else 0)
         request_id, _ = _int_at(data, pos, end, "request-id")
-        return request_id
+        return community, request_id
     except BerError:
         return None
+
+
+def request_id_of(data: bytes) -> int | None:
+    """The request-id of an SNMPv2c Response or Report (see header_of); None if unreadable."""
+    head = header_of(data)
+    return None if head is None else head[1]
 
 
 def _message_bounds(data: bytes) -> tuple[int, int]:
@@ -252,8 +312,13 @@ def _message_bounds(data: bytes) -> tuple[int, int]:
     return start, stop
 
 
-def decode_response(data: bytes) -> Response:
-    """Decode an SNMPv2c Response message; BerError when it is anything else or malformed."""
+def decode_response(data: bytes, max_var_binds: int | None = None) -> Response:
+    """Decode an SNMPv2c Response message; BerError when it is anything else or malformed.
+
+    max_var_binds: the most var-binds the request can be answered with (RFC 3416 section
+    4.2: as many as a GET asked for, non-repeaters + repeaters x max-repetitions for a
+    GETBULK). More is a BerError, raised at the first var-bind past the bound.
+    """
     pos, end = _message_bounds(data)
     version, pos = _int_at(data, pos, end, "version")
     if version != VERSION_2C:
@@ -274,7 +339,10 @@ def decode_response(data: bytes) -> Response:
     types = _TYPES
     var_binds: list[tuple[tuple[int, ...], str, Value]] = []
     append = var_binds.append
+    limit = -1 if max_var_binds is None else max_var_binds
     while pos < vbl_end:
+        if len(var_binds) == limit:
+            raise BerError(f"more than the {limit} var-binds asked for")
         pos, vb_end = _expect(data, pos, vbl_end, _SEQ, "var-bind")
         name_start, name_end = _expect(data, pos, vb_end, _OID, "var-bind name")
         arcs, dotted = _name(data[name_start:name_end])

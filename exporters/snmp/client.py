@@ -125,6 +125,15 @@ class SnmpClient:
         self._answered.add((target.host, target.port))
         if status:
             raise status_error(target, kind, status, index, max_repetitions)
+        # RFC 3416 section 4.2: never more var-binds than asked for. ber.py already stops
+        # decoding a v2c answer there; this holds the v3 path (pysnmp) to the same bound.
+        most = len(oids) * max_repetitions if kind == "bulk" else len(oids)
+        if len(var_binds) > most:
+            raise SnmpError(
+                "garbage",
+                target.endpoint,
+                f"{kind} to {target.label}: {len(var_binds)} var-binds, {most} asked for",
+            )
         return var_binds
 
     # -- public API -----------------------------------------------------------------------------
@@ -173,6 +182,7 @@ class SnmpClient:
                 columns.append(_Column(arcs, ".".join(map(str, arcs)), arcs))
         result: Walk = {}
         shrunk = False
+        received = 0  # var-binds this walk received: at most target.max_var_binds
         while active := [c for c in columns if not c.done]:
             batch, reps = self._plan(target, active, budget)
             try:
@@ -195,6 +205,14 @@ class SnmpClient:
             if shrunk:  # remember only a size that worked
                 self.bulk_sizes[key] = budget
                 shrunk = False
+            received += len(var_binds)
+            if received > target.max_var_binds:
+                raise SnmpError(
+                    "over_limit",
+                    target.endpoint,
+                    f"walk of {len(columns)} subtree(s) on {target.label}: more than "
+                    f"{target.max_var_binds} var-binds (max_var_binds)",
+                )
             before = [(c.cursor, c.got, c.done) for c in batch]
             try:
                 self._take(target, batch, var_binds, result)
@@ -301,9 +319,11 @@ class SnmpClient:
         return self._v3.engines
 
     def counts(self) -> dict[str, int]:
-        """Messages sent and received and var-binds received so far, SNMPv2c and v3 together."""
+        """Messages sent and received and var-binds received so far, SNMPv2c and v3 together;
+        SNMPv2c datagrams dropped unread (dropped: not from an agent polled; stray: no request
+        waits for them) and undecodable answers (garbage)."""
         v2c, v3 = self._v2c.counts(), self._v3.counts()
-        return {k: v2c[k] + v3[k] for k in v2c}
+        return {k: v2c[k] + v3.get(k, 0) for k in v2c}
 
     def close(self) -> None:
         """Close the sockets and the v3 engines; pending requests fail."""

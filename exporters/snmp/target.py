@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from .types import Value
 
 # Error reasons. "refused": an ICMP port unreachable came back (SNMPv2c; for SNMPv3, pysnmp
-# does not read ICMP errors and a closed port reads as "timeout").
-REASONS = frozenset({"timeout", "auth", "too_big", "garbage", "refused", "error"})
+# does not read ICMP errors and a closed port reads as "timeout"). "over_limit": one walk
+# received more than the target's max_var_binds; it stops there.
+REASONS = frozenset({"timeout", "auth", "too_big", "garbage", "refused", "over_limit", "error"})
 
 # SNMPv3 protocol names as configured; v3.py maps them to pysnmp's. AES-192/256 are not
 # standardised: "AES192"/"AES256" are the Blumenthal key extension (draft-blumenthal-aes-usm-04)
@@ -97,6 +98,7 @@ class Target:
     timeout: float = 2.0
     retries: int = 1
     max_repetitions: int = 25  # the most var-binds one GETBULK asks for, all subtrees together
+    max_var_binds: int = 20_000  # the most var-binds one walk may receive (else "over_limit")
 
     def __post_init__(self) -> None:
         if not isinstance(self.auth, Auth):
@@ -105,6 +107,8 @@ class Target:
             raise ValueError(f"bad UDP port {self.port}")
         if self.timeout <= 0 or self.retries < 0 or self.max_repetitions < 1:
             raise ValueError("timeout must be > 0, retries >= 0, max_repetitions >= 1")
+        if self.max_var_binds < 1:
+            raise ValueError("max_var_binds must be >= 1")
 
     @property
     def endpoint(self) -> str:

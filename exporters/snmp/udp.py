@@ -4,6 +4,19 @@ The SNMPv2c half of `SnmpClient` (snmp.py; v3.py is the other); messages are bui
 ber.py. Like pysnmp's dispatcher, one unconnected socket (per address family) serves every
 agent, and an answer counts only when it comes from the address the request went to and
 carries its request-id and community.
+
+The socket listens on every address, so anyone may send to it. What a datagram costs is
+bounded before it is decoded, in this order:
+
+1. from an (address, port) with no request in flight: dropped unread (`dropped`);
+2. its header (community, request-id) is read; when no request waits for that id, from that
+   address, with that community: dropped, var-binds unread (`stray`);
+3. only then its var-binds are decoded, at most as many as the request asked for (ber.py);
+   an undecodable answer fails its request at once as Garbage (`garbage`).
+
+Request-ids are random 31-bit numbers (secrets), unique among the requests in flight, so an
+off-path sender cannot guess them from the ones it sees elsewhere. Per-address state lives only
+while requests to that address are in flight.
 """
 
 from __future__ import annotations
@@ -11,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import random
+import secrets
 import socket
 import struct
 import time
@@ -87,6 +100,7 @@ class _Pending:
     data: bytes
     timeout: float
     tries_left: int
+    max_var_binds: int  # the most var-binds an answer may hold (RFC 3416 section 4.2)
     started: float = field(default_factory=time.monotonic)
     timer: asyncio.TimerHandle | None = None
 
@@ -100,10 +114,15 @@ class V2cTransport(asyncio.DatagramProtocol):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sock: socket.socket | None = None
         self._pending: dict[int, _Pending] = {}
-        self._next_id = random.randrange(1, 1 << 30)
-        self.garbage_at: dict[Address, float] = {}  # address -> last undecodable datagram
+        self._agents: dict[Address, int] = {}  # address -> requests in flight to it
+        # address -> last datagram from it without even a readable header; only for addresses
+        # with requests in flight (the entry goes with the last of them)
+        self.garbage_at: dict[Address, float] = {}
         self.sent = 0  # datagrams sent, resends included
-        self.received = 0  # datagrams received, garbage included
+        self.received = 0  # datagrams received, all of them
+        self.dropped = 0  # from an address no request is in flight to: not read at all
+        self.stray = 0  # no request waits for its request-id and community: header read only
+        self.garbage = 0  # undecodable, from an address a request is in flight to
         self.var_binds = 0  # var-binds in the Responses matched to a request
 
     async def open(self) -> None:
@@ -125,9 +144,9 @@ class V2cTransport(asyncio.DatagramProtocol):
 
     def _request_id(self) -> int:
         while True:  # request-id is an Integer32 (RFC 3416 section 3); never 0, never in use
-            self._next_id = self._next_id % 0x7FFFFFFF + 1
-            if self._next_id not in self._pending:
-                return self._next_id
+            request_id = secrets.randbits(31)
+            if request_id and request_id not in self._pending:
+                return request_id
 
     async def request(
         self,
@@ -144,16 +163,24 @@ class V2cTransport(asyncio.DatagramProtocol):
             raise RuntimeError("V2cTransport is not open")
         request_id = self._request_id()
         data = ber.encode_request(pdu_type, community, request_id, oids, 0, max_repetitions)
-        p = _Pending(self._loop.create_future(), address, community, data, timeout, retries)
+        most = len(oids) * max_repetitions if pdu_type == ber.GETBULK else len(oids)
+        p = _Pending(self._loop.create_future(), address, community, data, timeout, retries, most)
         self._pending[request_id] = p
-        self._send(request_id, p)
+        self._agents[address] = self._agents.get(address, 0) + 1
         try:
+            self._send(request_id, p)
             return await p.future
         finally:
             if p.timer is not None:
                 p.timer.cancel()
             if self._pending.get(request_id) is p:
                 del self._pending[request_id]
+            left = self._agents.get(address, 1) - 1
+            if left > 0:
+                self._agents[address] = left
+            else:
+                self._agents.pop(address, None)
+                self.garbage_at.pop(address, None)
 
     def _send(self, request_id: int, p: _Pending) -> None:
         assert self._transport is not None and self._loop is not None
@@ -172,23 +199,30 @@ class V2cTransport(asyncio.DatagramProtocol):
         p.future.set_exception(Garbage() if garbage else RequestTimeout())
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
-        """asyncio: match an answer to its request."""
+        """asyncio: match an answer to its request; never raises (see the module's doc)."""
         self.received += 1
         address = (addr[0], addr[1])
-        try:
-            response = ber.decode_response(data)
-        except ber.BerError:
-            self.garbage_at[address] = time.monotonic()
-            p = self._pending.get(ber.request_id_of(data) or 0)
-            if p is not None and p.address == address and not p.future.done():
-                p.future.set_exception(Garbage())
+        if address not in self._agents:
+            self.dropped += 1  # not from an agent we wait for: not one byte of it is read
             return
-        p = self._pending.get(response.request_id)
-        if p is None or p.address != address or p.community != response.community:
-            return  # late, duplicate or not ours (RFC 3412 section 7.2.10 drops these too)
-        if not p.future.done():
-            self.var_binds += len(response.var_binds)
-            p.future.set_result(response)
+        head = ber.header_of(data)
+        if head is None:
+            self.garbage += 1
+            self.garbage_at[address] = time.monotonic()  # decides Garbage over a timeout
+            return
+        community, request_id = head
+        p = self._pending.get(request_id)
+        if p is None or p.address != address or p.community != community or p.future.done():
+            self.stray += 1  # late, duplicate or not ours (RFC 3412 section 7.2.10 drops these)
+            return
+        try:
+            response = ber.decode_response(data, p.max_var_binds)
+        except ValueError:  # BerError; any other ValueError would be a codec bug: garbage too
+            self.garbage += 1
+            p.future.set_exception(Garbage())
+            return
+        self.var_binds += len(response.var_binds)
+        p.future.set_result(response)
 
     def error_received(self, exc: Exception) -> None:
         """asyncio: ICMP errors arrived; fail the requests to the addresses they name, at once."""
@@ -275,12 +309,15 @@ class V2cClient:
         return response.error_status, response.error_index, response.var_binds
 
     def counts(self) -> dict[str, int]:
-        """Datagrams sent and received and var-binds received so far."""
+        """Datagrams sent, received, dropped unread, stray and garbage; var-binds received."""
         ts = self._transports.values()
         return {
             "sent": sum(t.sent for t in ts),
             "received": sum(t.received for t in ts),
             "var_binds": sum(t.var_binds for t in ts),
+            "dropped": sum(t.dropped for t in ts),
+            "stray": sum(t.stray for t in ts),
+            "garbage": sum(t.garbage for t in ts),
         }
 
     def close(self) -> None:

@@ -16,6 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from collector.demo.responder import Responder
+from collector.demo.snmprec import read_snmprec
+from exporters.snmp.oid import under
+from exporters.snmp.types import Value
 from tests.support.env import require
 from tests.support.realparts import Collector, sample
 from tests.support.snmpagents import (
@@ -489,3 +493,69 @@ def test_wrong_keys_on_one_pdu_leave_another_on_the_same_agent_alone(tmp_path: P
     # no secret of either in the log
     assert WRONG_AUTH_KEY not in log
     assert str(user.auth_key) not in log and str(user.priv_key) not in log
+
+
+# --- limits on what one PDU may send --------------------------------------------------------------
+
+
+def _with_outlets(n: int) -> dict[str, Value]:
+    """The AP8641 recording claiming n outlets: outlet 1's metered row copied to 2..n."""
+    walk = dict(read_snmprec(APC))
+    entry = "1.3.6.1.4.1.318.1.1.26.9.4.3.1"
+    columns = {oid.rsplit(".", 1)[0] for oid in walk if under(oid, entry)}
+    first = {col: walk[f"{col}.1"] for col in columns if f"{col}.1" in walk}
+    for i in range(25, n + 1):
+        for col, value in first.items():
+            walk[f"{col}.{i}"] = value
+    return walk
+
+
+def test_a_pdu_claiming_thousands_of_outlets_is_bounded(tmp_path: Path) -> None:
+    """max_outlets caps one PDU's series, max_var_binds its walk; the healthy PDU never notices.
+
+    Was: a PDU claiming 20,000 outlets gave 60,000 series, a 6.6 MB /metrics and 188 MB RSS.
+    """
+    with (
+        Responder(read_snmprec(APC), "public") as healthy,
+        Responder(_with_outlets(2_000), "public") as wide,
+        Responder(_with_outlets(20_000), "public") as flood,
+    ):
+        config = (
+            "interval: 5s\n"
+            "auths:\n"
+            "  public: {version: 2c, community: public}\n"
+            "pdus:\n"
+            + pdu("healthy", healthy.port, "public")
+            + pdu("wide", wide.port, "public", timeout="2s")
+            + "    max_outlets: 100\n"
+            + "    max_repetitions: 500\n"
+            + pdu("flood", flood.port, "public", timeout="2s")
+            + "    max_repetitions: 500\n"
+        )
+        collector = Collector(config, tmp_path)
+        try:
+            collector.wait_ready()
+            s = collector.scrape_until(
+                "every PDU polled once",
+                lambda s: (
+                    len(ups(s)) == 3
+                    and by_reason(s, "wattbit_pdu_invalid_values_total", "wide").get(
+                        "over_limit", 0
+                    )
+                    > 0
+                    and "over_limit" in by_reason(s, "wattbit_pdu_poll_failures_total", "flood")
+                ),
+                timeout=60,
+            )
+            text = collector.scrape_text()
+        finally:
+            stop(collector)
+    assert ups(s) == {"healthy": 1.0, "wide": 1.0, "flood": 0.0}
+    assert len(series(s, "wattbit_pdu_outlet_power_watts", "healthy")) == 24
+    wide_power = series(s, "wattbit_pdu_outlet_power_watts", "wide")
+    assert sorted(wide_power, key=int) == [str(i) for i in range(1, 101)]
+    # 1,900 outlets x 3 values (current, power, energy) not read, per poll
+    over = by_reason(s, "wattbit_pdu_invalid_values_total", "wide")["over_limit"]
+    assert over % (1_900 * 3) == 0
+    assert outlet_series(s, "flood") == {}
+    assert len(text) < 200_000  # was 6.6 MB for the 20,000-outlet PDU alone

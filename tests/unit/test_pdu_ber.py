@@ -121,7 +121,10 @@ def test_requests_decode_in_pyasn1(pdu_type: int, reps: int) -> None:
 
 
 def test_unsigned_types_follow_net_snmp_when_agents_encode_them_badly() -> None:
-    """A Gauge32 encoded as negative or over-long reads modulo 2^32, as net-snmp reads it."""
+    """A Gauge32 encoded as negative (within 32 bits) reads modulo 2^32, as net-snmp reads it.
+
+    Longer encodings read exactly and are out of range (tests/unit/test_ber_hostile.py).
+    """
     oid = ber.encode_oid((1, 3, 6, 1, 2))
     vb = bytes((0x30, 2 + len(oid) + 6, 0x06, len(oid))) + oid + b"\x42\x04\xff\xff\xff\xff"
     head = b"\x02\x01\x01\x04\x01c"
