@@ -11,6 +11,8 @@ import hashlib
 import hmac
 import json
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -22,6 +24,9 @@ log = logging.getLogger("wattbit.runs")
 
 API_PREFIX = "/api/v1/runs"
 MAX_BODY = 64 * 1024
+MAX_DEPTH = 16  # nesting of the JSON body: {"name": ..., "labels": {...}} needs 2
+MAX_NUMBER_DIGITS = 32  # a longer integer in a body is an attack, not a run
+WARN_EVERY_S = 60.0  # wrong-token warnings: one per source per minute, with a count
 TOKEN_HEADER = "X-Wattbit-Token"  # for sites whose web config puts basic auth in Authorization
 
 _STATUS = {
@@ -71,11 +76,44 @@ def _presented_token(environ: Mapping[str, Any]) -> str | None:
     return header or None
 
 
+class _Throttle:
+    """Rate-limits a log line per source: the first at once, then one per `every` with a count."""
+
+    _MAX_SOURCES = 1024
+
+    def __init__(self, every: float, clock: Callable[[], float]) -> None:
+        self._every = every
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._sources: dict[str, tuple[float, int]] = {}  # source -> (last logged, suppressed)
+
+    def __call__(self, source: str) -> int | None:
+        """None: stay quiet; else log now, mentioning this many suppressed since the last."""
+        now = self._clock()
+        with self._lock:
+            last = self._sources.get(source)
+            if last is not None and now - last[0] < self._every:
+                self._sources[source] = (last[0], last[1] + 1)
+                return None
+            if last is None and len(self._sources) >= self._MAX_SOURCES:
+                # Forget the sources quiet the longest; their counts are lost, not their logs.
+                for old in sorted(self._sources, key=lambda k: self._sources[k][0])[:256]:
+                    del self._sources[old]
+            self._sources[source] = (now, 0)
+            return last[1] if last is not None else 0
+
+
 class _Api:
     """WSGI app for /api/v1/runs, /api/v1/runs/<name> and /api/v1/runs/<name>/stop."""
 
-    def __init__(self, registry: RunRegistry, token: SecretStr | str | None) -> None:
+    def __init__(
+        self,
+        registry: RunRegistry,
+        token: SecretStr | str | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.registry = registry
+        self._warn = _Throttle(WARN_EVERY_S, clock)
         secret = token.get_secret_value() if isinstance(token, SecretStr) else token
         # Compare digests: equal lengths, so compare_digest's time says nothing about length.
         self._digest = hashlib.sha256(secret.encode()).digest() if secret else None
@@ -98,7 +136,11 @@ class _Api:
         else:
             challenge += ', error="invalid_token"'
             message = "the token is not the collector's"
-            log.warning("refused a run API write from %s: wrong token", environ.get("REMOTE_ADDR"))
+            source = str(environ.get("REMOTE_ADDR") or "?")
+            suppressed = self._warn(source)
+            if suppressed is not None:
+                more = f" (and {suppressed} more since the last such line)" if suppressed else ""
+                log.warning("refused a run API write from %s: wrong token%s", source, more)
         return _respond(
             start_response, 401, {"error": message}, environ, [("WWW-Authenticate", challenge)]
         )
@@ -182,7 +224,8 @@ class _Api:
     @staticmethod
     def _json_body(environ: Mapping[str, Any]) -> object:
         raw_length = str(environ.get("CONTENT_LENGTH") or "").strip()
-        if not raw_length.isdigit():
+        # isascii(): str.isdigit() also accepts e.g. Arabic-Indic and superscript digits.
+        if not (raw_length.isascii() and raw_length.isdigit()):
             raise RunError(400, "bad Content-Length" if raw_length else "no Content-Length")
         length = int(raw_length)
         if length == 0:
@@ -191,20 +234,65 @@ class _Api:
             raise RunError(413, f"the body is larger than {MAX_BODY} bytes")
         data = environ["wsgi.input"].read(length) if length else b""
         try:
-            return json.loads(data.decode("utf-8"))
+            text = data.decode("utf-8")
         except UnicodeDecodeError:
             raise RunError(400, "the body is not UTF-8") from None
+        if _depth(text) > MAX_DEPTH:
+            raise RunError(400, f"the body is nested deeper than {MAX_DEPTH} levels")
+        try:
+            return json.loads(text, parse_int=_bounded_int, parse_constant=_no_constant)
         except json.JSONDecodeError as exc:
             where = f"line {exc.lineno} column {exc.colno}"
             raise RunError(400, f"the body is not valid JSON: {exc.msg} at {where}") from None
+        except (ValueError, RecursionError):  # belt and braces: never a 500 for a body
+            raise RunError(400, "the body is not a JSON object wattbit can read") from None
 
 
-def api_app(registry: RunRegistry, token: SecretStr | str | None) -> Callable[..., Iterable[bytes]]:
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_NUMBER_DIGITS:
+        raise RunError(400, f"the body has a number longer than {MAX_NUMBER_DIGITS} digits")
+    return int(text)
+
+
+def _no_constant(text: str) -> object:
+    raise RunError(400, f"the body is not valid JSON: {text} is not a JSON value")
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON text (strings skipped)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_DEPTH:
+                    return deepest
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def api_app(
+    registry: RunRegistry,
+    token: SecretStr | str | None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Callable[..., Iterable[bytes]]:
     """The WSGI app of the run API; writes need `token` (None: writes refused with 403)."""
-    return _Api(registry, token)
+    return _Api(registry, token, clock)
 
 
 def api_routes(registry: RunRegistry, token: SecretStr | str | None) -> dict[str, Any]:
-    """Routes for httpserver.start_server: the list itself and everything under it."""
+    """Routes for collector.web.server.start_server: the list and everything under it."""
     app = api_app(registry, token)
     return {API_PREFIX: app, API_PREFIX + "/*": app}

@@ -70,12 +70,54 @@ _UNSUPPORTED_KEYS = MappingProxyType(
             "tls_server_config.key",
             "tls_server_config.client_ca",
             "tls_server_config.client_allowed_sans",
-            "tls_server_config.cipher_suites",
-            "tls_server_config.prefer_server_cipher_suites",
             "tls_server_config.curve_preferences",
             "rate_limit",
         ),
         "exporter-toolkit option not supported by wattbit",
+    )
+)
+
+# TLS 1.2 suites wattbit offers: forward-secret (ECDHE) and AEAD (AES-GCM, ChaCha20-Poly1305),
+# by Go's names (crypto/tls, as exporter-toolkit's cipher_suites takes them) -> OpenSSL's.
+# Go's "..._CHACHA20_POLY1305" without "_SHA256" are its older aliases of the same suites.
+_TLS12_SUITES: Mapping[str, str] = MappingProxyType(
+    {
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305": "ECDHE-ECDSA-CHACHA20-POLY1305",
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305": "ECDHE-RSA-CHACHA20-POLY1305",
+    }
+)
+# The default: every suite above (OpenSSL picks its own order unless the list is configured).
+DEFAULT_TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+# TLS 1.3 suites are all AEAD and forward-secret, and not configurable (as in Go): named in
+# cipher_suites they are accepted, so one file still serves node_exporter too, and ignored.
+_TLS13_SUITES = frozenset(
+    ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256")
+)
+# Suites Go knows that wattbit refuses: no forward secrecy (RSA key exchange), or CBC/RC4/3DES.
+_REFUSED_SUITES = frozenset(
+    (
+        "TLS_RSA_WITH_RC4_128_SHA",
+        "TLS_RSA_WITH_3DES_EDE_CBC_SHA",
+        "TLS_RSA_WITH_AES_128_CBC_SHA",
+        "TLS_RSA_WITH_AES_256_CBC_SHA",
+        "TLS_RSA_WITH_AES_128_CBC_SHA256",
+        "TLS_RSA_WITH_AES_128_GCM_SHA256",
+        "TLS_RSA_WITH_AES_256_GCM_SHA384",
+        "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA",
+        "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+        "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+        "TLS_ECDHE_RSA_WITH_RC4_128_SHA",
+        "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA",
+        "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+        "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+        "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256",
+        "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
     )
 )
 
@@ -105,6 +147,9 @@ class TLSServerConfig(Strict):
     client_ca_file: Path | None = None
     min_version: TLSVersionName = "TLS12"
     max_version: TLSVersionName = "TLS13"
+    # Go names; TLS 1.2 only. None or empty: DEFAULT_TLS12_CIPHERS.
+    cipher_suites: list[str] | None = None
+    prefer_server_cipher_suites: StrictBool = True
 
     @field_validator("cert_file", "key_file", "client_ca_file", mode="before")
     @classmethod
@@ -133,7 +178,7 @@ class TLSServerConfig(Strict):
 class HTTPServerConfig(Strict):
     """The `http_server_config` section: extra response headers; `http2` is accepted."""
 
-    # Accepted for compatibility and ignored: the wsgiref server only speaks HTTP/1.x.
+    # Accepted for compatibility and ignored: the server (aiohttp) speaks HTTP/1.1 only.
     http2: StrictBool = True
     headers: dict[str, str] = Field(default_factory=dict)
 
@@ -228,8 +273,20 @@ def _build_ssl_context(tls: TLSServerConfig, source: Path | None) -> ssl.SSLCont
         raise ConfigError(src, f"{section}.key_file", "required together with cert_file")
 
     min_v, max_v = _TLS_VERSIONS[tls.min_version], _TLS_VERSIONS[tls.max_version]
+    for key, version in (("min_version", tls.min_version), ("max_version", tls.max_version)):
+        if _TLS_VERSIONS[version] < ssl.TLSVersion.TLSv1_2:
+            raise ConfigError(
+                src,
+                f"{section}.{key}",
+                f"{version} is not offered: wattbit's suites are all AEAD, which needs TLS12+",
+            )
     if min_v > max_v:
         raise ConfigError(src, f"{section}.max_version", f"{tls.max_version} is below min_version")
+    ciphers = _tls12_ciphers(tls.cipher_suites or [], src)
+    if tls.cipher_suites and ciphers is None and max_v < ssl.TLSVersion.TLSv1_3:
+        raise ConfigError(
+            src, f"{section}.cipher_suites", "names no TLS 1.2 suite, and max_version is TLS12"
+        )
 
     auth = tls.client_auth_type
     if auth == "RequireAnyClientCert":
@@ -273,6 +330,12 @@ def _build_ssl_context(tls: TLSServerConfig, source: Path | None) -> ssl.SSLCont
     ctx.maximum_version = max_v
     # Client-initiated renegotiation only costs the server CPU; nothing here needs it.
     ctx.options |= ssl.OP_NO_RENEGOTIATION
+    # TLS 1.2 suites (1.3 ones are not configurable, and all fine).
+    ctx.set_ciphers(ciphers or DEFAULT_TLS12_CIPHERS)
+    if tls.prefer_server_cipher_suites:
+        ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    else:
+        ctx.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
     try:
         ctx.load_cert_chain(str(tls.cert_file), str(tls.key_file), password=_refuse_passphrase)
     except _PassphraseRequiredError:
@@ -305,6 +368,32 @@ def _build_ssl_context(tls: TLSServerConfig, source: Path | None) -> ssl.SSLCont
     # Advertise only HTTP/1.1 so a client offering h2 does not expect it (http2 is ignored).
     ctx.set_alpn_protocols(["http/1.1"])
     return ctx
+
+
+def _tls12_ciphers(names: list[str], src: str | Path) -> str | None:
+    """The OpenSSL cipher string for Go suite names (None: no TLS 1.2 suite named)."""
+    key = "tls_server_config.cipher_suites"
+    chosen: list[str] = []
+    for name in names:
+        if name in _TLS13_SUITES:
+            continue
+        if name in _REFUSED_SUITES:
+            raise ConfigError(
+                src,
+                key,
+                f"{name} is refused: only forward-secret AEAD suites (ECDHE with AES-GCM or "
+                f"ChaCha20-Poly1305) are offered",
+            )
+        openssl = _TLS12_SUITES.get(name)
+        if openssl is None:
+            raise ConfigError(
+                src,
+                key,
+                f"unknown cipher suite {name!r} (known: {', '.join(sorted(_TLS12_SUITES))})",
+            )
+        if openssl not in chosen:
+            chosen.append(openssl)
+    return ":".join(chosen) or None
 
 
 def load_web_config(path: str | Path) -> WebConfig:

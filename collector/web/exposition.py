@@ -96,6 +96,12 @@ def metrics_app(registry: Collector) -> Callable[..., Iterable[bytes]]:
     renderer = TextRenderer(registry)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
+            start_response(
+                "405 Method Not Allowed",
+                [("Content-Type", "text/plain; charset=utf-8"), ("Allow", "GET, HEAD")],
+            )
+            return [b"405 Method Not Allowed\n"]
         body = renderer.render()
         headers = [("Content-Type", CONTENT_TYPE)]
         if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):

@@ -1,46 +1,93 @@
-"""The HTTP(S) endpoint: a tiny WSGI router on a threaded wsgiref server.
+"""The HTTP(S) endpoint of agent and collector: aiohttp's HTTP/1.1 server on its own asyncio loop.
 
-TLS, basic auth and extra response headers come from a `WebConfig` (exporter-toolkit's web
-config format). Each connection is handled in its own daemon thread, and the TLS handshake
-happens there too, so a slow, broken or hostile client never holds up `accept()`.
+Routes are WSGI apps (/metrics, the landing page, the run API), called in a small thread pool
+so that a slow collect never blocks the loop. Around them this module adds what a server
+facing untrusted networks needs (docs/http-server.md): a cap on open connections that
+evicts the oldest stalled one first, a deadline for each whole request, idle (keep-alive)
+and TLS-handshake timeouts, a limit on requests per connection, header line/size/count
+limits (aiohttp's parser), bounded request bodies, and basic auth with bcrypt checks in a
+bounded pool plus a short-lived cache of successful logins. TLS and basic auth come from a
+`WebConfig` (exporter-toolkit's web config format).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import concurrent.futures
+import contextlib
+import errno
+import functools
 import hashlib
 import hmac
 import html
+import io
 import logging
+import os
 import re
+import resource
 import secrets
 import socket
-import socketserver
 import ssl
-import sys
 import threading
-from collections.abc import Iterable
-from typing import IO, Any, cast
-from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, cast
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import bcrypt
+from aiohttp import web_protocol, web_server
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_response import Response, StreamResponse
 
 from collector.web.config import WebConfig
 
-__all__ = ["Server", "WSGIApp", "landing_page", "start_server"]
+__all__ = ["BCRYPT_CONCURRENCY", "Limits", "Server", "WSGIApp", "landing_page", "start_server"]
 
 WSGIApp = WSGIApplication
 
 log = logging.getLogger(__name__)
 
 REALM = "wattbit"
-# Long enough for a slow scrape over a bad link, short enough that idle or stalled
-# connections (each holding a thread) do not pile up for long.
-_CONNECTION_TIMEOUT_S = 30.0
-_HANDSHAKE_TIMEOUT_S = 10.0
 _BCRYPT_COST_RE = re.compile(r"\$2[aby]\$(\d\d)\$")
+# bcrypt reads at most 72 bytes of a password. Go's CompareHashAndPassword (hence
+# node_exporter) ignores the rest; Python's bcrypt>=5 raises instead. Truncating here
+# gives exporter-toolkit's behaviour.
+BCRYPT_MAX_PASSWORD = 72
+# bcrypt checks running at once: enough that one real login is not queued behind a single
+# attacker, few enough that a flood of wrong passwords cannot occupy every core.
+BCRYPT_CONCURRENCY = max(2, min(4, os.cpu_count() or 1))
+# How long a successful (user, password) is remembered, so that scrapes skip bcrypt.
+AUTH_CACHE_TTL_S = 60.0
+# Wrong-password attempts pending bcrypt beyond which further ones are refused at once.
+_BCRYPT_QUEUE = 64
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one client may hold or send; the defaults suit a Prometheus scrape target."""
+
+    # Open connections (after the TLS handshake). At the cap, a new connection evicts the
+    # oldest one with no request in progress (idle, or still sending its headers); if every
+    # one is busy, the new one is closed. Also kept under half the process's fd limit.
+    max_connections: int = 256
+    # From a request's first byte to its response's last: headers, body, handler, writing.
+    request_timeout: float = 30.0
+    # A connection with no request under way (before the first, between keep-alive ones).
+    idle_timeout: float = 15.0
+    tls_handshake_timeout: float = 10.0
+    max_requests_per_connection: int = 1000
+    # Request line, one header field, and header count (aiohttp's parser): at most
+    # ~100 x 8 KiB, about Go net/http's 1 MB DefaultMaxHeaderBytes.
+    max_line_size: int = 8190
+    max_field_size: int = 8190
+    max_headers: int = 100
+    # Request bodies (only the run API takes one); beyond it the app answers 413.
+    max_body: int = 64 * 1024
+    # Threads running the WSGI apps (a /metrics collect, a run API write).
+    workers: int = 8
 
 
 def _text_response(
@@ -60,6 +107,16 @@ def _text_response(
     return [data]
 
 
+def method_not_allowed(start_response: StartResponse) -> list[bytes]:
+    """405 for anything but GET and HEAD (on /metrics and the landing page)."""
+    return _text_response(
+        start_response,
+        "405 Method Not Allowed",
+        "405 Method Not Allowed\n",
+        [("Allow", "GET, HEAD")],
+    )
+
+
 def landing_page(title: str, links: list[str]) -> WSGIApp:
     """Return a WSGI app serving a tiny HTML page that links to `links` (e.g. /metrics)."""
     safe_title = html.escape(title)
@@ -74,11 +131,14 @@ def landing_page(title: str, links: list[str]) -> WSGIApp:
     ).encode()
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        method = environ.get("REQUEST_METHOD")
+        if method not in ("GET", "HEAD"):
+            return method_not_allowed(start_response)
         start_response(
             "200 OK",
             [("Content-Type", "text/html; charset=utf-8"), ("Content-Length", str(len(page)))],
         )
-        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [page]
+        return [] if method == "HEAD" else [page]
 
     return app
 
@@ -109,42 +169,28 @@ def _router(routes: dict[str, WSGIApp]) -> WSGIApp:
     return app
 
 
-def _with_headers(app: WSGIApp, headers: dict[str, str]) -> WSGIApp:
-    """Add the configured response headers to every response, unless the app set them."""
-    # Blank values mean "unset" in exporter-toolkit's format.
-    extra = [(k, v) for k, v in headers.items() if v]
-    if not extra:
-        return app
-
-    def wrapped(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        def start(status: str, response_headers: list[tuple[str, str]], *exc: Any) -> Any:
-            present = {name.lower() for name, _ in response_headers}
-            added = [(k, v) for k, v in extra if k.lower() not in present]
-            return start_response(status, [*response_headers, *added], *exc)
-
-        return app(environ, start)
-
-    return wrapped
-
-
 class _BasicAuth:
-    """WSGI middleware requiring HTTP basic auth against bcrypt hashes."""
+    """HTTP basic auth against bcrypt hashes: bounded bcrypt concurrency, cached successes."""
 
-    def __init__(self, app: WSGIApp, users: dict[str, bytes]) -> None:
-        """Wrap `app`, accepting the users in `users` (name -> bcrypt hash)."""
-        self._app = app
+    def __init__(
+        self,
+        users: dict[str, bytes],
+        pool: concurrent.futures.Executor,
+        clock: Callable[[], float] = time.monotonic,
+        ttl: float = AUTH_CACHE_TTL_S,
+    ) -> None:
+        """Accept the users in `users` (name -> bcrypt hash); bcrypt runs in `pool`."""
         self._users = dict(users)
+        self._pool = pool
+        self._clock = clock
+        self._ttl = ttl
         # A random per-process HMAC key: the cache then holds nothing that could be
         # brute-forced offline from a memory dump, unlike a bare SHA-256 of the password.
         self._cache_key = secrets.token_bytes(32)
-        # user -> HMAC-SHA-256 of "user:password" that bcrypt already accepted. One slot per
-        # configured user keeps the cache bounded no matter how many passwords are tried
-        # (bcrypt<5 accepts any suffix past byte 72, so "successful" passwords are unbounded).
-        self._verified: dict[str, bytes] = {}
-        self._cache_lock = threading.Lock()
-        # bcrypt is deliberately CPU-heavy; serialising it (as exporter-toolkit does) stops a
-        # flood of wrong passwords from occupying every core at once.
-        self._bcrypt_lock = threading.Lock()
+        # user -> (HMAC-SHA-256 of "user:password" that bcrypt accepted, expiry). One slot per
+        # configured user keeps the cache bounded however many passwords are tried.
+        self._verified: dict[str, tuple[bytes, float]] = {}
+        self._pending = 0  # checks queued or running in `pool` (loop thread only)
         # Unknown users are checked against a dummy hash of the same cost, so that response
         # time does not reveal which user names exist.
         cost = max((_hash_cost(h) for h in self._users.values()), default=4)
@@ -152,11 +198,17 @@ class _BasicAuth:
 
     def _digest(self, user: bytes, password: bytes) -> bytes:
         """Cache key material for one (user, password) pair."""
-        # Basic auth splits at the first ':', so a user name never contains one and
-        # "user:password" is unambiguous.
+        # Basic auth splits at the first ':', so a user name never contains one.
         return hmac.new(self._cache_key, user + b":" + password, hashlib.sha256).digest()
 
-    def check(self, header: str | None) -> bool:
+    @staticmethod
+    def _bcrypt(password: bytes, hashed: bytes) -> bool:
+        try:
+            return bool(bcrypt.checkpw(password[:BCRYPT_MAX_PASSWORD], hashed))
+        except ValueError:
+            return False
+
+    async def check(self, header: str | None) -> bool:
         """Whether an Authorization header carries a valid user and password."""
         credentials = _parse_basic(header)
         if credentials is None:
@@ -167,33 +219,25 @@ class _BasicAuth:
         except UnicodeDecodeError:
             return False
         digest = self._digest(user_b, password)
-        with self._cache_lock:
-            cached = self._verified.get(user)
-        if cached is not None and hmac.compare_digest(cached, digest):
+        now = self._clock()
+        cached = self._verified.get(user)
+        if cached is not None and now < cached[1] and hmac.compare_digest(cached[0], digest):
             return True
-
+        if self._pending >= _BCRYPT_QUEUE:
+            return False  # a flood: refuse without queueing more CPU work
         hashed = self._users.get(user)
-        with self._bcrypt_lock:
-            try:
-                ok = bcrypt.checkpw(password, hashed if hashed is not None else self._dummy)
-            except ValueError:
-                ok = False  # e.g. bcrypt>=5 refuses passwords longer than 72 bytes
+        self._pending += 1
+        try:
+            loop = asyncio.get_running_loop()
+            ok = await loop.run_in_executor(
+                self._pool, self._bcrypt, password, hashed if hashed is not None else self._dummy
+            )
+        finally:
+            self._pending -= 1
         if not ok or hashed is None:
             return False
-        with self._cache_lock:
-            self._verified[user] = digest
+        self._verified[user] = (digest, self._clock() + self._ttl)
         return True
-
-    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        """Serve the wrapped app if authorised, else a 401 challenge."""
-        if self.check(environ.get("HTTP_AUTHORIZATION")):
-            return self._app(environ, start_response)
-        return _text_response(
-            start_response,
-            "401 Unauthorized",
-            "Unauthorized\n",
-            [("WWW-Authenticate", f'Basic realm="{REALM}"')],
-        )
 
 
 def _hash_cost(hashed: bytes) -> int:
@@ -237,172 +281,551 @@ class _LogStream:
         """Nothing is buffered."""
 
 
-class _ServerHandler(ServerHandler):
-    """wsgiref's handler, logging app exceptions through `logging` rather than stderr."""
+class _Gate:
+    """The connection cap, counted from accept() (TLS handshakes included).
 
-    def log_exception(self, exc_info: Any) -> None:
-        """Log an exception raised by the application."""
-        path = (getattr(self, "environ", None) or {}).get("PATH_INFO")
-        log.error("error serving %s", path, exc_info=exc_info)
+    At the cap, a new connection evicts the oldest one with no request under way (still in
+    its TLS handshake, idle, or still sending its headers), so stalled clients cannot lock
+    out a real scrape. If every connection is busy, accepting pauses until one ends.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.conns: dict[_Connection, None] = {}  # insertion order: oldest first
+        self.on_release: Callable[[], None] = lambda: None
+
+    def admit(self, conn: _Connection) -> bool:
+        """Count `conn` in, evicting the oldest idle or stalled one at the cap."""
+        if len(self.conns) >= self.cap:
+            victim = next((c for c in self.conns if not c.busy), None)
+            if victim is None:
+                return False
+            self.release(victim)
+            victim.evict()
+        self.conns[conn] = None
+        return True
+
+    def full(self) -> bool:
+        """Whether no connection could be admitted now."""
+        return len(self.conns) >= self.cap and all(c.busy for c in self.conns)
+
+    def release(self, conn: _Connection) -> None:
+        """Count `conn` out (idempotent)."""
+        if self.conns.pop(conn, 0) is None:
+            self.on_release()
 
 
-class _RequestHandler(WSGIRequestHandler):
-    """One HTTP request per connection, quiet, with a socket timeout."""
+class _Connection(web_protocol.RequestHandler):
+    """aiohttp's connection handler plus the connection cap and the whole-request deadline."""
 
-    # StreamRequestHandler.setup() applies this to the connection.
-    timeout = _CONNECTION_TIMEOUT_S
+    def __init__(
+        self, manager: web_server.Server, *, gate: _Gate, limits: Limits, **kwargs: Any
+    ) -> None:
+        super().__init__(manager, **kwargs)
+        self._gate = gate
+        self._limits = limits
+        self._admitted = False
+        self._evicted = False
+        self.sock: socket.socket | None = None  # the accepted socket, until connection_made
+        self._deadline: asyncio.TimerHandle | None = None
+        self.served = 0
+        self.busy = False
 
-    def log_message(self, format: str, *args: Any) -> None:
-        """Log requests at debug level only: a scrape every second would flood the log."""
-        log.debug("%s - %s", self.address_string(), format % args)
-
-    def address_string(self) -> str:
-        """The client's IP address (never a reverse DNS lookup)."""
-        return str(self.client_address[0])
-
-    def get_stderr(self) -> Any:
-        """Send wsgi.errors to logging."""
-        return _LogStream()
-
-    def handle(self) -> None:
-        """Handle a single request (like wsgiref, but multithreaded and with our handler)."""
-        self.raw_requestline = self.rfile.readline(65537)
-        if len(self.raw_requestline) > 65536:
-            self.requestline = ""
-            self.request_version = ""
-            self.command = ""
-            self.send_error(414)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self._evicted:
+            cast("asyncio.Transport", transport).abort()
             return
-        if not self.parse_request():
-            return
-        handler = _ServerHandler(
-            self.rfile,
-            cast("IO[bytes]", self.wfile),
-            self.get_stderr(),
-            self.get_environ(),
-            multithread=True,
+        self._admitted = True
+        self.sock = None
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._gate.release(self)
+        self._disarm()
+        if self._admitted:
+            super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if data and self._deadline is None:
+            self._arm()  # the first byte of a request starts its deadline
+        super().data_received(data)
+
+    def _arm(self) -> None:
+        self._deadline = self._loop.call_later(self._limits.request_timeout, self._expired)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        log.debug(
+            "request from %s past its %gs deadline: closed",
+            self._peer(),
+            self._limits.request_timeout,
         )
-        handler.request_handler = self  # type: ignore[attr-defined]  # wsgiref's back-pointer
-        handler.run(self.server.get_app())  # type: ignore[attr-defined]
+        self.evict()
+
+    def _peer(self) -> str:
+        peer = self.transport.get_extra_info("peername") if self.transport else None
+        return str(peer[0]) if peer else "?"
+
+    def evict(self) -> None:
+        """Close the connection now, unsent data and all."""
+        self._evicted = True
+        self._gate.release(self)
+        transport = self.transport
+        if transport is not None:
+            self.force_close()
+            transport.abort()
+        elif self.sock is not None:
+            # Still in its TLS handshake: make the handshake fail at once; asyncio then
+            # closes the socket it is watching.
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
+
+    async def finish_response(
+        self, request: BaseRequest, resp: StreamResponse, start_time: float | None
+    ) -> tuple[StreamResponse, bool]:
+        try:
+            return await super().finish_response(request, resp, start_time)
+        finally:
+            self.busy = False
+            self.served += 1
+            self._disarm()
+            if self._messages:
+                self._arm()  # a pipelined request is already waiting
 
 
-class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
-    """A wsgiref server with a thread per connection and TLS done in that thread."""
-
-    daemon_threads = True
-    # Do not join request threads on close: a stalled client must not block shutdown.
-    block_on_close = False
-    request_queue_size = 128
+class _Handler:
+    """The request handler: auth, routing, body, and the WSGI app in the thread pool."""
 
     def __init__(
         self,
-        address: tuple[Any, ...],
-        family: socket.AddressFamily,
-        ssl_context: ssl.SSLContext | None,
+        app: WSGIApp,
+        auth: _BasicAuth | None,
+        headers: dict[str, str],
+        limits: Limits,
+        pool: concurrent.futures.Executor,
+        scheme: str,
     ) -> None:
-        """Bind to `address` using `family`; wrap connections with `ssl_context` if set."""
-        self.address_family = family
-        self.ssl_context = ssl_context
-        super().__init__(address, _RequestHandler)
+        self._app = app
+        self._auth = auth
+        # Blank values mean "unset" in exporter-toolkit's format.
+        self._headers = [(k, v) for k, v in headers.items() if v]
+        self._limits = limits
+        self._pool = pool
+        self._scheme = scheme
 
-    def server_bind(self) -> None:
-        """Bind without HTTPServer's socket.getfqdn(), a DNS lookup that can stall startup."""
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name = str(host)
-        self.server_port = int(port)
-        self.setup_environ()
+    async def __call__(self, request: BaseRequest) -> StreamResponse:
+        conn = request.protocol
+        if isinstance(conn, _Connection):
+            conn.busy = True
+        resp = await self._respond(request)
+        # Configured headers on every response, 401 and 404 included (as exporter-toolkit).
+        for name, value in self._headers:
+            resp.headers.setdefault(name, value)
+        if (
+            isinstance(conn, _Connection)
+            and conn.served + 1 >= self._limits.max_requests_per_connection
+        ):
+            resp.force_close()
+        return resp
 
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        """Run in the worker thread: do the TLS handshake, then serve the request."""
-        if self.ssl_context is None:
-            super().finish_request(request, client_address)
-            return
-        request.settimeout(_HANDSHAKE_TIMEOUT_S)
+    async def _respond(self, request: BaseRequest) -> StreamResponse:
+        if self._auth is not None and not await self._auth.check(
+            request.headers.get("Authorization")
+        ):
+            return Response(
+                status=401,
+                text="Unauthorized\n",
+                headers={"WWW-Authenticate": f'Basic realm="{REALM}"'},
+            )
+        environ = self._environ(request)
+        if request.body_exists:
+            length = request.content_length
+            if length is not None and length > self._limits.max_body:
+                environ["CONTENT_LENGTH"] = str(length)  # the app answers 413
+            else:
+                body, size = await self._read_body(request)
+                environ["CONTENT_LENGTH"] = str(size)
+                environ["wsgi.input"] = io.BytesIO(body)
+        loop = asyncio.get_running_loop()
+        status, headers, data = await loop.run_in_executor(self._pool, self._call, environ)
+        code, _, reason = status.partition(" ")
+        resp = Response(status=int(code), reason=reason or None, body=data)
+        for name, value in headers:
+            if name.lower() != "content-length":  # aiohttp sets it from the body
+                resp.headers.add(name, value)
+        return resp
+
+    async def _read_body(self, request: BaseRequest) -> tuple[bytes, int]:
+        """The body, or (b"", size) once it passes max_body (the app then answers 413)."""
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := await request.content.readany():
+            size += len(chunk)
+            if size > self._limits.max_body:
+                return b"", size
+            chunks.append(chunk)
+        return b"".join(chunks), size
+
+    def _environ(self, request: BaseRequest) -> dict[str, Any]:
+        host, port = "", 0
+        sockname = request.transport.get_extra_info("sockname") if request.transport else None
+        if sockname:
+            host, port = str(sockname[0]), int(sockname[1])
+        environ: dict[str, Any] = {
+            "REQUEST_METHOD": request.method,
+            "SCRIPT_NAME": "",
+            "PATH_INFO": request.path,
+            "QUERY_STRING": request.query_string,
+            "SERVER_NAME": host,
+            "SERVER_PORT": str(port),
+            "SERVER_PROTOCOL": f"HTTP/{request.version.major}.{request.version.minor}",
+            "REMOTE_ADDR": request.remote or "",
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": self._scheme,
+            "wsgi.input": io.BytesIO(b""),
+            "wsgi.errors": _LogStream(),
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": False,
+            "wsgi.run_once": False,
+        }
+        for name, value in request.headers.items():
+            key = name.upper()
+            if "_" in key:
+                continue  # X_Token must not pass for X-Token (nginx drops these by default too)
+            key = key.replace("-", "_")
+            if key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+                environ[key] = value
+                continue
+            key = "HTTP_" + key
+            environ[key] = f"{environ[key]},{value}" if key in environ else value
+        return environ
+
+    def _call(self, environ: dict[str, Any]) -> tuple[str, list[tuple[str, str]], bytes]:
+        """Run the WSGI app (in a pool thread): status, headers, body."""
+        got: list[tuple[str, list[tuple[str, str]]]] = []
+
+        def start_response(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
+            got[:] = [(status, list(headers))]
+            return lambda data: None
+
         try:
-            conn = self.ssl_context.wrap_socket(request, server_side=True)
-        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-            # wrap_socket() closes the connection itself when the handshake fails.
-            log.debug("TLS handshake with %s failed: %s", client_address[0], exc)
-            return
-        try:
-            _RequestHandler(conn, client_address, self)
-        finally:
-            # The plain socket was detached into `conn`, so the caller's shutdown_request()
-            # cannot close it; do it here.
-            self.shutdown_request(conn)
+            result = self._app(environ, start_response)
+            try:
+                body = b"".join(result)
+            finally:
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()
+        except Exception:
+            log.exception("error serving %s", environ.get("PATH_INFO"))
+            return "500 Internal Server Error", [("Content-Type", "text/plain")], b"500\n"
+        if not got:
+            log.error("%s: the app sent no status", environ.get("PATH_INFO"))
+            return "500 Internal Server Error", [("Content-Type", "text/plain")], b"500\n"
+        status, headers = got[0]
+        return status, headers, body
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Log a failed connection instead of printing a traceback to stderr."""
-        exc = sys.exc_info()[1]
-        if isinstance(exc, (ConnectionError, TimeoutError, ssl.SSLError)):
-            log.debug("connection from %s ended: %s", client_address[0], exc)
-        else:
-            log.error("error handling connection from %s", client_address[0], exc_info=True)
+
+def _exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Clients that vanish mid-handshake or mid-request are routine: debug, not error."""
+    exc = context.get("exception")
+    if isinstance(exc, (ConnectionError, TimeoutError, ssl.SSLError)):
+        log.debug("%s: %s", context.get("message"), exc)
+    else:
+        loop.default_exception_handler(context)
+
+
+def _same(conn: _Connection) -> _Connection:
+    """A protocol factory returning the protocol made (and admitted) at accept time."""
+    return conn
+
+
+class _Acceptor:
+    """accept() on the listening socket, admitting each connection through the gate.
+
+    Our own loop rather than loop.create_server(): asyncio accepts a whole backlog before
+    any protocol sees a connection, so a cap enforced there comes too late to keep the
+    process within its fd limit.
+    """
+
+    _BATCH = 16  # accepts per readiness event, so the loop also serves the open ones
+    _RETRY_S = 1.0  # after EMFILE and the like
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        gate: _Gate,
+        factory: Callable[[], _Connection],
+        ssl_context: ssl.SSLContext | None,
+        handshake_timeout: float,
+    ) -> None:
+        self._loop = loop
+        self._sock = sock
+        self._gate = gate
+        self._factory = factory
+        self._ssl = ssl_context
+        self._handshake_timeout = handshake_timeout
+        self._reading = False
+        self._closed = False
+        self._retry: asyncio.TimerHandle | None = None
+        self._last_warning = -float("inf")
+        self._tasks: set[asyncio.Task[Any]] = set()
+        gate.on_release = self._resume
+
+    def start(self) -> None:
+        self._resume()
+
+    def _resume(self) -> None:
+        if not self._reading and not self._closed and self._retry is None:
+            self._loop.add_reader(self._sock.fileno(), self._accept)
+            self._reading = True
+
+    def _pause(self) -> None:
+        if self._reading:
+            self._loop.remove_reader(self._sock.fileno())
+            self._reading = False
+
+    def _retry_later(self) -> None:
+        self._pause()
+
+        def again() -> None:
+            self._retry = None
+            self._resume()
+
+        self._retry = self._loop.call_later(self._RETRY_S, again)
+
+    def _accept(self) -> None:
+        for _ in range(self._BATCH):
+            if self._gate.full():
+                self._pause()  # resumed when a connection ends
+                return
+            try:
+                sock, _addr = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    now = time.monotonic()
+                    if now - self._last_warning > 60:
+                        self._last_warning = now
+                        log.warning("accept(): %s; pausing for %gs", exc.strerror, self._RETRY_S)
+                    self._retry_later()
+                    return
+                if exc.errno in (errno.ECONNABORTED, errno.EPROTO):
+                    continue
+                raise
+            sock.setblocking(False)
+            conn = self._factory()
+            conn.sock = sock
+            self._gate.admit(conn)
+            task = self._loop.create_task(
+                self._loop.connect_accepted_socket(
+                    functools.partial(_same, conn),
+                    sock,
+                    ssl=self._ssl,
+                    ssl_handshake_timeout=self._handshake_timeout if self._ssl else None,
+                )
+            )
+            self._tasks.add(task)
+            task.add_done_callback(functools.partial(self._connected, conn=conn))
+
+    def _connected(self, task: asyncio.Task[Any], conn: _Connection) -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or task.exception() is not None:
+            # A failed TLS handshake: the protocol never saw the connection.
+            exc = None if task.cancelled() else task.exception()
+            log.debug("connection failed before it was made: %s", exc)
+            self._gate.release(conn)
+            if conn.sock is not None:
+                conn.sock.close()
+                conn.sock = None
+
+    async def close(self) -> None:
+        self._closed = True
+        self._pause()
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        self._sock.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 class Server:
     """A running endpoint: where it listens, and how to stop it."""
 
-    def __init__(self, httpd: _ThreadingWSGIServer, thread: threading.Thread, tls: bool) -> None:
-        """Wrap a started server and the thread serving it."""
-        self._httpd = httpd
-        self._thread = thread
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        acceptor: _Acceptor,
+        manager: web_server.Server,
+        gate: _Gate,
+        pools: list[concurrent.futures.ThreadPoolExecutor],
+        sockname: tuple[Any, ...],
+        tls: bool,
+    ) -> None:
+        """Wrap a started server; its loop is run by a daemon thread started here."""
+        self._loop = loop
+        self._acceptor = acceptor
+        self._manager = manager
+        self._gate = gate
+        self._pools = pools
         self._stopped = False
         self._stop_lock = threading.Lock()
-        self.host: str = str(httpd.server_address[0])
-        self.port: int = int(httpd.server_address[1])
+        self.host: str = str(sockname[0])
+        self.port: int = int(sockname[1])
         self.tls = tls
         scheme = "https" if tls else "http"
         netloc = f"[{self.host}]" if ":" in self.host else self.host
         self.url: str = f"{scheme}://{netloc}:{self.port}"
+        self._thread = threading.Thread(
+            target=self._run, name=f"wattbit-http-{self.port}", daemon=True
+        )
+        self._thread.start()
 
-    def shutdown(self) -> None:
-        """Stop accepting connections and close the listening socket (idempotent)."""
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_forever()
+        finally:
+            with contextlib.suppress(Exception):
+                self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.close()
+
+    def open_connections(self) -> int:
+        """Connections open now (after their TLS handshake)."""
+        return len(self._gate.conns)
+
+    async def _close(self, grace: float) -> None:
+        await self._acceptor.close()
+        # Requests under way may finish (a run API write completes its commit); stalled
+        # ones are cut at `grace`.
+        await self._manager.shutdown(grace)
+        for conn in list(self._gate.conns):
+            conn.evict()
+        await asyncio.sleep(0)
+
+    def shutdown(self, grace: float = 5.0) -> None:
+        """Stop accepting, finish or cut requests under way, close every socket (idempotent)."""
         with self._stop_lock:
             if self._stopped:
                 return
             self._stopped = True
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        if self._loop.is_running():
+            future = asyncio.run_coroutine_threadsafe(self._close(grace), self._loop)
+            try:
+                future.result(timeout=grace + 5)
+            except Exception:
+                log.warning("HTTP server did not close cleanly", exc_info=True)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+        for pool in self._pools:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def __repr__(self) -> str:
         """Show where it listens."""
         return f"Server({self.url})"
 
 
-def _resolve(host: str, port: int) -> tuple[socket.AddressFamily, tuple[Any, ...]]:
-    """The address family and socket address to bind for `host` (IPv4, IPv6 or a name)."""
+def _listen_socket(host: str, port: int, backlog: int) -> socket.socket:
+    """A listening socket for `host` (IPv4, IPv6 or a name; "" = every address) and port."""
     host = host.strip("[]")  # accept "[::1]" as written in URLs
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, _, _, _, sockaddr = infos[0]
-    return family, sockaddr
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(sockaddr)
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _connection_cap(configured: int) -> int:
+    """The cap, kept under half the fd limit so that accept() never runs out of fds."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or configured <= soft // 2:
+        return configured
+    cap = max(8, soft // 2)
+    log.info("connection cap %d lowered to %d: half the open-file limit %d", configured, cap, soft)
+    return cap
 
 
 def start_server(
-    host: str, port: int, routes: dict[str, WSGIApp], web: WebConfig | None = None
+    host: str,
+    port: int,
+    routes: dict[str, WSGIApp],
+    web: WebConfig | None = None,
+    limits: Limits | None = None,
 ) -> Server:
-    """Bind `host:port` (0 = ephemeral) and serve `routes` in a daemon thread."""
-    ssl_context = web.ssl_context() if web is not None else None
-    app = _router(routes)
-    if web is not None and web.basic_auth_users:
-        users = {u: h.get_secret_value().encode() for u, h in web.basic_auth_users.items()}
-        app = _BasicAuth(app, users)
-    if web is not None:
-        # Outermost, so 401 and 404 responses carry the headers too (as in exporter-toolkit).
-        app = _with_headers(app, web.http_server_config.headers)
+    """Bind `host:port` (0 = ephemeral) and serve `routes` on an asyncio loop in a daemon thread.
 
-    family, sockaddr = _resolve(host, port)
-    httpd = _ThreadingWSGIServer(sockaddr, family, ssl_context)
-    httpd.set_app(app)
-    thread = threading.Thread(
-        target=httpd.serve_forever,
-        kwargs={"poll_interval": 0.2},
-        name=f"wattbit-http-{httpd.server_address[1]}",
-        daemon=True,
+    Raises OSError when the address cannot be bound.
+    """
+    limits = limits or Limits()
+    ssl_context = web.ssl_context() if web is not None else None
+    pool = concurrent.futures.ThreadPoolExecutor(limits.workers, thread_name_prefix="wattbit-http")
+    pools = [pool]
+    auth = None
+    if web is not None and web.basic_auth_users:
+        bcrypt_pool = concurrent.futures.ThreadPoolExecutor(
+            BCRYPT_CONCURRENCY, thread_name_prefix="wattbit-bcrypt"
+        )
+        pools.append(bcrypt_pool)
+        users = {u: h.get_secret_value().encode() for u, h in web.basic_auth_users.items()}
+        auth = _BasicAuth(users, bcrypt_pool)
+    headers = web.http_server_config.headers if web is not None else {}
+    handler = _Handler(
+        _router(routes), auth, headers, limits, pool, "https" if ssl_context else "http"
     )
-    thread.start()
-    server = Server(httpd, thread, tls=ssl_context is not None)
+
+    loop = asyncio.new_event_loop()
+    loop.set_exception_handler(_exception_handler)
+    try:
+        sock = _listen_socket(host, port, backlog=128)
+        gate = _Gate(_connection_cap(limits.max_connections))
+
+        async def start() -> tuple[web_server.Server, _Acceptor]:
+            kwargs: dict[str, Any] = {
+                "keepalive_timeout": limits.idle_timeout,
+                "max_line_size": limits.max_line_size,
+                "max_field_size": limits.max_field_size,
+                "max_headers": limits.max_headers,
+                # After a 413, read and drop what the client still sends, briefly, so that
+                # it sees the answer rather than a reset.
+                "lingering_time": 2.0,
+                "access_log": None,
+            }
+            manager = web_server.Server(handler, loop=loop, **kwargs)
+
+            def factory() -> _Connection:
+                return _Connection(manager, gate=gate, limits=limits, loop=loop, **kwargs)
+
+            acceptor = _Acceptor(
+                loop, sock, gate, factory, ssl_context, limits.tls_handshake_timeout
+            )
+            acceptor.start()
+            return manager, acceptor
+
+        manager, acceptor = loop.run_until_complete(start())
+    except BaseException:
+        loop.close()
+        for p in pools:
+            p.shutdown(wait=False)
+        raise
+    server = Server(
+        loop, acceptor, manager, gate, pools, sock.getsockname(), ssl_context is not None
+    )
     log.info("listening on %s", server.url)
     return server

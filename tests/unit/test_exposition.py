@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
 
@@ -72,3 +73,16 @@ def test_wsgi_app_gzip_and_head() -> None:
     assert got["status"] == "200 OK"
     assert _stable(gzip.decompress(body)) == _stable(generate_latest(r))
     assert b"".join(app({"REQUEST_METHOD": "HEAD"}, start)) == b""
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "TRACE", "DELETE", "OPTIONS"])
+def test_wsgi_app_refuses_other_methods(method: str) -> None:
+    app = metrics_app(_registry())
+    got: dict[str, object] = {}
+
+    def start(status: str, headers: list[tuple[str, str]]) -> None:
+        got["status"], got["headers"] = status, dict(headers)
+
+    b"".join(app({"REQUEST_METHOD": method}, start))
+    assert got["status"] == "405 Method Not Allowed"
+    assert got["headers"] == {"Content-Type": "text/plain; charset=utf-8", "Allow": "GET, HEAD"}

@@ -151,10 +151,67 @@ def test_unknown_key_is_named(tmp_path: Path, text: str, key: str) -> None:
 
 
 def test_exporter_toolkit_key_that_wattbit_lacks_is_rejected_not_ignored(tmp_path: Path) -> None:
-    text = "tls_server_config:\n  cipher_suites: [TLS_AES_128_GCM_SHA256]\n"
+    text = "tls_server_config:\n  curve_preferences: [X25519]\n"
     err = load_error(write(tmp_path / "web.yml", text))
-    assert err.key == "tls_server_config.cipher_suites"
+    assert err.key == "tls_server_config.curve_preferences"
     assert "not supported" in err.reason
+
+
+def _tls(tmp_path: Path, extra: str) -> Path:
+    make_cert(tmp_path)
+    text = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n" + extra
+    return write(tmp_path / "web.yml", text)
+
+
+def _tls12_names(ctx: ssl.SSLContext) -> set[str]:
+    return {c["name"] for c in ctx.get_ciphers() if c["protocol"] == "TLSv1.2"}
+
+
+def test_default_tls12_suites_are_forward_secret_aead_only(tmp_path: Path) -> None:
+    ctx = load_web_config(_tls(tmp_path, "")).ssl_context()
+    assert ctx is not None
+    names = _tls12_names(ctx)
+    assert names == {
+        "ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "ECDHE-RSA-AES128-GCM-SHA256", "ECDHE-RSA-AES256-GCM-SHA384",
+        "ECDHE-ECDSA-CHACHA20-POLY1305", "ECDHE-RSA-CHACHA20-POLY1305",
+    }  # fmt: skip
+    assert ctx.options & ssl.OP_CIPHER_SERVER_PREFERENCE
+
+
+def test_cipher_suites_take_go_names(tmp_path: Path) -> None:
+    extra = (
+        "  cipher_suites:\n    - TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384\n"
+        "    - TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305\n"
+        "    - TLS_AES_128_GCM_SHA256\n"  # TLS 1.3: accepted, always on, not configurable
+        "  prefer_server_cipher_suites: false\n"
+    )
+    ctx = load_web_config(_tls(tmp_path, extra)).ssl_context()
+    assert ctx is not None
+    assert _tls12_names(ctx) == {"ECDHE-RSA-AES256-GCM-SHA384", "ECDHE-ECDSA-CHACHA20-POLY1305"}
+    assert not ctx.options & ssl.OP_CIPHER_SERVER_PREFERENCE
+
+
+@pytest.mark.parametrize(
+    ("extra", "key", "reason"),
+    [
+        ("  cipher_suites: [TLS_RSA_WITH_AES_128_CBC_SHA]\n", "cipher_suites", "refused"),
+        ("  cipher_suites: [TLS_RSA_WITH_AES_128_GCM_SHA256]\n", "cipher_suites", "forward-secret"),
+        ("  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA]\n", "cipher_suites", "refused"),
+        ("  cipher_suites: [AES128-SHA]\n", "cipher_suites", "unknown cipher suite 'AES128-SHA'"),
+        ("  cipher_suites: [TLS_AES_128_GCM_SHA256]\n  max_version: TLS12\n",
+         "cipher_suites", "no TLS 1.2 suite"),
+        ("  min_version: TLS10\n", "min_version", "not offered"),
+        ("  min_version: TLS11\n  max_version: TLS11\n", "min_version", "not offered"),
+        ("  prefer_server_cipher_suites: 'yes'\n", "prefer_server_cipher_suites", "boolean"),
+    ],
+)  # fmt: skip
+def test_bad_tls_suites_and_versions_name_the_key(
+    tmp_path: Path, extra: str, key: str, reason: str
+) -> None:
+    err = load_error(_tls(tmp_path, extra))
+    assert err.key == f"tls_server_config.{key}"
+    assert reason in err.reason
 
 
 def test_missing_cert_file_names_key_and_file(tmp_path: Path) -> None:
