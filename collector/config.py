@@ -10,6 +10,7 @@ password hashes).
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
@@ -23,11 +24,13 @@ from exporters.strict import Strict
 __all__ = [
     "ConfigError",
     "Duration",
+    "DurationOrZero",
     "ProcessConfig",
     "Regex",
     "Strict",
     "load_model",
     "parse_duration",
+    "parse_duration_or_zero",
     "parse_listen",
 ]
 
@@ -49,25 +52,59 @@ class ConfigError(Exception):
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION_HELP = "expected a duration like 10s, 500ms or 1m"
+
+
+def _seconds(value: Any) -> float:
+    """Seconds from '10s', '500ms', '1m', '2h' or a bare number; ValueError (no echo) else."""
+    if isinstance(value, bool):
+        raise ValueError(_DURATION_HELP)
+    try:
+        if isinstance(value, int | float):
+            seconds = float(value)
+        elif isinstance(value, str) and (m := _DURATION.match(value)):
+            seconds = float(m.group(1)) * _UNIT[m.group(2)]
+        else:
+            raise ValueError(_DURATION_HELP)
+    except OverflowError:  # an integer beyond any float
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        raise ValueError("a duration must be a finite number of seconds")
+    return seconds
 
 
 def parse_duration(value: Any) -> float:
-    """Seconds from '10s', '500ms', '1m', '2h' or a bare number of seconds."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration like 10s, 500ms or 1m")
-    if isinstance(value, int | float):
-        return float(value)
-    m = _DURATION.match(str(value))
-    if not m:
-        raise ValueError(f"expected a duration like 10s, 500ms or 1m, got {value!r}")
-    return float(m.group(1)) * _UNIT[m.group(2)]
+    """Seconds (finite, > 0) from '10s', '500ms', '1m', '2h' or a bare number of seconds.
+
+    Errors never quote the value: it may be a secret pasted into the wrong key.
+    """
+    seconds = _seconds(value)
+    if seconds <= 0:
+        raise ValueError("a duration must be greater than 0")
+    return seconds
+
+
+def parse_duration_or_zero(value: Any) -> float:
+    """As parse_duration, but 0 is allowed (for the keys where 0 means something)."""
+    seconds = _seconds(value)
+    if seconds < 0:
+        raise ValueError("a duration must not be negative")
+    return seconds
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+"""A finite number of seconds > 0 (NaN, infinities, 0 and negative values are refused)."""
+DurationOrZero = Annotated[float, BeforeValidator(parse_duration_or_zero)]
+"""A finite number of seconds >= 0: only where 0 has a meaning of its own (say which)."""
 
 
 def parse_listen(value: str, default_port: int) -> tuple[str, int]:
-    """(host, port) from 'HOST:PORT', '[v6]:PORT', ':PORT' or 'HOST'."""
+    """(host, port) from 'HOST:PORT', '[v6]:PORT', ':PORT' or 'HOST'; the port is 1-65535.
+
+    Errors never quote the value.
+    """
+    if not isinstance(value, str):
+        raise ValueError("expected HOST:PORT or [IPv6]:PORT")
     value = value.strip()
     m = re.match(r"^\[([0-9a-fA-F:.]+)\](?::(\d+))?$", value)
     if m:
@@ -77,25 +114,34 @@ def parse_listen(value: str, default_port: int) -> tuple[str, int]:
     elif value.count(":") == 0:
         host, port = value, None
     else:
-        raise ValueError(f"expected HOST:PORT or [IPv6]:PORT, got {value!r}")
+        raise ValueError("expected HOST:PORT or [IPv6]:PORT")
+    if any(c.isspace() or c in "[]/@" for c in host):
+        raise ValueError("expected HOST:PORT or [IPv6]:PORT (not a valid host)")
     if port is None or port == "":
         port_n = default_port
-    elif port.isdigit() and 0 <= int(port) <= 65535:
+    elif port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535:
         port_n = int(port)
     else:
-        raise ValueError(f"port must be 0-65535, got {port!r}")
+        raise ValueError("the port must be 1-65535")
     return host or "0.0.0.0", port_n
 
 
-def _regex(value: str) -> str:
+def _regex(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # `name: 5` as YAML gives it: the digits are the pattern
+    if not isinstance(value, str):
+        raise ValueError("expected a regular expression (a string)")
     try:
         re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"not a valid regular expression: {exc}") from exc
+    except (re.error, RecursionError, OverflowError) as exc:
+        # re.error's own message may quote part of the pattern: give the position only.
+        pos = getattr(exc, "pos", None)
+        where = f" (at position {pos})" if pos is not None else ""
+        raise ValueError(f"not a valid regular expression{where}") from None
     return value
 
 
-Regex = Annotated[str, BeforeValidator(lambda v: _regex(str(v)))]
+Regex = Annotated[str, BeforeValidator(_regex)]
 
 
 class ProcessConfig(Strict):
@@ -206,12 +252,17 @@ def load_model(model: type[M], path: str | Path | None, context: dict[str, Any] 
     except yaml.YAMLError as exc:
         # `from None`: the YAML error quotes the offending line, which may hold a secret.
         raise ConfigError(path, "", _redact(_yaml_reason(exc))) from None
+    except (ValueError, TypeError, OverflowError, RecursionError):
+        # PyYAML's own constructors raise these on values such as a timestamp 2024-13-45.
+        raise ConfigError(path, "", "not valid YAML: a value cannot be read") from None
     if data is None:
         data = {}  # an empty file: every default
     if not isinstance(data, dict):
         raise ConfigError(path, "", "the top level must be a mapping")
     try:
         cfg = model.model_validate(data, context=context)
+    except RecursionError:
+        raise ConfigError(path, "", "nested too deeply") from None
     except ValidationError as exc:
         err = exc.errors(include_input=False, include_url=False)[0]
         key = _key(err["loc"])

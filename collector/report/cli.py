@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 import time
@@ -46,11 +47,11 @@ def parse_time(text: str, now: float | None = None) -> float:
 def _duration(text: str) -> float:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)?", text.strip())
     if not m:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (10s, 1m, 0.5)")
+        raise argparse.ArgumentTypeError("not a duration (10s, 1m, 0.5)")
     mult = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
     v = float(m.group(1)) * mult
-    if v <= 0:
-        raise argparse.ArgumentTypeError("must be positive")
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError("must be a finite duration greater than 0")
     return v
 
 
@@ -72,7 +73,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("run", nargs="?", help="run name (from the run registry's series)")
-    p.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus base URL")
+    p.add_argument(
+        "--prometheus", required=True, metavar="URL",
+        help="Prometheus base URL (no credentials in it: use the options below)",
+    )  # fmt: skip
+    p.add_argument("--prometheus-user", metavar="USER", help="basic-auth user name")
+    p.add_argument(
+        "--prometheus-password-file", metavar="FILE",
+        help="basic-auth password: the first line of FILE (mode 0600)",
+    )  # fmt: skip
+    p.add_argument(
+        "--prometheus-token-file", metavar="FILE",
+        help="bearer token: the first line of FILE (mode 0600)",
+    )  # fmt: skip
     p.add_argument("--out", default=".", metavar="DIR", help="output directory (default .)")
     p.add_argument("--start", metavar="TIME", help="window start instead of a run's")
     p.add_argument("--end", metavar="TIME", help="window end (default now with --start)")
@@ -87,8 +100,37 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="lag search range either way (default 120s)",
     )  # fmt: skip
     p.add_argument("--interfaces", metavar="REGEX", help="count only these interfaces' bytes")
-    p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout, seconds")
+    p.add_argument(
+        "--timeout", type=_duration, default=120.0, metavar="DURATION",
+        help="per-request timeout (default 120s)",
+    )  # fmt: skip
     p.set_defaults(func=run)
+
+
+def _credentials(args: argparse.Namespace) -> dict[str, str]:
+    """Prometheus credentials from the files given; ValueError (naming the option) if unusable."""
+    from collector.site.config import read_secret_file
+
+    user = getattr(args, "prometheus_user", None)
+    password_file = getattr(args, "prometheus_password_file", None)
+    token_file = getattr(args, "prometheus_token_file", None)
+    if token_file and (user or password_file):
+        raise ValueError("give either --prometheus-token-file or --prometheus-user, not both")
+    if password_file and not user:
+        raise ValueError("--prometheus-password-file needs --prometheus-user")
+    out: dict[str, str] = {}
+    for option, path, key in (
+        ("--prometheus-password-file", password_file, "password"),
+        ("--prometheus-token-file", token_file, "token"),
+    ):
+        if path:
+            try:
+                out[key] = read_secret_file(Path(path))
+            except ValueError as exc:  # says what is wrong, never what the file holds
+                raise ValueError(f"{option}: {exc}") from None
+    if user:
+        out["user"] = user
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,13 +152,21 @@ def run(args: argparse.Namespace) -> int:
     if args.end is not None and args.start is None:
         print("wattbit report: --end needs --start", file=sys.stderr)
         return 2
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        print("wattbit report: --out must be a directory", file=sys.stderr)
+        return 2
     if args.interfaces:
         try:
             re.compile(args.interfaces)
         except re.error as exc:
             print(f"wattbit report: --interfaces: {exc}", file=sys.stderr)
             return 2
-    prom = Prometheus(args.prometheus, timeout=args.timeout)
+    try:
+        prom = Prometheus(args.prometheus, timeout=args.timeout, **_credentials(args))
+    except (ValueError, PromError) as exc:
+        print(f"wattbit report: {exc}", file=sys.stderr)
+        return 2
     opts = Options(step=args.step, max_lag=args.max_lag, interfaces=args.interfaces)
     try:
         now = time.time()
@@ -153,7 +203,11 @@ def run(args: argparse.Namespace) -> int:
         return 1
     from . import render
 
-    paths = render.write(result, Path(args.out), other)
+    try:
+        paths = render.write(result, Path(args.out), other)
+    except OSError as exc:
+        print(f"wattbit report: cannot write to --out: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     for line in render.summary_lines(result.doc):
         print(line)
     print("wrote " + ", ".join(str(p) for p in paths))

@@ -8,6 +8,7 @@ in an instant query) are cut into time chunks so that no single answer grows wit
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import re
@@ -67,14 +68,50 @@ def _ts(t: float) -> str:
     return f"{t:.3f}"
 
 
-class Prometheus:
-    """Client of one Prometheus server (or anything speaking its query API)."""
+def without_userinfo(url: str) -> str:
+    """The URL with any ``user:password@`` removed: the only form of it that may be shown."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<the --prometheus URL>"
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
-    def __init__(self, url: str, timeout: float = 120.0) -> None:
+
+class Prometheus:
+    """Client of one Prometheus server (or anything speaking its query API).
+
+    Credentials: basic auth (user, password) or a bearer token, sent with every request
+    (never on a redirect to another URL). Credentials in the URL itself are refused (PromError):
+    a URL ends up in messages, shell history and `ps`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 120.0,
+        *,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+    ) -> None:
+        shown = without_userinfo(url)
+        if shown != url:
+            raise PromError(
+                f"{shown.rstrip('/')}: credentials in the URL are not supported; use "
+                "--prometheus-user with --prometheus-password-file, or --prometheus-token-file"
+            )
         self.url = url.rstrip("/")
         self.timeout = timeout
         self._closed_ranges: bool | None = None
         self.requests = 0
+        self._authorization: str | None = None
+        if token is not None:
+            self._authorization = f"Bearer {token}"
+        elif user is not None:
+            pair = f"{user}:{password or ''}".encode()
+            self._authorization = "Basic " + base64.b64encode(pair).decode("ascii")
 
     # --- transport --------------------------------------------------------------------
 
@@ -87,6 +124,9 @@ class Prometheus:
         )
         if data is not None:
             req.add_header("Content-Type", "application/x-www-form-urlencoded")
+        if self._authorization is not None:
+            # unredirected: urllib copies ordinary headers to wherever a redirect points
+            req.add_unredirected_header("Authorization", self._authorization)
         self.requests += 1
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import io
 import json
 import math
+import os
 import re
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
@@ -580,14 +583,32 @@ def html_report(result: Result, other: Result | None = None) -> str:
     return "\n".join(out)
 
 
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` as a new file (temporary file in its directory, then os.replace).
+
+    A symlink planted at ``path`` is replaced by the file, never written through: ``--out``
+    may be a shared directory. Mode 0644: a report is meant to be read by others.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), 0o644)
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
 def write(result: Result, out_dir: Path, other: Result | None = None) -> list[Path]:
-    """Write ``RUN.json``, ``RUN.md`` and ``RUN.html`` into ``out_dir``."""
+    """Write ``RUN.json``, ``RUN.md`` and ``RUN.html`` into ``out_dir`` (see _replace)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     base = safe_name(result.doc.run)
     pj, pm, ph = (out_dir / f"{base}.{ext}" for ext in ("json", "md", "html"))
-    pj.write_text(json.dumps(finite(result.doc.to_json()), indent=2, allow_nan=False) + "\n")
+    _replace(pj, json.dumps(finite(result.doc.to_json()), indent=2, allow_nan=False) + "\n")
     # the Markdown is made from the finite document and the HTML from the document as
     # computed, as they always were: the same in every case but a NaN or infinite energy
-    pm.write_text(markdown(finite(result.doc), ph.name))
-    ph.write_text(html_report(result, other))
+    _replace(pm, markdown(finite(result.doc), ph.name))
+    _replace(ph, html_report(result, other))
     return [pj, pm, ph]

@@ -3,8 +3,10 @@
 A run is a name, optional labels and a start time; stopping it sets its end time. Runs are
 held in memory behind a lock and persisted to `<state_dir>/runs.json` (written atomically:
 temporary file, fsync, rename, fsync of the directory) on every change, so an active run
-survives a restart of the collector. A corrupt file is moved aside to `runs.json.corrupt`
-(never overwritten, never silently dropped) and the registry starts empty.
+survives a restart of the collector. The file is mode 0600 and never reached through a
+symbolic link: loading refuses one (O_NOFOLLOW), writing replaces the link itself. A corrupt
+file is moved aside to `runs.json.corrupt` (never overwritten, never silently dropped) and the
+registry starts empty.
 
 Exported metrics (see docs/runs.md):
 
@@ -21,10 +23,12 @@ The HTTP API over it is in api.py; `wattbit run` (cli.py) is its client.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
 import re
+import stat
 import tempfile
 import threading
 import time
@@ -204,10 +208,12 @@ def atomic_write(path: Path, text: str) -> None:
 
     A crash at any moment leaves either the old file or the new one, never a torn one.
     """
+    # mkstemp creates the file 0600 with O_EXCL (never through a planted link); os.replace
+    # renames over the name itself, so a symlink at `path` is replaced, never followed.
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            os.fchmod(f.fileno(), 0o644)  # runs are not secret; mkstemp makes 0600
+            os.fchmod(f.fileno(), 0o600)  # run names and labels are the site's business only
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -221,6 +227,22 @@ def atomic_write(path: Path, text: str) -> None:
         os.fsync(dfd)  # make the rename itself durable
     finally:
         os.close(dfd)
+
+
+def _read_nofollow(path: Path) -> bytes:
+    """The bytes of a regular file, refusing a symbolic link (OSError ELOOP) or anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(
+                errno.ELOOP, f"{path} is a symbolic link; refusing to follow it"
+            ) from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(errno.EINVAL, f"{path} is not a regular file")
+        return f.read()
 
 
 class RunRegistry(Exporter):
@@ -255,7 +277,7 @@ class RunRegistry(Exporter):
         if self.path is None:
             return
         try:
-            raw = self.path.read_bytes()
+            raw = _read_nofollow(self.path)
         except FileNotFoundError:
             return
         try:
@@ -281,7 +303,7 @@ class RunRegistry(Exporter):
         assert self.path is not None
         candidate = self.path.with_name(self.path.name + ".corrupt")
         n = 0
-        while candidate.exists():
+        while os.path.lexists(candidate):
             n += 1
             candidate = self.path.with_name(f"{self.path.name}.corrupt.{n}")
         os.rename(self.path, candidate)

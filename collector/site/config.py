@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
 
-from collector.config import Duration, ProcessConfig, Regex, Strict, parse_listen
+from collector.config import Duration, DurationOrZero, ProcessConfig, Regex, Strict, parse_listen
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +24,62 @@ AuthProtocol = Literal["MD5", "SHA", "SHA224", "SHA256", "SHA384", "SHA512"]
 PrivProtocol = Literal["DES", "AES128", "AES192", "AES256"]
 # RFC 3414's MD5 and DES are broken; a site that still has such PDUs must say so.
 INSECURE = {"MD5", "DES"}
+MAX_SECRET_FILE = 64 * 1024  # a community, key or token is a line; refuse to slurp a huge file
+
+
+def read_secret_file(path: Path, warn: bool = True) -> str:
+    """The secret in a file: its first line, stripped; the rest of the file must be empty.
+
+    Refused (ValueError) when the file is not a regular file, cannot be read, is readable by
+    every user (mode o+r, as ssh refuses such a key), is empty or has more lines; a file
+    readable by its group is accepted with a warning. Messages name the file, never its content.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or "not a valid path"
+        raise ValueError(f"cannot read {path}: {reason}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        if st.st_mode & stat.S_IROTH:
+            raise ValueError(
+                f"{path} is readable by every user (mode {stat.S_IMODE(st.st_mode):04o}): "
+                "make it readable by its owner only (chmod 600)"
+            )
+        if st.st_mode & stat.S_IRGRP and warn:
+            log.warning(
+                "secret file %s is readable by its group (mode %04o); chmod 600 unless meant",
+                path,
+                stat.S_IMODE(st.st_mode),
+            )
+        with os.fdopen(os.dup(fd), "rb") as f:
+            raw = f.read(MAX_SECRET_FILE + 1)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or type(exc).__name__}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_SECRET_FILE:
+        raise ValueError(f"{path} is larger than {MAX_SECRET_FILE} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not valid UTF-8") from None
+    first, _, rest = text.partition("\n")
+    if rest.strip():
+        raise ValueError(f"{path} must hold one line (the secret), it has more")
+    value = first.strip()
+    if not value:
+        raise ValueError(f"{path} is empty")
+    return value
+
+
+def _check_secret_file(v: Path | None) -> Path | None:
+    """A field validator of *_file keys: the file must hold a usable secret (see above)."""
+    if v is not None:
+        read_secret_file(v)
+    return v
 
 
 def _resolve(
@@ -33,13 +90,13 @@ def _resolve(
         raise ValueError(f"give {what} once: inline, {what}_file or {what}_env")
     if file is not None:
         try:
-            return SecretStr(file.read_text().strip())
-        except OSError as exc:
-            raise ValueError(f"cannot read {what}_file {file}: {exc.strerror}") from None
+            return SecretStr(read_secret_file(file, warn=False))  # checked (and warned) already
+        except ValueError as exc:
+            raise ValueError(f"{what}_file: {exc}") from None
     if env is not None:
         value = os.environ.get(env)
         if value is None:
-            raise ValueError(f"environment variable {env} (from {what}_env) is not set")
+            raise ValueError(f"the environment variable that {what}_env names is not set")
         return SecretStr(value)
     return inline
 
@@ -62,6 +119,8 @@ class AuthConfig(Strict):
     priv_key_env: str | None = None
     context_name: str = ""
     allow_insecure: bool = False  # opt in to MD5 / DES
+
+    _files = field_validator("community_file", "auth_key_file", "priv_key_file")(_check_secret_file)
 
     @field_validator("version", mode="before")
     @classmethod
@@ -151,6 +210,11 @@ class PduConfig(Strict):
     timeout: Duration = 2.0
     retries: int = Field(default=1, ge=0, le=10)
     max_repetitions: int = Field(default=25, ge=1, le=1000)
+    # Limits on what one PDU may send (docs/exporters/pdu.md "Limits"): outlets exported (the
+    # rest counted over_limit, in index order) and var-binds one walk may receive (more fails
+    # the poll with reason over_limit).
+    max_outlets: int = Field(default=512, ge=1, le=10_000)
+    max_var_binds: int = Field(default=20_000, ge=100, le=1_000_000)
     host: str = ""  # default host label of every outlet (a PDU inside one server's rack)
     component: str = ""
     outlets: list[OutletRule] = Field(default_factory=list)
@@ -192,14 +256,10 @@ class RunsConfig(Strict):
     token_file: Path | None = None
     token_env: str | None = None
     keep: int = Field(default=100, ge=0, le=100_000)  # ended runs kept and exported, at least
-    retention: Annotated[Duration, BeforeValidator(_long_duration)] = 7 * 86400.0
+    # 0: ended runs are kept by `keep` alone
+    retention: Annotated[DurationOrZero, BeforeValidator(_long_duration)] = 7 * 86400.0
 
-    @field_validator("retention")
-    @classmethod
-    def _retention(cls, v: float) -> float:
-        if v < 0:
-            raise ValueError("retention must not be negative")
-        return v
+    _file = field_validator("token_file")(_check_secret_file)
 
     @model_validator(mode="after")
     def _check(self) -> RunsConfig:
@@ -229,6 +289,22 @@ class CollectorConfig(ProcessConfig):
     pdus: list[PduConfig] = Field(default_factory=list)
     runs: RunsConfig = RunsConfig()
 
+    @field_validator("profiles_dir")
+    @classmethod
+    def _profiles_dir(cls, v: Path | None) -> Path | None:
+        if v is None:
+            return v
+        try:
+            st = v.stat()
+        except FileNotFoundError:
+            raise ValueError("the directory does not exist") from None
+        except (OSError, ValueError) as exc:
+            reason = getattr(exc, "strerror", None) or "not a valid path"
+            raise ValueError(f"cannot read the directory: {reason}") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise ValueError("not a directory")
+        return v
+
     @field_validator("interval")
     @classmethod
     def _interval(cls, v: float) -> float:
@@ -241,10 +317,11 @@ class CollectorConfig(ProcessConfig):
         problems = []
         names: set[str] = set()
         for i, pdu in enumerate(self.pdus):
+            # Never the value: a community pasted into `auth` must not end up in a log.
             if pdu.auth not in self.auths:
-                problems.append((f"pdus[{i}].auth", f"no auth named {pdu.auth!r} in auths"))
+                problems.append((f"pdus[{i}].auth", "names no entry of auths"))
             if pdu.name in names:
-                problems.append((f"pdus[{i}].name", f"{pdu.name!r} is used twice"))
+                problems.append((f"pdus[{i}].name", "the same name as an earlier PDU"))
             names.add(pdu.name)
         return problems
 

@@ -63,9 +63,11 @@ def pdu_target(p: PduConfig, auth: AuthConfig) -> PduTarget:
             timeout=p.timeout,
             retries=p.retries,
             max_repetitions=p.max_repetitions,
+            max_var_binds=p.max_var_binds,
         ),
         profile=p.profile,
         labels=p.labels_for,
+        max_outlets=p.max_outlets,
     )
 
 
@@ -82,7 +84,7 @@ def profiles_for(cfg: CollectorConfig, source: str | Path = "") -> list[Profile]
             raise ConfigError(
                 source,
                 f"pdus[{i}].profile",
-                f"no profile named {pdu.profile!r} (known: {', '.join(sorted(known))})",
+                f"names no known profile (known: {', '.join(sorted(known))})",
             )
     return profiles
 
@@ -154,18 +156,26 @@ def run(
         # A threading.Event set by a caller (tests, the demo) also stops the loop.
         loop.run_in_executor(None, lambda: (stop.wait(), loop.call_soon_threadsafe(done.set)))
         task = asyncio.create_task(poller.run(done))
-        await done.wait()
-        # Release the executor thread waiting on `stop`: asyncio.run() joins it on the way out.
-        stop.set()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        try:
+            await done.wait()
+        finally:
+            # Release the executor thread waiting on `stop`: asyncio.run() joins it on the way
+            # out.
+            stop.set()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            # The SNMP sockets belong to this loop: close them while it still runs (closing
+            # them after asyncio.run() returned raised "Event loop is closed", exit 1).
+            client.close()
 
     try:
         asyncio.run(main())
     finally:
         stop.set()
+        # Stops accepting, lets run API writes under way finish (each commits the registry
+        # file before it answers), then closes every connection.
         server.shutdown()
-        client.close()
+        client.close()  # idempotent; for a start that failed before the loop ran
     log.info("stopped")
     return 0

@@ -21,8 +21,9 @@ def load_profiles(directory: str | Path = PROFILES_DIR) -> list[Profile]:
     for path in sorted(Path(directory).glob("*.yaml")):
         profile = load_profile(path)
         if profile.name in seen_names:
+            # The other file is named, never the value (the same rule as every config error).
             raise ConfigError(
-                path, "name", f"{profile.name!r} is also used by {seen_names[profile.name].name}"
+                path, "name", f"the same name as the profile in {seen_names[profile.name].name}"
             )
         seen_names[profile.name] = path
         for i, prefix in enumerate(profile.sys_object_ids):
@@ -30,7 +31,7 @@ def load_profiles(directory: str | Path = PROFILES_DIR) -> list[Profile]:
                 raise ConfigError(
                     path,
                     f"sys_object_ids[{i}]",
-                    f"{prefix} is also claimed by {seen_prefixes[prefix].name}",
+                    f"also claimed by the profile in {seen_prefixes[prefix].name}",
                 )
             seen_prefixes[prefix] = path
         profiles.append(profile)

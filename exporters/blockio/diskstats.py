@@ -6,12 +6,27 @@ Field layout: Documentation/admin-guide/iostats.rst. Kernels >= 4.18 add discard
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from .model import DeviceStats, OpStats
 
+log = logging.getLogger(__name__)
+
 SECTOR = 512
+U64 = 1 << 64  # the kernel prints unsigned longs: anything larger is a malformed field
+_DIGITS = frozenset("0123456789")
+_noted = False
+
+
+def parse_u64(token: str) -> int | None:
+    """An unsigned decimal below 2^64 (ASCII digits only), or None."""
+    significant = token.lstrip("0")
+    if not token or len(significant) > 20 or not set(token) <= _DIGITS:
+        return None  # also keeps int() from its 4300-digit ValueError
+    value = int(significant or "0")
+    return value if value < U64 else None
 
 
 @dataclass(frozen=True)
@@ -29,18 +44,22 @@ class DiskstatsRow:
 
 
 def parse_diskstats(text: str) -> dict[str, DiskstatsRow]:
-    """Parse /proc/diskstats text; malformed lines are ignored."""
+    """Parse /proc/diskstats text; malformed lines (also a number of 2^64 or more) are skipped,
+    and the first one is logged (debug) — never a 0 in place of a number."""
+    global _noted
     rows: dict[str, DiskstatsRow] = {}
     for line in text.splitlines():
         parts = line.split()
         if len(parts) < 14:
             continue
-        try:
-            major, minor = int(parts[0]), int(parts[1])
-            fields = tuple(int(p) for p in parts[3:])
-        except ValueError:
+        numbers = [parse_u64(p) for p in (parts[0], parts[1], *parts[3:])]
+        if None in numbers:
+            if not _noted:
+                _noted = True
+                log.debug("skipped a malformed /proc/diskstats line (logged once)")
             continue
-        rows[parts[2]] = DiskstatsRow(major, minor, parts[2], fields)
+        major, minor, *fields = (n for n in numbers if n is not None)
+        rows[parts[2]] = DiskstatsRow(major, minor, parts[2], tuple(fields))
     return rows
 
 

@@ -288,21 +288,28 @@ def _last_pci(path: _Rel | None) -> _Rel | None:
     return None
 
 
+def _uint(text: str, bound: int) -> int | None:
+    """A plain ASCII decimal below bound, None for anything else (no int() digit-limit error)."""
+    significant = text.lstrip("0")
+    if not text or len(significant) > 20 or not text.isascii() or not text.isdigit():
+        return None
+    value = int(significant or "0")
+    return value if value < bound else None
+
+
 def _parse_devt(text: str) -> tuple[int, int] | None:
+    """(major, minor) from "MAJ:MIN"; None if malformed (dev_t is 32 bits: 12 + 20)."""
     major, sep, minor = text.partition(":")
     if not sep:
         return None
-    try:
-        return int(major), int(minor)
-    except ValueError:
-        return None
+    ma, mi = _uint(major, 1 << 32), _uint(minor, 1 << 32)
+    return None if ma is None or mi is None else (ma, mi)
 
 
 def _parse_int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        return 0
+    """The size attribute (512-byte sectors); 0 when unknown or malformed (>= 2^64)."""
+    value = _uint(text, 1 << 64)
+    return 0 if value is None else value
 
 
 def _natural(name: str) -> list[str | int]:

@@ -10,9 +10,14 @@ rx_missed_errors into drops and has no MTU or state. Root injected for tests.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .procfs import parse_u64
+
+log = logging.getLogger(__name__)
 
 IFF_LOOPBACK = 0x8  # include/uapi/linux/if.h
 # The rtnl_link_stats64 fields we export; each is /sys/class/net/IF/statistics/NAME.
@@ -42,7 +47,7 @@ class LinkStats:
     loopback: bool = False
 
     def get(self, key: str) -> int:
-        """A counter, 0 if the kernel did not report it."""
+        """A counter, 0 if the kernel did not report it (or it was malformed: see stats)."""
         return self.stats.get(key, 0)
 
 
@@ -51,6 +56,9 @@ def _read(path: Path) -> str:
         return path.read_text().strip()
     except (OSError, ValueError):
         return ""
+
+
+_noted: set[tuple[str, tuple[str, ...]]] = set()
 
 
 def _int(text: str, base: int = 10) -> int:
@@ -77,10 +85,19 @@ def read_link(sys_root: Path, name: str) -> LinkStats | None:
     """One interface's counters, MTU and operstate; None if it vanished meanwhile."""
     d = sys_root / "class" / "net" / name
     stats: dict[str, int] = {}
+    malformed = []
     for counter in COUNTERS:
-        value = _read(d / "statistics" / counter)
-        if value:
-            stats[counter] = _int(value)
+        text = _read(d / "statistics" / counter)
+        if not text:
+            continue
+        value = parse_u64(text)
+        if value is None:  # not a u64: left out (never a made-up 0), and said once
+            malformed.append(counter)
+        else:
+            stats[counter] = value
+    if malformed and (name, tuple(malformed)) not in _noted:
+        _noted.add((name, tuple(malformed)))
+        log.warning("%s: malformed counter(s) %s in /sys left out", name, ", ".join(malformed))
     if not stats:
         return None
     return LinkStats(

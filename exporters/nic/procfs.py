@@ -3,16 +3,20 @@
 Covers /proc/interrupts, /proc/softirqs, /proc/net/softnet_stat, /proc/net/snmp and
 /proc/net/netstat. No function here touches the filesystem, and none raises on odd input:
 a line that does not fit the layout is skipped, so one unexpected kernel row never costs the
-rest of a scrape.
+rest of a scrape. A number beyond what the kernel can print (a counter of 2^64 or more, or
+digits past int()'s 4300-digit limit) makes its line malformed too; each kind of skipped line
+is logged once (debug) per process, never turned into a 0.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "U64",
     "Interrupts",
     "IrqRow",
     "SoftnetRow",
@@ -21,7 +25,34 @@ __all__ = [
     "parse_snmp",
     "parse_softirqs",
     "parse_softnet_stat",
+    "parse_u64",
 ]
+
+log = logging.getLogger(__name__)
+
+U64 = 1 << 64  # every kernel counter here is at most a u64
+_MAX_DIGITS = 20  # len(str(2**64 - 1)); a longer hex number is >= 2^64 anyway
+_DEC_DIGITS = frozenset("0123456789")
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+_noted: set[str] = set()
+
+
+def parse_u64(token: str, base: int = 10) -> int | None:
+    """An unsigned kernel counter (ASCII digits, < 2^64), or None for anything else."""
+    token = token.strip()
+    digits = _DEC_DIGITS if base == 10 else _HEX_DIGITS
+    significant = token.lstrip("0")
+    if not token or len(significant) > _MAX_DIGITS or not set(token) <= digits:
+        return None  # also keeps int() from its 4300-digit ValueError
+    value = int(significant or "0", base)
+    return value if value < U64 else None
+
+
+def note_malformed(what: str) -> None:
+    """Log (once per process and kind) that a malformed line or field was skipped."""
+    if what not in _noted:
+        _noted.add(what)
+        log.debug("skipped a malformed %s (logged once)", what)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,9 +110,10 @@ def _cpu_header(line: str) -> tuple[int, ...] | None:
     cpus = []
     for token in tokens:
         match = _CPU_HEADER.fullmatch(token)
-        if match is None:
+        cpu = _u32(match.group(1)) if match is not None else None
+        if cpu is None:
             return None
-        cpus.append(int(match.group(1)))
+        cpus.append(cpu)
     return tuple(cpus)
 
 
@@ -142,11 +174,19 @@ def parse_interrupts(text: str) -> Interrupts:
         tokens = list(_TOKEN.finditer(tail))
         counts: list[int] = []
         end = 0
+        absurd = False
         for token in tokens[: len(cpus)]:
             if not _is_uint(token.group()):
                 break
-            counts.append(int(token.group()))
+            value = parse_u64(token.group())
+            if value is None:
+                absurd = True
+                break
+            counts.append(value)
             end = token.end()
+        if absurd:
+            note_malformed("/proc/interrupts row (a count of 2^64 or more)")
+            continue
         rest = tail[end:]
         if _is_uint(label):
             if len(counts) != len(cpus):
@@ -192,6 +232,17 @@ _SPLIT = re.compile(r".+[-_](rx|tx)[-_]?(\d+)", re.IGNORECASE)
 _DASH_NUMBER = re.compile(r"[A-Za-z][\w.:-]*-(\d+)")
 
 
+def _u32(digits: str) -> int | None:
+    """A CPU or queue number: a u64 below 2^32 (the kernel's own types), else None."""
+    value = parse_u64(digits)
+    return value if value is not None and value < 1 << 32 else None
+
+
+def _queue(kind: str, digits: str) -> tuple[str, int] | None:
+    number = _u32(digits)
+    return None if number is None else (kind, number)
+
+
 def irq_queue(name: str) -> tuple[str, int] | None:
     """(kind, queue) for a NIC queue IRQ action name, kind "rx"/"tx"/"combined"; else None."""
     # A device suffix after "@" ("@pci:0000:3b:00.0", mlx4's "@0000:3b:00.0") never carries
@@ -201,23 +252,23 @@ def irq_queue(name: str) -> tuple[str, int] | None:
         return None  # shared IRQs ("a, b") and descriptions are not a single queue
     match = _MLX5_COMP.fullmatch(base)
     if match:
-        return "combined", int(match.group(1))
+        return _queue("combined", match.group(1))
     if base.startswith("mlx5_"):
         return None  # mlx5_async*, mlx5_pages_eq, mlx5_cmd_eq, mlx5_combined*, mlx5_sf_*
     match = _VIRTIO_NET.fullmatch(base)
     if match:
-        return ("rx" if match.group(1) == "input" else "tx"), int(match.group(2))
+        return _queue("rx" if match.group(1) == "input" else "tx", match.group(2))
     if base.startswith("virtio"):
         return None  # config, control, other virtio devices' queues (blk "req.0", vsock "rx")
     match = _COMBINED.fullmatch(base)
     if match:
-        return "combined", int(match.group(1))
+        return _queue("combined", match.group(1))
     match = _SPLIT.fullmatch(base)
     if match:
-        return match.group(1).lower(), int(match.group(2))
+        return _queue(match.group(1).lower(), match.group(2))
     match = _DASH_NUMBER.fullmatch(base)
     if match:
-        return "combined", int(match.group(1))
+        return _queue("combined", match.group(1))
     return None
 
 
@@ -238,7 +289,12 @@ def parse_softirqs(text: str) -> dict[str, dict[int, int]]:
         for cpu, token in zip(cpus, tail.split(), strict=False):
             if not _is_uint(token):
                 break
-            values[cpu] = int(token)
+            value = parse_u64(token)
+            if value is None:
+                values = {}
+                note_malformed("/proc/softirqs row (a count of 2^64 or more)")
+                break
+            values[cpu] = value
         if values:
             out[label] = values
     return out
@@ -284,7 +340,11 @@ def parse_softnet_stat(text: str, cpus: Sequence[int] | None = None) -> list[Sof
         tokens = line.split()
         if len(tokens) < 3 or not all(_HEX.fullmatch(token) for token in tokens):
             continue
-        cols = [int(token, 16) for token in tokens]
+        parsed = [parse_u64(token, 16) for token in tokens]
+        if None in parsed:
+            note_malformed("/proc/net/softnet_stat row (a value of 2^64 or more)")
+            continue
+        cols = [c for c in parsed if c is not None]
         padded = cols + [0] * (_SN_CPU + 1 - len(cols))
         index = len(rows)
         if len(cols) > _SN_CPU:
@@ -319,7 +379,20 @@ def _ints(tokens: list[str]) -> list[int] | None:
     """The tokens as ints if every one is a (possibly negative) decimal number, else None."""
     if not all(_INT.fullmatch(token) for token in tokens):
         return None
-    return [int(token) for token in tokens]
+    return [_signed(token) for token in tokens]
+
+
+def _signed(token: str) -> int:
+    """A value of /proc/net/snmp: a u64, or a negative s64 (Tcp MaxConn); else ValueError."""
+    if token.startswith("-"):
+        value = parse_u64(token[1:])
+        if value is None or value > 1 << 63:
+            raise ValueError("out of range")
+        return -value
+    value = parse_u64(token)
+    if value is None:
+        raise ValueError("out of range")
+    return value
 
 
 def parse_snmp(text: str) -> dict[str, dict[str, int]]:
@@ -338,7 +411,12 @@ def parse_snmp(text: str) -> dict[str, dict[str, int]]:
         tokens = tail.split()
         if not tokens:
             continue
-        values = _ints(tokens)
+        try:
+            values = _ints(tokens)
+        except ValueError:  # numbers, but one beyond 64 bits: the line is malformed
+            pending.pop(proto, None)
+            note_malformed("/proc/net/snmp or netstat line (a value beyond 64 bits)")
+            continue
         if values is None:
             pending[proto] = tokens  # a names line
             continue

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .procfs import parse_u64
+
 _PCI = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
@@ -62,8 +64,9 @@ def nic_info(sys_root: Path, name: str) -> NicInfo:
             msi = d / "msi_irqs"
             if msi.is_dir():
                 irqs = tuple(sorted(os.listdir(msi), key=lambda s: (len(s), s)))
-    speed = _read(net / "speed")
-    speed_bytes = int(speed) * 1e6 / 8 if speed.lstrip("-").isdigit() and int(speed) > 0 else None
+    # Mb/s; -1 (SPEED_UNKNOWN) or anything not a plain positive number: unknown
+    mbps = parse_u64(_read(net / "speed"))
+    speed_bytes = mbps * 1e6 / 8 if mbps else None
     return NicInfo(name, driver, pci, numa, speed_bytes, irqs)
 
 

@@ -405,12 +405,13 @@ def test_config_error_traceback_holds_no_secret(
 
 
 def test_secret_file_and_env_errors_name_the_source_not_the_secret(tmp_path: Path) -> None:
-    """A missing key file or environment variable: the file or variable named, exit 2."""
+    """A missing key file: the file named, exit 2. An unset environment variable: the key named,
+    not the variable (the value of a *_env key may be a secret pasted in the wrong place)."""
     cfg = tmp_path / "collector.yml"
     missing = tmp_path / "no-such.key"
     for body, named in (
         (f"    version: 2c\n    community_file: {missing}\n", str(missing)),
-        ("    version: 2c\n    community_env: WB_TEST_NOT_SET\n", "WB_TEST_NOT_SET"),
+        ("    version: 2c\n    community_env: WB_TEST_NOT_SET\n", "community_env names is not set"),
     ):
         cfg.write_text(AUTH_HEAD + body + PDU_TAIL)
         r = wattbit("collector", "--config", str(cfg), env=ENV)

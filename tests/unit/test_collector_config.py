@@ -39,6 +39,7 @@ def test_minimal_file_works_as_it_stands(tmp_path: Path) -> None:
 
 def test_secrets_from_file_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "community").write_text("s3cr3t-community\n")
+    (tmp_path / "community").chmod(0o600)  # a world-readable secret file is refused
     monkeypatch.setenv("WB_AUTH_KEY", "auth-key-123456")
     monkeypatch.setenv("WB_PRIV_KEY", "priv-key-654321")
     cfg = _load(
@@ -71,7 +72,7 @@ pdus: []
     ("text", "key", "reason"),
     [
         (MINIMAL.replace("interval: 10s", "interval: 500ms"), "interval", "at least 1s"),
-        (MINIMAL.replace("auth: lab-v2", "auth: nope"), "pdus[0].auth", "no auth named 'nope'"),
+        (MINIMAL.replace("auth: lab-v2", "auth: nope"), "pdus[0].auth", "names no entry of auths"),
         (MINIMAL.replace("version: 2c", "version: 4"), "auths.lab-v2.version", "'2c' or '3'"),
         (MINIMAL.replace("    community: public\n", ""), "auths.lab-v2", "needs community"),
         (
@@ -87,12 +88,12 @@ pdus: []
         (
             MINIMAL + "  - name: rack1-a\n    address: 127.0.0.1:1162\n    auth: lab-v2\n",
             "pdus[1].name",
-            "used twice",
+            "the same name as an earlier PDU",
         ),
         (
             MINIMAL.replace("community: public", "community_env: WB_NOT_SET_ANYWHERE"),
             "auths.lab-v2",
-            "WB_NOT_SET_ANYWHERE",
+            "is not set",
         ),
         (
             MINIMAL.replace(

@@ -30,7 +30,7 @@ def test_defaults_without_a_file() -> None:
         ("blockio:\n  max_inflight: 10\n", "blockio.max_inflight", "greater than or equal"),
         ("blockio:\n  topology_refresh: soon\n", "blockio.topology_refresh", "duration"),
         ("listen: 'a:b:c'\n", "listen", "HOST:PORT"),
-        ("listen: ':99999'\n", "listen", "0-65535"),
+        ("listen: ':99999'\n", "listen", "1-65535"),
     ],
 )
 def test_bad_keys_are_named(tmp_path: Path, text: str, key: str, reason: str) -> None:

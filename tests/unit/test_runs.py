@@ -213,7 +213,7 @@ def test_atomic_write_fsyncs_and_renames(
     reg.start("a")
     assert len(synced) == 2  # the file, then the directory (so the rename is durable)
     assert json.loads(state.read_text())["runs"][0]["name"] == "a"
-    assert oct(state.stat().st_mode & 0o777) == "0o644"
+    assert oct(state.stat().st_mode & 0o777) == "0o600"  # private: see docs/runs.md
 
 
 def test_failed_write_keeps_the_old_file_and_state(
@@ -526,6 +526,85 @@ def test_api_bad_requests(body: bytes, status: int, message: str) -> None:
     assert got == status and message in answer["error"]
 
 
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"[" * 5000 + b"]" * 5000, "nested deeper than"),
+        (b'{"name": "x", "labels": ' + b'{"a": ' * 40 + b"1" + b"}" * 41, "nested deeper than"),
+        (b'{"name": ' + b"9" * 5000 + b"}", "longer than"),
+        (b'{"name": -' + b"9" * 40 + b"}", "longer than"),
+        (b'{"name": NaN}', "not valid JSON"),
+    ],
+    ids=["deep-array", "deep-labels", "5000-digits", "negative-digits", "nan"],
+)
+def test_api_hostile_json_is_a_400_not_a_500(body: bytes, message: str) -> None:
+    app = api_app(registry(None, Clock()), TOKEN)
+    status, headers, answer = call(app, "POST", "/api/v1/runs", body, BEARER)
+    assert status == 400 and message in answer["error"]
+    assert headers["Content-Type"] == "application/json"
+
+
+def test_api_strings_with_brackets_are_not_nesting() -> None:
+    app = api_app(registry(None, Clock()), TOKEN)
+    body = json.dumps({"name": "x", "labels": {"a": "[{" * 100 + '\\"'}}).encode()
+    status, _, answer = call(app, "POST", "/api/v1/runs", body, BEARER)
+    assert status == 201, answer
+
+
+@pytest.mark.parametrize("length", ["\u0661\u0662", "\u00b2", "1e3", "-1", " "])
+def test_api_odd_content_length_is_a_400(length: str) -> None:
+    app = api_app(registry(None, Clock()), TOKEN)
+    environ: dict[str, Any] = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/api/v1/runs",
+        "REMOTE_ADDR": "127.0.0.1",
+        "CONTENT_LENGTH": length,
+        "HTTP_AUTHORIZATION": f"Bearer {TOKEN}",
+        "wsgi.input": io.BytesIO(b"{}"),
+    }
+    got: list[str] = []
+    data = b"".join(app(environ, lambda status, headers: got.append(status)))
+    assert got[0].startswith("400") and "Content-Length" in json.loads(data)["error"]
+
+
+def test_api_wrong_token_warnings_are_rate_limited(caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock(0.0)
+    app = api_app(registry(None, Clock()), TOKEN, clock=clock)
+    wrong = {"Authorization": "Bearer wrong-token-0000000"}
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+    with caplog.at_level(logging.WARNING, logger="wattbit.runs"):
+        for _ in range(50):
+            assert call(app, "POST", "/api/v1/runs", _start_body("x"), wrong)[0] == 401
+        assert len(warnings()) == 1 and "wrong token" in warnings()[0]
+        # Another source gets its own line.
+        environ_other = {"Authorization": "Bearer nope-nope-nope-nope"}
+        other = dict(environ_other)
+        status = call_from(app, "10.0.0.9", other)
+        assert status == 401 and len(warnings()) == 2 and "10.0.0.9" in warnings()[1]
+        clock.t += runs_api.WARN_EVERY_S + 1
+        assert call(app, "POST", "/api/v1/runs", _start_body("x"), wrong)[0] == 401
+        assert len(warnings()) == 3 and "and 49 more" in warnings()[2]
+
+
+def call_from(app: Any, source: str, headers: dict[str, str]) -> int:
+    body = _start_body("x")
+    environ: dict[str, Any] = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/api/v1/runs",
+        "REMOTE_ADDR": source,
+        "CONTENT_LENGTH": str(len(body)),
+        "wsgi.input": io.BytesIO(body),
+    }
+    for k, v in headers.items():
+        environ["HTTP_" + k.upper().replace("-", "_")] = v
+    got: list[str] = []
+    b"".join(app(environ, lambda status, hdrs: got.append(status)))
+    return int(got[0].split()[0])
+
+
 def test_api_missing_body_and_methods() -> None:
     app = api_app(registry(None, Clock()), TOKEN)
     status, _, body = call(app, "POST", "/api/v1/runs", None, BEARER)
@@ -581,6 +660,7 @@ def test_runs_config_defaults_and_secrets(tmp_path: Path, monkeypatch: pytest.Mo
     assert cfg.runs.token is None and cfg.runs.keep == 100 and cfg.runs.retention == 7 * 86400
 
     (tmp_path / "token").write_text(TOKEN + "\n")
+    (tmp_path / "token").chmod(0o600)  # a world-readable token file is refused
     cfg = _config(tmp_path, f"runs:\n  token_file: {tmp_path / 'token'}\n  retention: 2d\n")
     assert cfg.runs.token is not None and cfg.runs.token.get_secret_value() == TOKEN
     assert cfg.runs.retention == 2 * 86400
@@ -600,7 +680,7 @@ def test_runs_config_defaults_and_secrets(tmp_path: Path, monkeypatch: pytest.Mo
         ('runs:\n  token: "sixteen-chars-and-more\\n"\n', "runs", "at least 16"),
         ("runs:\n  token: 'has spaces in it, sixteen+'\n", "runs", "at least 16"),
         (f"runs:\n  token: {TOKEN}\n  token_env: X\n", "runs", "give token once"),
-        ("runs:\n  token_env: WB_NOT_SET_ANYWHERE\n", "runs", "WB_NOT_SET_ANYWHERE"),
+        ("runs:\n  token_env: WB_NOT_SET_ANYWHERE\n", "runs", "is not set"),
         ("runs:\n  keep: -1\n", "runs.keep", "greater than or equal"),
         ("runs:\n  retention: -5\n", "runs.retention", "negative"),
         ("runs:\n  retention: 7 days\n", "runs.retention", "duration"),

@@ -1,0 +1,430 @@
+"""Configuration hardening: no value is ever echoed, and every bad file exits 2 before anything
+starts (durations, addresses, secret files and their permissions, profiles_dir)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from collector import cli
+from collector.agent.config import AgentConfig
+from collector.config import ConfigError, load_model, parse_duration, parse_listen
+from collector.site.config import CollectorConfig
+from tests.support.env import ROOT
+
+# A recognisable secret-like string that is a wrong value for every key: it is no duration,
+# no number, no address (two colons), no regular expression (an open group), no name.
+CANARY = "zz(S3CR3T-canary:do-not-echo:x y"
+TOKEN = "0123456789abcdef0123456789abcdef"
+
+
+def _wattbit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "collector.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+def _secret(tmp_path: Path, name: str, text: str, mode: int = 0o600) -> Path:
+    f = tmp_path / name
+    f.write_text(text)
+    f.chmod(mode)
+    return f
+
+
+# --- 7: no value is ever echoed ------------------------------------------------------------
+
+
+def _base_agent(tmp_path: Path) -> dict[str, Any]:
+    return {"listen": "127.0.0.1:9731", "blockio": {}, "nic": {}}
+
+
+def _base_collector(tmp_path: Path) -> dict[str, Any]:
+    community = _secret(tmp_path, "community", "public-community\n")
+    return {
+        "listen": "127.0.0.1:9732",
+        "profiles_dir": str(tmp_path),
+        "state_dir": str(tmp_path / "state"),
+        "auths": {
+            "v2": {"version": "2c", "community_file": str(community)},
+            "v3": {
+                "version": "3",
+                "user": "u",
+                "auth_protocol": "SHA256",
+                "auth_key": "auth-key-123456",
+                "priv_protocol": "AES256",
+                "priv_key": "priv-key-123456",
+            },
+        },
+        "pdus": [
+            {
+                "name": "p",
+                "address": "127.0.0.1:1161",
+                "auth": "v2",
+                "outlets": [{"index": 1, "host": "h"}],
+            }
+        ],
+        "runs": {"token": TOKEN},
+    }
+
+
+def _nested(annotation: Any) -> type[BaseModel] | None:
+    """The model inside an annotation (M, M | None, list[M], dict[str, M]), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, list, dict, typing.Annotated):
+        for arg in typing.get_args(annotation):
+            found = _nested(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _leaves(model: type[BaseModel], data: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key of model (and of the nested sections present in data), as a path into data."""
+    out: list[tuple[Any, ...]] = []
+    for name, field in model.model_fields.items():
+        here = (*path, name)
+        out.append(here)
+        sub = _nested(field.annotation)
+        value = data.get(name) if isinstance(data, dict) else None
+        if sub is None or value is None:
+            continue
+        if isinstance(value, list):
+            out += _leaves(sub, value[0], (*here, 0))
+        elif isinstance(value, dict) and sub is not None and name == "auths":
+            for auth in value:
+                out += _leaves(sub, value[auth], (*here, auth))
+        else:
+            out += _leaves(sub, value, here)
+    return out
+
+
+def _set(data: Any, path: tuple[Any, ...], value: Any) -> None:
+    for part in path[:-1]:
+        data = data[part]
+    data[path[-1]] = value
+
+
+def _is_path_key(path: tuple[Any, ...]) -> bool:
+    # Paths are named in errors (like the config file's own), so a path key gets the canary
+    # inside a wrong type only.
+    return str(path[-1]).endswith(("_file", "_dir", "web_config"))
+
+
+def _cases(kind: str, tmp_path: Path) -> list[tuple[str, dict[str, Any]]]:
+    base = _base_agent if kind == "agent" else _base_collector
+    model: type[BaseModel] = AgentConfig if kind == "agent" else CollectorConfig
+    cases = []
+    for path in _leaves(model, base(tmp_path)):
+        wrongs: list[Any] = [{"k": CANARY}, [CANARY]]  # keys are named, values never
+        if not _is_path_key(path):
+            wrongs.append(CANARY)
+        for wrong in wrongs:
+            data = base(tmp_path)
+            _set(data, path, wrong)
+            cases.append((".".join(map(str, path)), data))
+    return cases
+
+
+@pytest.mark.parametrize("kind", ["agent", "collector"])
+def test_no_config_error_echoes_a_value(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every key with a wrong value holding a secret-like string: it never reaches stderr."""
+    from collector.agent import main as agent
+    from collector.site import main as site
+
+    def never(*args: object, **kwargs: object) -> int:
+        raise AssertionError("started although the configuration is wrong")
+
+    monkeypatch.setattr(agent, "run", never)
+    monkeypatch.setattr(site, "run", never)
+    f = tmp_path / f"{kind}.yml"
+    cases = _cases(kind, tmp_path)
+    assert len(cases) > 20
+    refused = 0
+    for key, data in cases:
+        f.write_text(yaml.safe_dump(data))
+        argv = [kind, "--config", str(f)] + (["--print-config"] if kind == "collector" else [])
+        code = cli.main(argv)
+        err = capsys.readouterr().err
+        assert CANARY not in err and "S3CR3T" not in err, (key, err)
+        refused += code == 2
+        if code == 2:
+            assert str(f) in err, (key, err)
+    assert refused >= len(cases) * 0.8  # nearly every key refuses such a value
+
+
+def test_no_echo_of_names_pointing_elsewhere(tmp_path: Path) -> None:
+    """`auth:` naming no auth (e.g. the community pasted there), a PDU name given twice."""
+    data = _base_collector(tmp_path)
+    data["pdus"][0]["auth"] = "S3CR3Tcommunity"
+    f = tmp_path / "c.yml"
+    f.write_text(yaml.safe_dump(data))
+    r = _wattbit("collector", "--config", str(f), "--print-config")
+    assert r.returncode == 2 and "pdus[0].auth" in r.stderr and "S3CR3T" not in r.stderr
+    data = _base_collector(tmp_path)
+    data["pdus"] = [dict(data["pdus"][0], name="S3CR3Tname") for _ in range(2)]
+    f.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as err:
+        load_model(CollectorConfig, f)
+    assert err.value.key == "pdus[1].name" and "S3CR3T" not in str(err.value)
+    data = _base_collector(tmp_path)
+    data["pdus"][0]["profile"] = "S3CR3Tprofile"
+    f.write_text(yaml.safe_dump(data))
+    r = _wattbit("collector", "--config", str(f), "--print-config")
+    assert r.returncode == 2 and "pdus[0].profile" in r.stderr and "S3CR3T" not in r.stderr
+
+
+def test_env_and_secret_file_errors_echo_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = tmp_path / "c.yml"
+    f.write_text("runs:\n  token_env: S3CR3T_NOT_SET_ANYWHERE\n")
+    with pytest.raises(ConfigError) as err:
+        load_model(CollectorConfig, f)
+    assert "S3CR3T" not in str(err.value) and "not set" in err.value.reason
+    bad = _secret(tmp_path, "token", "S3CR3T with spaces\n")
+    f.write_text(f"runs:\n  token_file: {bad}\n")
+    with pytest.raises(ConfigError) as err:
+        load_model(CollectorConfig, f)
+    assert "S3CR3T" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("S3CR3Tsoon", "duration"),
+        ("1.2.3.4:S3CR3T", "port"),
+        ("a:b:S3CR3T", "HOST:PORT"),
+        ("x:99999S3CR3T", "port"),
+    ],
+)
+def test_parsers_never_quote_the_value(value: str, words: str) -> None:
+    parse = parse_duration if words == "duration" else (lambda v: parse_listen(v, 1))
+    with pytest.raises(ValueError) as err:
+        parse(value)
+    assert "S3CR3T" not in str(err.value) and words in str(err.value)
+
+
+def test_regex_errors_give_the_position_not_the_text(tmp_path: Path) -> None:
+    f = tmp_path / "a.yml"
+    f.write_text("blockio:\n  exclude: 'S3CR3T\\q'\n")
+    with pytest.raises(ConfigError) as err:
+        load_model(AgentConfig, f)
+    assert err.value.key == "blockio.exclude" and "S3CR3T" not in str(err.value)
+    assert "\\q" not in str(err.value) and "position" in err.value.reason
+
+
+# --- 8: every bad file exits 2 before anything starts --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "reason"),
+    [
+        ("interval: .nan\n", "interval", "finite"),
+        ("interval: .inf\n", "interval", "finite"),
+        ("interval: -.inf\n", "interval", "finite"),
+        ("runs:\n  retention: .nan\n", "runs.retention", "finite"),
+        ("runs:\n  retention: 1" + "0" * 400 + "d\n", "runs.retention", "finite"),
+        ("interval: 1" + "0" * 400 + "\n", "interval", "finite"),
+        ("interval: 1" + "0" * 400 + "s\n", "interval", "finite"),
+        (
+            "pdus:\n  - {name: p, address: 'h:161', auth: a, timeout: 0}\n",
+            "pdus[0].timeout",
+            "greater than 0",
+        ),
+        (
+            "pdus:\n  - {name: p, address: 'h:161', auth: a, timeout: -1s}\n",
+            "pdus[0].timeout",
+            "duration",
+        ),
+        (
+            "pdus:\n  - {name: p, address: 'h:161', auth: a, timeout: .nan}\n",
+            "pdus[0].timeout",
+            "finite",
+        ),
+        ("pdus:\n  - {name: p, address: 'h:0', auth: a}\n", "pdus[0].address", "1-65535"),
+        ("listen: ':0'\n", "listen", "1-65535"),
+        ("listen: '[::1]:0'\n", "listen", "1-65535"),
+        ("listen: ':\u00b2'\n", "listen", "1-65535"),
+        ("profiles_dir: /nonexistent/wattbit-profiles\n", "profiles_dir", "does not exist"),
+        ("profiles_dir: /etc/hostname\n", "profiles_dir", "not a directory"),
+        ("when: 2024-13-45\n", "", "not valid YAML"),
+    ],
+)
+def test_bad_collector_values_are_refused(tmp_path: Path, text: str, key: str, reason: str) -> None:
+    f = tmp_path / "c.yml"
+    f.write_text("auths:\n  a: {version: 2c, community: public}\n" + text)
+    with pytest.raises(ConfigError) as err:
+        load_model(CollectorConfig, f)
+    assert err.value.key == key, str(err.value)
+    assert reason in err.value.reason, str(err.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "blockio:\n  topology_refresh: .nan\n",
+        "nic:\n  info_refresh: .inf\n",
+        "nic:\n  info_refresh: 0\n",
+        "listen: ':0'\n",
+    ],
+)
+def test_bad_agent_values_are_refused(tmp_path: Path, text: str) -> None:
+    f = tmp_path / "a.yml"
+    f.write_text(text)
+    with pytest.raises(ConfigError):
+        load_model(AgentConfig, f)
+
+
+def test_retention_zero_stays_meaningful(tmp_path: Path) -> None:
+    f = tmp_path / "c.yml"
+    f.write_text("runs:\n  retention: 0\n")
+    assert load_model(CollectorConfig, f).runs.retention == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "content", "where"),
+    [
+        ("collector", b"interval: .nan\n", "interval"),
+        ("collector", b"pdus:\n  - {name: p, address: 'h:161', auth: a, timeout: 0}\n", "timeout"),
+        ("collector", b"pdus:\n  - {name: p, address: 'h:0', auth: a}\n", "pdus[0].address"),
+        ("collector", b"listen: ':0'\n", "listen"),
+        ("collector", b"profiles_dir: /nonexistent/wattbit-profiles\n", "profiles_dir"),
+        ("collector", b"interval: 10s\ninterval: 20s\n", "duplicate key"),
+        ("collector", b"# \xe9t\xe9\ninterval: 10s\n", "not valid UTF-8"),
+        ("agent", b"# \xe9t\xe9\n", "not valid UTF-8"),
+        ("agent", b"nic:\n  queues: true\n  queues: false\n", "duplicate key"),
+        ("agent", b"listen: ':0'\n", "listen"),
+        ("agent", b"blockio:\n  topology_refresh: .inf\n", "blockio.topology_refresh"),
+    ],
+)
+def test_cli_exits_2_naming_file_and_reason(
+    tmp_path: Path, kind: str, content: bytes, where: str
+) -> None:
+    f = tmp_path / f"{kind}.yml"
+    f.write_bytes(
+        (b"auths:\n  a: {version: 2c, community: public}\n" if kind == "collector" else b"")
+        + content
+    )
+    extra = ["--print-config"] if kind == "collector" else ["--listen", "127.0.0.1:1"]
+    r = _wattbit(kind, "--config", str(f), *extra)
+    assert r.returncode == 2, r.stderr
+    assert str(f) in r.stderr and where in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_cli_listen_port_zero_exits_2() -> None:
+    r = _wattbit("agent", "--listen", "127.0.0.1:0")
+    assert r.returncode == 2 and "--listen" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_broken_profile_in_profiles_dir_exits_2(tmp_path: Path) -> None:
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "bad.yaml").write_bytes(b"name: x\n\xff\xfe\n")
+    f = tmp_path / "c.yml"
+    f.write_text(f"profiles_dir: {profiles}\n")
+    r = _wattbit("collector", "--config", str(f), "--print-config")
+    assert r.returncode == 2, r.stderr
+    assert f"{profiles / 'bad.yaml'}: not valid UTF-8" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+# --- 8 and 15: secret files ----------------------------------------------------------------
+
+
+def test_token_file_is_its_first_line(tmp_path: Path) -> None:
+    f = tmp_path / "c.yml"
+    good = _secret(tmp_path, "token", TOKEN + "\n\n")
+    f.write_text(f"runs:\n  token_file: {good}\n")
+    token = load_model(CollectorConfig, f).runs.token
+    assert token is not None and token.get_secret_value() == TOKEN
+    multi = _secret(tmp_path, "token2", TOKEN + "\nS3CR3T-second-line\n")
+    f.write_text(f"runs:\n  token_file: {multi}\n")
+    with pytest.raises(ConfigError) as err:
+        load_model(CollectorConfig, f)
+    assert err.value.key == "runs.token_file" and "one line" in err.value.reason
+    assert "S3CR3T" not in str(err.value) and TOKEN not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "section"),
+    [
+        ("community_file", "auths:\n  a:\n    version: 2c\n    community_file: {f}\n"),
+        ("token_file", "runs:\n  token_file: {f}\n"),
+        (
+            "auth_key_file",
+            "auths:\n  a:\n    version: 3\n    user: u\n    auth_protocol: SHA256\n"
+            "    auth_key_file: {f}\n",
+        ),
+        (
+            "priv_key_file",
+            "auths:\n  a:\n    version: 3\n    user: u\n    auth_protocol: SHA256\n"
+            "    auth_key: auth-key-123456\n    priv_protocol: AES128\n    priv_key_file: {f}\n",
+        ),
+    ],
+)
+def test_world_readable_secret_file_exits_2(tmp_path: Path, key: str, section: str) -> None:
+    secret = _secret(tmp_path, "secret", TOKEN + "\n", 0o644)
+    f = tmp_path / "c.yml"
+    f.write_text(section.format(f=secret))
+    r = _wattbit("collector", "--config", str(f), "--print-config")
+    assert r.returncode == 2, r.stderr
+    assert key in r.stderr and str(f) in r.stderr and "every user" in r.stderr
+    assert str(secret) in r.stderr  # the file is named, its content never
+    assert TOKEN not in r.stderr and "Traceback" not in r.stderr
+    secret.chmod(0o600)
+    r = _wattbit("collector", "--config", str(f), "--print-config")
+    assert r.returncode == 0, r.stderr
+    assert TOKEN not in r.stdout + r.stderr
+
+
+def test_group_readable_secret_file_is_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = _secret(tmp_path, "token", TOKEN + "\n", 0o640)
+    f = tmp_path / "c.yml"
+    f.write_text(f"runs:\n  token_file: {secret}\n")
+    with caplog.at_level(logging.WARNING):
+        cfg = load_model(CollectorConfig, f)
+    assert cfg.runs.token is not None
+    assert "readable by its group" in caplog.text and str(secret) in caplog.text
+    assert TOKEN not in caplog.text
+
+
+@pytest.mark.parametrize("content", [b"", b"\n", b"\xff\xfe\n", b"x" * 70000])
+def test_unusable_secret_files(tmp_path: Path, content: bytes) -> None:
+    secret = tmp_path / "token"
+    secret.write_bytes(content)
+    secret.chmod(0o600)
+    f = tmp_path / "c.yml"
+    f.write_text(f"runs:\n  token_file: {secret}\n")
+    with pytest.raises(ConfigError) as err:
+        load_model(CollectorConfig, f)
+    assert err.value.key == "runs.token_file"
+
+
+def test_secret_file_must_be_a_regular_file(tmp_path: Path) -> None:
+    f = tmp_path / "c.yml"
+    f.write_text("auths:\n  a: {version: 2c, community_file: /dev/zero}\n")
+    with pytest.raises(ConfigError) as err:
+        load_model(CollectorConfig, f)
+    assert err.value.key == "auths.a.community_file" and "regular file" in err.value.reason
+    assert os.path.exists("/dev/zero")
