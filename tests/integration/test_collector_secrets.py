@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import wattbit
 from tests.support.env import require
 from tests.support.realparts import ROOT, Collector, free_port, parse_samples, sample
 from tests.support.snmpagents import RECORDINGS, SnmpSim, V3User, have_snmpsim, silent_udp_port
@@ -168,17 +169,6 @@ def site_config(files: dict[str, Path], sim_port: int, dead_port: int, interval:
             "    timeout: 0.5s\n    retries: 0\n"
         )
     return text
-
-
-def wattbit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`wattbit ARGS` as a subprocess, from this checkout."""
-    return subprocess.run(
-        [sys.executable, "-m", "collector.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})),
-    )
 
 
 class DebugCollector(Collector):

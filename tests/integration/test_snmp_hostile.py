@@ -24,6 +24,7 @@ from pysnmp.proto import api
 
 from exporters.snmp import ber
 from exporters.snmp.client import Auth, SnmpClient, SnmpError, Target
+from tests.support.berbuild import integer, oid_content, response, var_bind
 from tests.support.env import require
 from tests.support.snmpagents import RECORDINGS, RawAgent
 
@@ -48,39 +49,6 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 # --- hand-built BER -------------------------------------------------------------------------------
-
-
-def tlv(tag: int, content: bytes) -> bytes:
-    n = len(content)
-    if n < 0x80:
-        return bytes((tag, n)) + content
-    body = n.to_bytes((n.bit_length() + 7) // 8, "big")
-    return bytes((tag, 0x80 | len(body))) + body + content
-
-
-def integer(n: int, tag: int = 0x02) -> bytes:
-    return tlv(tag, n.to_bytes(n.bit_length() // 8 + 1, "big", signed=True))
-
-
-def oid_content(arcs: tuple[int, ...]) -> bytes:
-    out = bytearray()
-    for arc in (arcs[0] * 40 + arcs[1], *arcs[2:]):
-        chunk = [arc & 0x7F]
-        arc >>= 7
-        while arc:
-            chunk.append(0x80 | (arc & 0x7F))
-            arc >>= 7
-        out += bytes(reversed(chunk))
-    return bytes(out)
-
-
-def response(var_binds: list[bytes], request_id: int, community: bytes) -> bytes:
-    pdu = integer(request_id) + integer(0) + integer(0) + tlv(0x30, b"".join(var_binds))
-    return tlv(0x30, integer(1) + tlv(0x04, community) + tlv(0xA2, pdu))
-
-
-def var_bind(name: bytes, value: bytes = b"\x05\x00") -> bytes:
-    return tlv(0x30, tlv(0x06, name) + value)
 
 
 def hostile_datagram(start: int, size: int = 60_000) -> bytes:

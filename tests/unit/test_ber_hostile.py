@@ -28,6 +28,7 @@ from exporters.snmp import ber
 from exporters.snmp.client import Auth, Target
 from exporters.snmp.oid import under
 from exporters.snmp.types import Value, Walk
+from tests.support.berbuild import integer, oid_content, response, tlv, var_bind
 from tests.support.env import require
 from tests.support.realparts import parse_samples
 
@@ -42,40 +43,6 @@ POWER = f"{OUTLETS}.7"  # rPDU2OutletMeteredStatusPower, W, Integer32
 # --- hand-built BER (the codec under test never builds its own test input) -------------------
 
 
-def tlv(tag: int, content: bytes) -> bytes:
-    n = len(content)
-    if n < 0x80:
-        return bytes((tag, n)) + content
-    body = n.to_bytes((n.bit_length() + 7) // 8, "big")
-    return bytes((tag, 0x80 | len(body))) + body + content
-
-
-def integer(n: int, tag: int = 0x02) -> bytes:
-    return tlv(tag, n.to_bytes(n.bit_length() // 8 + 1, "big", signed=True))
-
-
-def oid_content(arcs: tuple[int, ...]) -> bytes:
-    out = bytearray()
-    for arc in (arcs[0] * 40 + arcs[1], *arcs[2:]):
-        chunk = [arc & 0x7F]
-        arc >>= 7
-        while arc:
-            chunk.append(0x80 | (arc & 0x7F))
-            arc >>= 7
-        out += bytes(reversed(chunk))
-    return bytes(out)
-
-
-def message(var_binds: list[bytes], request_id: int = 7, community: bytes = b"c") -> bytes:
-    pdu = integer(request_id) + integer(0) + integer(0) + tlv(0x30, b"".join(var_binds))
-    return tlv(0x30, integer(1) + tlv(0x04, community) + tlv(0xA2, pdu))
-
-
-def var_bind(name: bytes, value: bytes) -> bytes:
-    """name: OID content octets; value: a whole TLV."""
-    return tlv(0x30, tlv(0x06, name) + value)
-
-
 # --- finding 2: OIDs decode in linear time, within RFC 2578's bounds --------------------------
 
 
@@ -84,7 +51,7 @@ def test_a_60_kb_arc_is_garbage_refused_by_its_length() -> None:
     huge = b"\x81" * 60_000 + b"\x01"
     with pytest.raises(ber.BerError):
         ber.decode_oid(b"\x2b\x06" + huge)
-    data = message([var_bind(b"\x2b\x06" + huge, b"\x05\x00")])
+    data = response([var_bind(b"\x2b\x06" + huge, b"\x05\x00")])
     with pytest.raises(ber.BerError):
         ber.decode_response(data)
     assert ber.request_id_of(data) == 7  # still readable: the request fails at once
@@ -93,13 +60,13 @@ def test_a_60_kb_arc_is_garbage_refused_by_its_length() -> None:
 def test_an_arc_beyond_python_int_digits_is_a_ber_error_not_a_value_error() -> None:
     """A > 4,300-digit arc used to raise a plain ValueError (int digits limit) out of the codec."""
     arc = 10**4400
-    data = message([var_bind(oid_content((1, 3, 6, arc)), b"\x05\x00")])
+    data = response([var_bind(oid_content((1, 3, 6, arc)), b"\x05\x00")])
     with pytest.raises(ber.BerError):
         ber.decode_response(data)
     # the same arc as an OBJECT IDENTIFIER *value*
     value = tlv(0x06, oid_content((1, 3, 6, arc)))
     with pytest.raises(ber.BerError):
-        ber.decode_response(message([var_bind(oid_content((1, 3, 6, 1)), value)]))
+        ber.decode_response(response([var_bind(oid_content((1, 3, 6, 1)), value)]))
 
 
 def test_sub_identifier_and_length_bounds_of_rfc_2578() -> None:
@@ -118,7 +85,7 @@ def test_sub_identifier_and_length_bounds_of_rfc_2578() -> None:
 def test_long_names_are_decoded_but_never_cached() -> None:
     ber._OID_CACHE.clear()
     long_name = oid_content((1, 3, 6, 1, 4, 1, 99999, *([2**32 - 1] * 100)))
-    got = ber.decode_response(message([var_bind(long_name, integer(5))]))
+    got = ber.decode_response(response([var_bind(long_name, integer(5))]))
     assert got.var_binds[0][2] == Value("Integer32", 5)
     assert long_name not in ber._OID_CACHE
     assert all(len(k) <= ber.OID_CACHE_KEY_BYTES for k in ber._OID_CACHE)
@@ -132,7 +99,7 @@ def test_the_oid_cache_has_a_memory_bound() -> None:
     names = [x for x in names if len(x) <= ber.OID_CACHE_KEY_BYTES]
     assert names
     for i in range(0, len(names), 50):
-        ber.decode_response(message([var_bind(x, b"\x05\x00") for x in names[i : i + 50]]))
+        ber.decode_response(response([var_bind(x, b"\x05\x00") for x in names[i : i + 50]]))
     per_entry = max(
         sys.getsizeof(k) + sys.getsizeof(a) + sum(sys.getsizeof(x) for x in a) + sys.getsizeof(d)
         for k, (a, d) in ber._OID_CACHE.items()
@@ -150,7 +117,7 @@ def test_the_oid_cache_has_a_memory_bound() -> None:
 
 def test_more_var_binds_than_asked_are_garbage_and_not_decoded_past_the_bound() -> None:
     vbs = [var_bind(oid_content((1, 3, 6, 1, 9, i)), integer(i)) for i in range(1200)]
-    data = message(vbs)
+    data = response(vbs)
     assert len(ber.decode_response(data).var_binds) == 1200  # no bound given: all of them
     assert len(ber.decode_response(data, max_var_binds=1200).var_binds) == 1200
     with pytest.raises(ber.BerError, match="more than the 25"):
@@ -196,7 +163,7 @@ def test_an_absurd_integer_is_one_out_of_range_value(value: Value) -> None:
 def test_ber_reads_an_overlong_integer_without_failing_the_message() -> None:
     """Integer32 of 2^1100 (139 octets) and a 6-octet Counter32: values, not a broken message."""
     name = oid_content((1, 3, 6, 1, 9, 1))
-    data = message(
+    data = response(
         [
             var_bind(name, integer(2**1100)),
             var_bind(name, integer(2**40, tag=0x41)),
@@ -274,7 +241,7 @@ def test_pdu_limits_in_the_configuration() -> None:
 # --- fuzz: only the codec's own error ever escapes ------------------------------------------------
 
 
-_valid = message(
+_valid = response(
     [
         var_bind(oid_content((1, 3, 6, 1, 4, 1, 318, 1, 1, 26, 9, 4, 3, 1, 7, 1)), integer(163)),
         var_bind(oid_content((1, 3, 6, 1, 2, 1, 1, 2, 0)), tlv(0x06, oid_content((1, 3, 6, 1)))),

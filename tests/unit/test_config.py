@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +9,7 @@ import pytest
 from collector.agent.config import AgentConfig
 from collector.config import ConfigError, load_model, parse_duration, parse_listen
 from collector.site.config import CollectorConfig
-from tests.support.env import ROOT
+from tests.support.cli import wattbit
 
 
 def test_defaults_without_a_file() -> None:
@@ -76,20 +74,10 @@ def test_listen(value: str, pair: tuple[str, int]) -> None:
     assert parse_listen(value, 9731) == pair
 
 
-def _wattbit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "collector.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
-
-
 def test_cli_exits_2_before_starting(tmp_path: Path) -> None:
     f = tmp_path / "agent.yml"
     f.write_text("blockio:\n  backend: nope\n")
-    r = _wattbit("agent", "--config", str(f), "--listen", "127.0.0.1:1")
+    r = wattbit("agent", "--config", str(f), "--listen", "127.0.0.1:1")
     assert r.returncode == 2
     assert str(f) in r.stderr and "blockio.backend" in r.stderr
     # Nothing started: no BPF compile, no listening message.
@@ -97,9 +85,9 @@ def test_cli_exits_2_before_starting(tmp_path: Path) -> None:
 
 
 def test_cli_bad_listen_and_web_config(tmp_path: Path) -> None:
-    r = _wattbit("agent", "--listen", "1.2.3.4:notaport")
+    r = wattbit("agent", "--listen", "1.2.3.4:notaport")
     assert r.returncode == 2 and "--listen" in r.stderr
-    r = _wattbit("agent", "--web-config", str(tmp_path / "missing-web.yml"))
+    r = wattbit("agent", "--web-config", str(tmp_path / "missing-web.yml"))
     assert r.returncode == 2 and "missing-web.yml" in r.stderr
 
 
@@ -171,7 +159,7 @@ def test_cli_bad_site_profile_exits_2(tmp_path: Path) -> None:
     )
     f = tmp_path / "collector.yml"
     f.write_text(f"profiles_dir: {tmp_path}\npdus: []\n")
-    r = _wattbit("collector", "--config", str(f), "--print-config")
+    r = wattbit("collector", "--config", str(f), "--print-config")
     assert r.returncode == 2, r.stderr
     assert f"{tmp_path / 'mine.yaml'}: key 'unit.power_watts': give 'instance'" in r.stderr
     assert "Traceback" not in r.stderr

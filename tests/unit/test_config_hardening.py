@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 import types
 import typing
 from pathlib import Path
@@ -20,22 +18,12 @@ from collector import cli
 from collector.agent.config import AgentConfig
 from collector.config import ConfigError, load_model, parse_duration, parse_listen
 from collector.site.config import CollectorConfig
-from tests.support.env import ROOT
+from tests.support.cli import wattbit
 
 # A recognisable secret-like string that is a wrong value for every key: it is no duration,
 # no number, no address (two colons), no regular expression (an open group), no name.
 CANARY = "zz(S3CR3T-canary:do-not-echo:x y"
 TOKEN = "0123456789abcdef0123456789abcdef"
-
-
-def _wattbit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "collector.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
 
 
 def _secret(tmp_path: Path, name: str, text: str, mode: int = 0o600) -> Path:
@@ -176,7 +164,7 @@ def test_no_echo_of_names_pointing_elsewhere(tmp_path: Path) -> None:
     data["pdus"][0]["auth"] = "S3CR3Tcommunity"
     f = tmp_path / "c.yml"
     f.write_text(yaml.safe_dump(data))
-    r = _wattbit("collector", "--config", str(f), "--print-config")
+    r = wattbit("collector", "--config", str(f), "--print-config")
     assert r.returncode == 2 and "pdus[0].auth" in r.stderr and "S3CR3T" not in r.stderr
     data = _base_collector(tmp_path)
     data["pdus"] = [dict(data["pdus"][0], name="S3CR3Tname") for _ in range(2)]
@@ -187,7 +175,7 @@ def test_no_echo_of_names_pointing_elsewhere(tmp_path: Path) -> None:
     data = _base_collector(tmp_path)
     data["pdus"][0]["profile"] = "S3CR3Tprofile"
     f.write_text(yaml.safe_dump(data))
-    r = _wattbit("collector", "--config", str(f), "--print-config")
+    r = wattbit("collector", "--config", str(f), "--print-config")
     assert r.returncode == 2 and "pdus[0].profile" in r.stderr and "S3CR3T" not in r.stderr
 
 
@@ -324,14 +312,14 @@ def test_cli_exits_2_naming_file_and_reason(
         + content
     )
     extra = ["--print-config"] if kind == "collector" else ["--listen", "127.0.0.1:1"]
-    r = _wattbit(kind, "--config", str(f), *extra)
+    r = wattbit(kind, "--config", str(f), *extra)
     assert r.returncode == 2, r.stderr
     assert str(f) in r.stderr and where in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
 
 
 def test_cli_listen_port_zero_exits_2() -> None:
-    r = _wattbit("agent", "--listen", "127.0.0.1:0")
+    r = wattbit("agent", "--listen", "127.0.0.1:0")
     assert r.returncode == 2 and "--listen" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -341,7 +329,7 @@ def test_cli_broken_profile_in_profiles_dir_exits_2(tmp_path: Path) -> None:
     (profiles / "bad.yaml").write_bytes(b"name: x\n\xff\xfe\n")
     f = tmp_path / "c.yml"
     f.write_text(f"profiles_dir: {profiles}\n")
-    r = _wattbit("collector", "--config", str(f), "--print-config")
+    r = wattbit("collector", "--config", str(f), "--print-config")
     assert r.returncode == 2, r.stderr
     assert f"{profiles / 'bad.yaml'}: not valid UTF-8" in r.stderr
     assert "Traceback" not in r.stderr
@@ -385,13 +373,13 @@ def test_world_readable_secret_file_exits_2(tmp_path: Path, key: str, section: s
     secret = _secret(tmp_path, "secret", TOKEN + "\n", 0o644)
     f = tmp_path / "c.yml"
     f.write_text(section.format(f=secret))
-    r = _wattbit("collector", "--config", str(f), "--print-config")
+    r = wattbit("collector", "--config", str(f), "--print-config")
     assert r.returncode == 2, r.stderr
     assert key in r.stderr and str(f) in r.stderr and "every user" in r.stderr
     assert str(secret) in r.stderr  # the file is named, its content never
     assert TOKEN not in r.stderr and "Traceback" not in r.stderr
     secret.chmod(0o600)
-    r = _wattbit("collector", "--config", str(f), "--print-config")
+    r = wattbit("collector", "--config", str(f), "--print-config")
     assert r.returncode == 0, r.stderr
     assert TOKEN not in r.stdout + r.stderr
 

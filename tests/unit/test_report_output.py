@@ -6,8 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import stat
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,19 +16,9 @@ import pytest
 
 from collector.report import render
 from collector.report.prom import PromError, Prometheus
-from tests.support.env import ROOT
+from tests.support.cli import wattbit
 
 SECRET = "S3CR3T-pass-word"
-
-
-def _wattbit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "collector.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
 
 
 class _Doc:
@@ -110,7 +98,7 @@ def test_credentials_in_the_url_are_refused_and_never_shown() -> None:
 
 
 def test_cli_refuses_credentials_in_the_url(tmp_path: Path) -> None:
-    r = _wattbit(
+    r = wattbit(
         "report", "x", "--prometheus", f"http://admin:{SECRET}@127.0.0.1:1", "--out", str(tmp_path)
     )
     assert r.returncode == 2, r.stderr
@@ -123,17 +111,17 @@ def test_cli_credential_files(tmp_path: Path, server: str) -> None:
     pw.write_text(SECRET + "\n")
     pw.chmod(0o644)
     base = ["report", "--start", "now-1h", "--prometheus", server, "--out", str(tmp_path)]
-    r = _wattbit(*base, "--prometheus-user", "u", "--prometheus-password-file", str(pw))
+    r = wattbit(*base, "--prometheus-user", "u", "--prometheus-password-file", str(pw))
     assert r.returncode == 2 and "every user" in r.stderr and SECRET not in r.stderr
-    r = _wattbit(*base, "--prometheus-password-file", str(pw))
+    r = wattbit(*base, "--prometheus-password-file", str(pw))
     assert r.returncode == 2 and "--prometheus-user" in r.stderr
     pw.chmod(0o600)
-    r = _wattbit(*base, "--prometheus-token-file", str(pw), "--prometheus-user", "u")
+    r = wattbit(*base, "--prometheus-token-file", str(pw), "--prometheus-user", "u")
     assert r.returncode == 2 and SECRET not in r.stderr  # one kind of credentials only
-    r = _wattbit(*base, "--prometheus-token-file", str(tmp_path / "missing"))
+    r = wattbit(*base, "--prometheus-token-file", str(tmp_path / "missing"))
     assert r.returncode == 2 and "--prometheus-token-file" in r.stderr
     # with the right files the report reaches Prometheus with the credentials
-    r = _wattbit(*base, "--prometheus-user", "u", "--prometheus-password-file", str(pw))
+    r = wattbit(*base, "--prometheus-user", "u", "--prometheus-password-file", str(pw))
     assert SECRET not in r.stderr + r.stdout
     expected = "Basic " + base64.b64encode(f"u:{SECRET}".encode()).decode()
     assert _Handler.seen and set(_Handler.seen) == {expected}, r.stderr
@@ -141,7 +129,7 @@ def test_cli_credential_files(tmp_path: Path, server: str) -> None:
 
 @pytest.mark.parametrize("value", ["nan", "0", "-1", "1" + "0" * 400])
 def test_cli_timeout_must_be_a_finite_positive_duration(tmp_path: Path, value: str) -> None:
-    r = _wattbit(
+    r = wattbit(
         "report", "x", "--prometheus", "http://127.0.0.1:1", "--out", str(tmp_path),
         f"--timeout={value}",
     )  # fmt: skip
@@ -152,5 +140,5 @@ def test_cli_timeout_must_be_a_finite_positive_duration(tmp_path: Path, value: s
 def test_cli_out_must_be_a_directory(tmp_path: Path) -> None:
     f = tmp_path / "file"
     f.write_text("x")
-    r = _wattbit("report", "x", "--prometheus", "http://127.0.0.1:1", "--out", str(f))
+    r = wattbit("report", "x", "--prometheus", "http://127.0.0.1:1", "--out", str(f))
     assert r.returncode == 2 and "--out" in r.stderr and "Traceback" not in r.stderr
