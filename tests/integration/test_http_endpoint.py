@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import http.client
 import socket
@@ -20,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, make_wsgi_app
 import collector.web.server as httpserver
 from collector.web.config import WebConfig, load_web_config
 from collector.web.server import Server, landing_page, start_server
+from tests.support.http import basic, request
 
 PASSWORD = "correct horse"
 HASH = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
@@ -70,26 +70,8 @@ def get(
     context: ssl.SSLContext | None = None,
     timeout: float = 10,
 ) -> tuple[int, http.client.HTTPResponse, bytes]:
-    """One GET with http.client; returns status, response (for headers) and body."""
-    conn: http.client.HTTPConnection
-    if server.url.startswith("https://"):
-        conn = http.client.HTTPSConnection(
-            server.host, server.port, timeout=timeout, context=context
-        )
-    else:
-        conn = http.client.HTTPConnection(server.host, server.port, timeout=timeout)
-    try:
-        conn.request("GET", path, headers=headers or {})
-        resp = conn.getresponse()
-        return resp.status, resp, resp.read()
-    finally:
-        conn.close()
-
-
-def basic(user: str, password: str) -> dict[str, str]:
-    """An Authorization header for basic auth."""
-    token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    return {"Authorization": f"Basic {token}"}
+    """One GET; returns status, response (for headers) and body."""
+    return request(server, "GET", path, headers=headers, context=context, timeout=timeout)
 
 
 def write_config(tmp_path: Path, text: str) -> WebConfig:

@@ -8,7 +8,6 @@ and what is checked is what completes, what is refused and what is closed.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import http.client
 import json
@@ -34,6 +33,7 @@ from collector.runs.registry import RunRegistry
 from collector.web.config import WebConfig, load_web_config
 from collector.web.exposition import metrics_app
 from collector.web.server import Limits, Server, landing_page, start_server
+from tests.support.http import basic, request
 from tests.support.realparts import ROOT, free_port
 
 PASSWORD = "correct horse"
@@ -65,35 +65,6 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     yield _start
     for server in started:
         server.shutdown()
-
-
-def request(
-    server: Server,
-    method: str,
-    path: str,
-    body: bytes | None = None,
-    headers: dict[str, str] | None = None,
-    context: ssl.SSLContext | None = None,
-    timeout: float = 20,
-) -> tuple[int, http.client.HTTPResponse, bytes]:
-    conn: http.client.HTTPConnection
-    if server.url.startswith("https://"):
-        conn = http.client.HTTPSConnection(
-            server.host, server.port, timeout=timeout, context=context
-        )
-    else:
-        conn = http.client.HTTPConnection(server.host, server.port, timeout=timeout)
-    try:
-        conn.request(method, path, body=body, headers=headers or {})
-        resp = conn.getresponse()
-        return resp.status, resp, resp.read()
-    finally:
-        conn.close()
-
-
-def basic(user: str, password: str | bytes) -> dict[str, str]:
-    raw = password if isinstance(password, bytes) else password.encode()
-    return {"Authorization": "Basic " + base64.b64encode(user.encode() + b":" + raw).decode()}
 
 
 def closed_by_server(sock: socket.socket, wait: float) -> bool:

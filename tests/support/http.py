@@ -1,0 +1,46 @@
+"""One HTTP request to a test server with http.client: status, response (headers) and body."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import ssl
+from typing import Protocol
+
+
+class _Endpoint(Protocol):
+    url: str
+    host: str
+    port: int
+
+
+def request(
+    server: _Endpoint,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    context: ssl.SSLContext | None = None,
+    timeout: float = 20,
+) -> tuple[int, http.client.HTTPResponse, bytes]:
+    """Send one request on a new connection (HTTPS when the server's URL says so)."""
+    conn: http.client.HTTPConnection
+    if server.url.startswith("https://"):
+        conn = http.client.HTTPSConnection(
+            server.host, server.port, timeout=timeout, context=context
+        )
+    else:
+        conn = http.client.HTTPConnection(server.host, server.port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, resp, resp.read()
+    finally:
+        conn.close()
+
+
+def basic(user: str, password: str | bytes) -> dict[str, str]:
+    """An Authorization header for basic auth (a bytes password is sent as it is)."""
+    raw = password if isinstance(password, bytes) else password.encode()
+    token = base64.b64encode(user.encode() + b":" + raw).decode()
+    return {"Authorization": f"Basic {token}"}
