@@ -10,7 +10,7 @@ FROM debian:12.8-slim
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      python3 python3-venv python3-bpfcc ethtool iproute2 ca-certificates \
+      python3 python3-venv python3-bpfcc ethtool iproute2 smartmontools ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/wattbit

@@ -91,7 +91,9 @@ def parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True)
 
-    a = sub.add_parser("agent", help="host agent: serve block I/O and NIC metrics on /metrics")
+    a = sub.add_parser(
+        "agent", help="host agent: serve block I/O, NIC and drive health metrics on /metrics"
+    )
     a.add_argument("--config", help="agent YAML configuration (default: built-in defaults)")
     a.add_argument("--listen", help="HOST:PORT to serve on (default :9731)")
     a.add_argument(

@@ -473,6 +473,29 @@ def disks() -> Dashboard:
             letters([(f"wattbit_disk_inflight_requests{{{HD}}}", "{{host}} {{device}}")]),
         )
     )
+    d = d.with_row(Row("Drive health (SMART, NVMe)"))
+    d = d.with_panel(drive_health())
+    d = d.with_panel(
+        table.Panel()
+        .title("SMART read status")
+        .description(
+            "Whether the agent's last smartctl read of each drive got health data (1) or not "
+            "(0), and why not: no_smart (virtio, loop, RAID volumes, SMART disabled), standby "
+            "(a sleeping disk is not woken; its last reading is kept), timeout, error, "
+            "no_smartctl (docs/exporters/smart.md)."
+        )
+        .datasource(DS)
+        .unit("short")
+        .span(8)
+        .height(8)
+        .with_target(qi(f"max by (host, device, reason) (wattbit_disk_smart_available{{{HD}}})"))
+        .with_transformation(
+            DataTransformerConfig(
+                id_val="organize",
+                options={"excludeByName": {"Time": True}, "renameByName": {"Value": "read"}},
+            )
+        )
+    )
     d = d.with_row(Row("Errors and alerts"))
     d = d.with_panel(
         ts(
@@ -513,9 +536,67 @@ def disks() -> Dashboard:
         .unit("short")
         .span(24)
         .height(6)
-        .with_target(qi(f'ALERTS{{alertname=~"WattbitDisk.*", alertstate="firing", {H}}}'))
+        .with_target(
+            qi(f'ALERTS{{alertname=~"WattbitDisk.*|WattbitNvme.*", alertstate="firing", {H}}}')
+        )
     )
     return d
+
+
+# The drive-health matrix: one row per disk ("host device"), one column per check, from the
+# last SMART read. Every check is a series with a `check` label; ATA attributes are named by
+# their id and the drive's name for them. SMART read (wattbit_disk_smart_available) is always
+# there, so a disk without SMART still has its row.
+HEALTH_CHECKS = [
+    ("SMART read", "max by (host, device) (wattbit_disk_smart_available{%s})"),
+    ("health passed", "max by (host, device) (wattbit_disk_smart_healthy{%s})"),
+    ("°C", "max by (host, device) (wattbit_disk_temperature_celsius{%s})"),
+    ("power-on hours", "max by (host, device) (wattbit_disk_power_on_seconds{%s}) / 3600"),
+    ("NVMe warning bits set", "sum by (host, device) (wattbit_nvme_critical_warning{%s})"),
+    ("NVMe spare %", "max by (host, device) (wattbit_nvme_available_spare_ratio{%s}) * 100"),
+    (
+        "NVMe spare threshold %",
+        "max by (host, device) (wattbit_nvme_available_spare_threshold_ratio{%s}) * 100",
+    ),
+    ("NVMe used %", "max by (host, device) (wattbit_nvme_percentage_used_ratio{%s}) * 100"),
+    ("NVMe media errors", "max by (host, device) (wattbit_nvme_media_errors_total{%s})"),
+    ("NVMe error log entries", "max by (host, device) (wattbit_nvme_error_log_entries_total{%s})"),
+]
+
+
+def drive_health() -> table.Panel:
+    """A table of every disk's SMART / NVMe health figures (the last read)."""
+    parts = [f'label_replace({e % HD}, "check", "{name}", "", "")' for name, e in HEALTH_CHECKS]
+    parts.append(
+        "label_join(max by (host, device, id, attribute) "
+        f'(wattbit_disk_smart_attribute_raw{{{HD}}}), "check", " ", "id", "attribute")'
+    )
+    expr = "label_join(\n  " + "\n  or ".join(parts) + ',\n  "disk", " ", "host", "device"\n)'
+    return (
+        table.Panel()
+        .title("Drive health (last SMART read)")
+        .description(
+            "One row per disk, one column per figure of its last SMART read (every 5 minutes): "
+            "SMART read (1) or not (0: see SMART read status), overall health passed (1) or "
+            "FAILED (0), temperature, power-on hours; ATA attributes 5 (reallocated), 187 "
+            "(reported uncorrectable), 188 (command timeouts), 197 (pending), 198 (offline "
+            "uncorrectable) as raw counts; NVMe critical warning bits set, available spare and "
+            "its threshold, endurance used, media errors, error log entries. Empty cells: the "
+            "drive does not report that figure. Alerts: docs/alerts.md (WattbitDiskSmartFailed, "
+            "WattbitDiskSectorsReallocating, WattbitNvme*)."
+        )
+        .datasource(DS)
+        .unit("short")
+        .span(16)
+        .height(8)
+        .with_target(qi(expr))
+        .with_transformation(
+            DataTransformerConfig(
+                id_val="groupingToMatrix",
+                options={"columnField": "check", "rowField": "disk", "valueField": "Value"},
+            )
+        )
+    )
 
 
 def power() -> Dashboard:

@@ -5,10 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages. python3-bpfcc is bcc (never PyPI's unrelated "bcc"); prometheus brings
-# promtool; bpftrace is the comparison point in bench/blockio_overhead.
+# promtool; bpftrace is the comparison point in bench/blockio_overhead; smartmontools is the
+# smartctl the agent's smart exporter runs.
 PKGS=(python3-bpfcc bpftrace prometheus fio python3-venv python3-dev iproute2 kmod openssl ethtool iperf3
       util-linux bpftool snmp chromium fonts-liberation prometheus-alertmanager fuse3 libfuse2
-      prometheus-node-exporter docker-compose)
+      prometheus-node-exporter docker-compose smartmontools)
 
 missing=()
 for p in "${PKGS[@]}"; do

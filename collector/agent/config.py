@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from collector.config import Duration, ProcessConfig, Regex, Strict
 from exporters.blockio.exporter import DEFAULT_EXCLUDE
@@ -30,6 +30,32 @@ class NicConfig(Strict):
     info_refresh: Duration = 60.0
 
 
+class SmartConfig(Strict):
+    """The smart exporter's settings (drive health from smartctl, off the scrape path)."""
+
+    enabled: bool = True
+    interval: Duration = 300.0
+    timeout: Duration = 30.0
+    devices: Regex = "auto"  # "auto": every disk blockio exports; else a regex on the name
+    concurrency: int = Field(default=4, ge=1, le=64)  # smartctl processes at once
+
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, v: float) -> float:
+        # Every read sends commands to the drive; more often than this gains nothing.
+        if v < 10:
+            raise ValueError("must be at least 10s")
+        return v
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, v: float, info: ValidationInfo) -> float:
+        interval = info.data.get("interval")
+        if interval is not None and v > interval:
+            raise ValueError("must not be longer than smart.interval")
+        return v
+
+
 class AgentConfig(ProcessConfig):
     """`wattbit agent` configuration."""
 
@@ -38,3 +64,4 @@ class AgentConfig(ProcessConfig):
     listen: str = ":9731"
     blockio: BlockioConfig = BlockioConfig()
     nic: NicConfig = NicConfig()
+    smart: SmartConfig = SmartConfig()

@@ -1,4 +1,4 @@
-"""`wattbit agent`: the host agent serving blockio and nic metrics on /metrics."""
+"""`wattbit agent`: the host agent serving blockio, nic and smart metrics on /metrics."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from exporters.base import Exporter, ExportersCollector
 from exporters.blockio.exporter import BlockioExporter
 from exporters.blockio.model import BackendUnavailable
 from exporters.nic.exporter import NicExporter, QueueReader
+from exporters.smart.exporter import SmartExporter
+from exporters.smart.runner import Runner
 
 log = logging.getLogger("wattbit.agent")
 
@@ -33,11 +35,12 @@ def build_exporters(
     sys_root: Path = Path("/sys"),
     proc_root: Path = Path("/proc"),
     ethtool: QueueReader | None = None,
+    smartctl: Runner | None = None,
 ) -> list[Exporter]:
     """The exporters the configuration enables, reading this machine.
 
-    Another machine's captured /sys and /proc, and a recorded ethtool, can be given instead
-    (tests/unit/test_agent_golden.py).
+    Another machine's captured /sys and /proc, a recorded ethtool and a recorded smartctl
+    can be given instead (tests/unit/test_agent_golden.py).
     """
     exporters: list[Exporter] = []
     if cfg.blockio.enabled:
@@ -63,6 +66,19 @@ def build_exporters(
                 sys_root=sys_root,
                 proc_root=proc_root,
                 ethtool=ethtool,
+            )
+        )
+    if cfg.smart.enabled:
+        exporters.append(
+            SmartExporter(
+                interval=cfg.smart.interval,
+                timeout=cfg.smart.timeout,
+                devices=cfg.smart.devices,
+                # The same disks as blockio, so every SMART series joins wattbit_disk_info.
+                exclude=cfg.blockio.exclude,
+                concurrency=cfg.smart.concurrency,
+                sys_root=sys_root,
+                runner=smartctl,
             )
         )
     return exporters

@@ -101,6 +101,21 @@ def devt_names(sys_root: Path = Path("/sys")) -> dict[tuple[int, int], str]:
     return out
 
 
+def is_virtual_block(sys_root: Path, name: str) -> bool:
+    """True for a device the kernel registers under devices/virtual/block (loop, zram, dm, md).
+
+    Those have no hardware of their own, hence no SMART; their disks are read under their own
+    names. NVMe multipath heads live under devices/virtual/nvme-subsystem and are not virtual
+    in this sense: they are the namespace of real controllers.
+    """
+    if "/" in name or name in ("", ".", ".."):
+        return False  # not one entry of class/block
+    root = Path(sys_root)
+    cls = _resolve(root, ("class", "block"))
+    path = None if cls is None else _resolve(root, (name,), cls)
+    return path is not None and path[:3] == ("devices", "virtual", "block")
+
+
 def disk_info_metric(infos: Iterable[DiskInfo]) -> GaugeMetricFamily:
     """The wattbit_disk_info family (value 1), one series per device, sorted by device name."""
     # A gauge named *_info rather than InfoMetricFamily("wattbit_disk"): the family name is the

@@ -2,9 +2,10 @@
 
 Four loop disks: three over files in tmpfs, one over a file on a FUSE file system
 (tests/support/fusedelay.py) that delays every read and write by 20 ms. The agent (eBPF backend), a
-real Prometheus scraping it every second with the test-only rule variant
-(alerts/test-overrides/wattbit-alerts-fast.yml: windows and `for:` divided by 20, evaluated
-every second), a real Alertmanager routing to a webhook receiver this test runs.
+real Prometheus scraping it every second with the test-only rule variants
+(alerts/test-overrides/wattbit-alerts-fast.yml and wattbit-recording-fast.yml, whose disk
+rules the alerts read: windows and `for:` divided by 20, evaluated every second), a real
+Alertmanager routing to a webhook receiver this test runs.
 
 * Under fio load on all four, WattbitDiskSlow reaches the webhook for the delayed device (its
   reads and its writes) and for no other; no other disk alert fires (checked at the webhook
@@ -49,7 +50,10 @@ from tests.support.realparts import (
 
 pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.timeout(300)]
 
-FAST_RULES = ROOT / "alerts" / "test-overrides" / "wattbit-alerts-fast.yml"
+FAST_RULES = [
+    ROOT / "alerts" / "test-overrides" / "wattbit-recording-fast.yml",
+    ROOT / "alerts" / "test-overrides" / "wattbit-alerts-fast.yml",
+]
 HOST = "e2e-host"
 DELAY_MS = 20
 DISK_ALERTS = {
@@ -271,7 +275,7 @@ def test_disk_slow_and_errors_reach_the_webhook() -> None:
                         "scrape_timeout": "1s",
                         "evaluation_interval": "1s",
                     },
-                    "rule_files": [str(FAST_RULES)],
+                    "rule_files": [str(p) for p in FAST_RULES],
                     "alerting": {
                         "alertmanagers": [
                             {"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}

@@ -7,9 +7,10 @@ The machine read is a VM captured from the fixtures: /sys is tests/fixtures/sys/
 (and lo and a docker0 the exclude pattern drops); /proc is the same VM's diskstats, interrupts,
 softirqs, softnet_stat, snmp and netstat from tests/fixtures/proc; ethtool -S is
 tests/fixtures/ethtool/virtio_net.txt, from a virtio_net before Linux 6.10 (which still had
-per-queue counters there), so that the per-queue families have series. The agent is built as
-`wattbit agent` builds it (build_exporters, build_registry) with backend: diskstats, and
-/metrics is what its WSGI app serves. Two things vary from run to run and are normalised:
+per-queue counters there), so that the per-queue families have series; smartctl is what
+this VM's virtio disk answered (tests/fixtures/smart/local_vda.json: no SMART). The agent is
+built as `wattbit agent` builds it (build_exporters, build_registry) with backend: diskstats,
+and /metrics is what its WSGI app serves. Two things vary from run to run and are normalised:
 the process_* families (this test process's own resource use) are left out, and
 wattbit_exporter_duration_seconds reads 0.
 
@@ -31,6 +32,8 @@ import pytest
 from collector.agent.config import AgentConfig
 from collector.agent.main import build_exporters, build_registry
 from collector.web.exposition import metrics_app
+from exporters.smart.exporter import SmartExporter
+from exporters.smart.runner import RunOutcome
 from tests.support.env import FIXTURES, require
 from tests.support.realparts import have
 
@@ -114,6 +117,23 @@ def machine(root: Path) -> tuple[Path, Path]:
     return sys_root, proc_root
 
 
+class RecordedSmartctl:
+    """smartctl as recorded on the captured VM: its virtio disk has no SMART
+    (tests/fixtures/smart/local_vda.json, exit status 1)."""
+
+    def __init__(self) -> None:
+        self.devices: list[str] = []
+        self.closed = False
+
+    def __call__(self, device: str, timeout: float) -> RunOutcome:
+        self.devices.append(device)
+        output = (FIXTURES / "smart" / "local_vda.json").read_bytes()
+        return RunOutcome("done", output, exit_code=1, duration=0.015)
+
+    def close(self) -> None:
+        self.closed = True
+
+
 class RecordedEthtool:
     """ethtool -S as recorded from a virtio_net NIC (tests/fixtures/ethtool)."""
 
@@ -160,9 +180,20 @@ def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     sys_root, proc_root = machine(tmp_path_factory.mktemp("machine"))
     cfg = AgentConfig.model_validate({"blockio": {"backend": "diskstats"}})
     ethtool = RecordedEthtool()
-    exporters = build_exporters(cfg, sys_root=sys_root, proc_root=proc_root, ethtool=ethtool)
+    smartctl = RecordedSmartctl()
+    exporters = build_exporters(
+        cfg, sys_root=sys_root, proc_root=proc_root, ethtool=ethtool, smartctl=smartctl
+    )
     try:
-        assert [e.startup_note() for e in exporters] == ["backend: diskstats (configured)", ""]
+        assert [e.startup_note() for e in exporters] == [
+            "backend: diskstats (configured)",
+            "",
+            "every 300s, timeout 30s",
+        ]
+        smart = exporters[2]
+        assert isinstance(smart, SmartExporter)
+        assert smart.wait_idle(timeout=60), "the first SMART cycle did not finish"
+        assert smartctl.devices == ["/dev/vda"]  # loop devices are virtual: never run
         app = metrics_app(build_registry(exporters))
         first = scrape(app)
         assert normalise(scrape(app)) == normalise(first)  # nothing but time varies
@@ -170,6 +201,7 @@ def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> bytes:
         for e in exporters:
             e.close()
     assert ethtool.closed
+    assert smartctl.closed
     return normalise(first)
 
 
@@ -185,11 +217,12 @@ def test_golden_metrics(agent_metrics: bytes) -> None:
 
 def test_golden_covers_every_exporter(agent_metrics: bytes) -> None:
     text = agent_metrics.decode()
-    for exporter in ("blockio", "nic"):
+    for exporter in ("blockio", "nic", "smart"):
         assert f'wattbit_exporter_up{{exporter="{exporter}"}} 1.0\n' in text
     assert 'wattbit_disk_io_bytes_total{device="vda",op="read"}' in text
     assert 'wattbit_nic_queue_bytes_total{direction="rx",interface="eth0",queue="0"}' in text
     assert 'wattbit_nic_irq_info{affinity="0-1",effective_affinity="1",interface="eth0"' in text
+    assert 'wattbit_disk_smart_available{device="vda",reason="no_smart"} 0.0\n' in text
     assert 'interface="docker0"' not in text and 'interface="lo"' not in text
     assert "process_" not in text
 

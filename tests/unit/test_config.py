@@ -16,6 +16,8 @@ def test_defaults_without_a_file() -> None:
     cfg = load_model(AgentConfig, None)
     assert cfg.listen == ":9731"
     assert cfg.blockio.backend == "auto"
+    assert (cfg.smart.enabled, cfg.smart.interval, cfg.smart.timeout) == (True, 300.0, 30.0)
+    assert (cfg.smart.devices, cfg.smart.concurrency) == ("auto", 4)
     assert parse_listen(cfg.listen, 9731) == ("0.0.0.0", 9731)
 
 
@@ -27,6 +29,14 @@ def test_defaults_without_a_file() -> None:
         ("blockio:\n  exclude: '(['\n", "blockio.exclude", "regular expression"),
         ("blockio:\n  max_inflight: 10\n", "blockio.max_inflight", "greater than or equal"),
         ("blockio:\n  topology_refresh: soon\n", "blockio.topology_refresh", "duration"),
+        ("smart:\n  interval: 5s\n", "smart.interval", "at least 10s"),
+        ("smart:\n  interval: .nan\n", "smart.interval", "finite"),
+        ("smart:\n  timeout: 0\n", "smart.timeout", "greater than 0"),
+        ("smart:\n  interval: 1m\n  timeout: 2m\n", "smart.timeout", "smart.interval"),
+        ("smart:\n  devices: '^(sd'\n", "smart.devices", "regular expression"),
+        ("smart:\n  concurrency: 0\n", "smart.concurrency", "greater than or equal"),
+        ("smart:\n  enabled: maybe\n", "smart.enabled", "bool"),
+        ("smart:\n  smartctl: /tmp/x\n", "smart.smartctl", "unknown key"),
         ("listen: 'a:b:c'\n", "listen", "HOST:PORT"),
         ("listen: ':99999'\n", "listen", "1-65535"),
     ],

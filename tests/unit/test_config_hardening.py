@@ -301,6 +301,7 @@ def test_retention_zero_stays_meaningful(tmp_path: Path) -> None:
         ("agent", b"nic:\n  queues: true\n  queues: false\n", "duplicate key"),
         ("agent", b"listen: ':0'\n", "listen"),
         ("agent", b"blockio:\n  topology_refresh: .inf\n", "blockio.topology_refresh"),
+        ("agent", b"smart:\n  interval: 1m\n  timeout: 5m\n", "smart.timeout"),
     ],
 )
 def test_cli_exits_2_naming_file_and_reason(

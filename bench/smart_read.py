@@ -1,0 +1,108 @@
+"""The cost of reading drive health with smartctl, per device, on this machine.
+
+Run: sudo .venv/bin/python bench/smart_read.py [--repeat 50]
+
+For every disk the smart exporter would read here (blockio's whole disks that are not virtual),
+alternately (ABAB...): (a) smartctl with the exporter's argv (`--nocheck=standby`, which asks
+the drive's power mode first) and (b) the same without `--nocheck=standby`. Medians of the
+wall time per run and of smartctl's CPU time (user + system, from the children's rusage),
+then the median of one whole exporter cycle (every disk, through the real runner and parser,
+until every result is published). Prints the smartctl version and what each disk answered:
+on a VM without SMART the numbers are those of smartctl starting, probing and giving up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from exporters.blockio.exporter import DEFAULT_EXCLUDE  # noqa: E402
+from exporters.smart.exporter import SmartExporter, device_path, list_disks  # noqa: E402
+from exporters.smart.parse import parse_smartctl  # noqa: E402
+from exporters.smart.runner import CHILD_ENV, SMARTCTL_ARGS, find_smartctl  # noqa: E402
+
+
+def run_once(argv: list[str]) -> tuple[float, float, bytes, int]:
+    """(wall seconds, child CPU seconds, output, exit status) of one smartctl run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    r = subprocess.run(argv, capture_output=True, env=CHILD_ENV, timeout=120, check=False)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, r.stdout, r.returncode
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=50, help="runs of each variant per disk")
+    ap.add_argument("--cycles", type=int, default=20, help="whole exporter cycles")
+    args = ap.parse_args()
+    smartctl = find_smartctl()
+    if smartctl is None:
+        print("smartctl not found (apt-get install smartmontools)")
+        return 1
+    version = subprocess.run([smartctl, "--version"], capture_output=True, text=True, check=False)
+    print(version.stdout.splitlines()[0] if version.stdout else smartctl)
+    disks = [d for d in list_disks(Path("/sys"), DEFAULT_EXCLUDE) if not d.virtual]
+    if not disks:
+        print("no disk to read here")
+        return 1
+    without = [a for a in SMARTCTL_ARGS if a != "--nocheck=standby"]
+    print(f"{args.repeat} alternating runs per variant and disk, medians:")
+    for d in disks:
+        dev = device_path(d.name)
+        a_wall: list[float] = []
+        a_cpu: list[float] = []
+        b_wall: list[float] = []
+        b_cpu: list[float] = []
+        out, code = b"", 0
+        for _ in range(args.repeat):
+            w, c, out, code = run_once([smartctl, *SMARTCTL_ARGS, dev])
+            a_wall.append(w)
+            a_cpu.append(c)
+            w, c, _, _ = run_once([smartctl, *without, dev])
+            b_wall.append(w)
+            b_cpu.append(c)
+        reading = parse_smartctl(out, code)
+        size = len(out)
+        print(f"  {dev}: smartctl exit {code}, {size} bytes of JSON, read as {reading.status}")
+        if reading.detail:
+            print(f"    ({reading.detail})")
+        for label, wall, cpu in (
+            ("with --nocheck=standby   ", a_wall, a_cpu),
+            ("without --nocheck=standby", b_wall, b_cpu),
+        ):
+            print(
+                f"    {label}: wall {statistics.median(wall) * 1e3:7.2f} ms,"
+                f" smartctl CPU {statistics.median(cpu) * 1e3:6.2f} ms"
+            )
+    cycle: list[float] = []
+    e = SmartExporter(autostart=False, concurrency=4)
+    try:
+        for _ in range(args.cycles):
+            t0 = time.perf_counter()
+            e.run_cycle()
+            if not e.wait_idle(300):
+                print("a cycle did not finish in 300 s")
+                return 1
+            cycle.append(time.perf_counter() - t0)
+    finally:
+        e.close()
+    print(
+        f"one exporter cycle over {len(disks)} disk(s) (runner + parser + publish),"
+        f" median of {args.cycles}: {statistics.median(cycle) * 1e3:.2f} ms"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Drive health from smartmontools' smartctl --json: parser, runner, exporter."""

@@ -1,0 +1,423 @@
+"""The smart exporter: drive health from smartctl, read off the scrape path.
+
+A background thread wakes every ``interval``, lists the disks (the blockio exporter's set:
+whole disks under /sys/class/block, its exclude pattern applied) and hands each one not
+already being read to a bounded pool of workers, each running one smartctl (runner.py) and
+publishing its device's result the moment it has it. A scrape only renders the last results:
+it never waits for a drive, and one drive's hang holds one worker for at most ``timeout``
+while the others publish on their own.
+
+Per device, the last good reading is kept while the drive sleeps (``-n standby``: never woken),
+times out or errors, with ``wattbit_disk_smart_last_read_timestamp_seconds`` saying how old it
+is; it is dropped when the device goes away or another disk takes its name (a different
+dev_t or serial in /sys). Devices the kernel keeps under devices/virtual/block (loop, zram,
+dm, md) have no hardware and are reported ``no_smart`` without running anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from exporters.base import Exporter
+from exporters.blockio.exporter import DEFAULT_EXCLUDE
+from exporters.blockio.topology import is_virtual_block, read_topology
+
+from .parse import NVME_CRITICAL_WARNING_BITS, SmartReading, parse_smartctl
+from .runner import Runner, RunOutcome, SmartctlRunner
+
+log = logging.getLogger(__name__)
+
+# The reasons of wattbit_disk_smart_available 0, and the results of a read.
+NO_SMART, STANDBY, TIMEOUT, ERROR, NO_SMARTCTL = (
+    "no_smart",
+    "standby",
+    "timeout",
+    "error",
+    "no_smartctl",
+)
+READ_RESULTS = ("ok", STANDBY, TIMEOUT, ERROR)  # wattbit_disk_smart_reads_total{result}
+_SILENT = (NO_SMART, NO_SMARTCTL)  # only wattbit_disk_smart_available is exported for these
+
+# Kernel block device names smartctl may be given as /dev/NAME. The kernel writes a "/" of a
+# device name as "!" in sysfs (cciss!c0d0 is /dev/cciss/c0d0).
+_DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+!-]{0,63}$")
+
+Identity = tuple[int, int, str]  # (major, minor, serial) of the disk behind a name
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    """One device's published state: the last outcome and the last good reading."""
+
+    identity: Identity
+    reason: str = ""  # "" while readable, else a reason of wattbit_disk_smart_available 0
+    reading: SmartReading | None = None  # the last reading with status ok
+    last_ok: float | None = None  # wall-clock time of that reading
+    duration: float | None = None  # how long the last read took
+    reads: Mapping[str, int] = field(default_factory=dict)  # result -> count
+
+
+@dataclass(frozen=True)
+class Disk:
+    """A disk the exporter reads: kernel name, identity, and whether it is virtual."""
+
+    name: str
+    identity: Identity
+    virtual: bool
+
+
+def list_disks(sys_root: Path, exclude: str, devices: str = "auto") -> list[Disk]:
+    """The whole disks blockio exports (exclude applied), narrowed by devices unless "auto"."""
+    excl = re.compile(exclude)
+    only = None if devices == "auto" else re.compile(devices)
+    out = []
+    for name, info in read_topology(sys_root).items():
+        if info.parent or info.size_bytes <= 0 or excl.search(name):
+            continue  # partitions, unbound loop devices, ram/zram/fd/sr by default
+        if only is not None and not only.search(name):
+            continue
+        if not _DEVICE_NAME.match(name) or ".." in name:
+            continue
+        virtual = is_virtual_block(sys_root, name)
+        out.append(Disk(name, (info.major, info.minor, info.serial), virtual))
+    return out
+
+
+def device_path(name: str) -> str:
+    """/dev path of a kernel block device name ("cciss!c0d0" -> "/dev/cciss/c0d0")."""
+    return "/dev/" + name.replace("!", "/")
+
+
+class SmartExporter(Exporter):
+    """Drive health (SMART attributes, NVMe health log, SCSI health) read by smartctl."""
+
+    name = "smart"
+
+    def __init__(
+        self,
+        interval: float = 300.0,
+        timeout: float = 30.0,
+        devices: str = "auto",
+        exclude: str = DEFAULT_EXCLUDE,
+        concurrency: int = 4,
+        sys_root: Path = Path("/sys"),
+        runner: Runner | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        autostart: bool = True,
+    ) -> None:
+        self.interval = interval
+        self.timeout = timeout
+        self.devices = devices
+        self.exclude = exclude
+        self.sys_root = sys_root
+        self.runner: Runner = runner if runner is not None else SmartctlRunner()
+        self._wall = wall_clock
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="smart")
+        self._lock = threading.Condition()
+        self._disks: dict[str, Identity] = {}  # the disks of the last cycle
+        self._states: dict[str, DeviceState] = {}  # devices read at least once
+        self._inflight: dict[str, object] = {}  # device -> token of the read going on
+        self._cycles = 0
+        self._logged: dict[str, str] = {}  # device -> reason last logged
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if autostart:
+            self.start()
+
+    # --- the background loop ------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the background reads (a first cycle at once, then every interval)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="smart-cycle", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_cycle()
+            except Exception:  # /sys unreadable, a pool refusing work at shutdown ...
+                log.exception("smart: a read cycle failed")
+            if self._stop.wait(self.interval):
+                return
+
+    def run_cycle(self) -> None:
+        """List the disks and start a read of every one not being read; does not wait."""
+        disks = list_disks(self.sys_root, self.exclude, self.devices)
+        to_read: list[tuple[Disk, object]] = []
+        with self._lock:
+            self._disks = {d.name: d.identity for d in disks}
+            for name in list(self._states):
+                if self._states[name].identity != self._disks.get(name):
+                    del self._states[name]  # gone, or another disk took the name
+                    self._logged.pop(name, None)
+            for d in disks:
+                if d.virtual:
+                    self._states[d.name] = DeviceState(d.identity, reason=NO_SMART)
+                    self._log(d.name, NO_SMART, "a virtual block device, no hardware")
+                elif d.name not in self._inflight:
+                    token = self._inflight[d.name] = object()
+                    to_read.append((d, token))
+            self._cycles += 1
+            self._lock.notify_all()
+        for d, token in to_read:
+            try:
+                self._pool.submit(self._read, d, token)
+            except RuntimeError:  # the pool is shut down: the agent is stopping
+                self._done(d.name, token)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until a cycle has run and no read is in flight; False if timeout passed first."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._cycles > 0 and not self._inflight, timeout)
+
+    def wait_until(
+        self, predicate: Callable[[Mapping[str, DeviceState]], bool], timeout: float
+    ) -> bool:
+        """Wait until predicate(states) holds after some publication; False on timeout."""
+        with self._lock:
+            return self._lock.wait_for(lambda: predicate(self._states), timeout)
+
+    def _read(self, disk: Disk, token: object) -> None:
+        try:
+            outcome = self.runner(device_path(disk.name), self.timeout)
+            reading = None
+            if outcome.result == "done":
+                reading = parse_smartctl(outcome.output, outcome.exit_code)
+            self._publish(disk, token, outcome, reading)
+        except Exception:
+            log.exception("smart: reading %s failed", disk.name)
+            self._publish(disk, token, RunOutcome("error", detail="internal error"), None)
+        finally:
+            self._done(disk.name, token)
+
+    def _done(self, name: str, token: object) -> None:
+        """The read `token` of device name is over, published or not."""
+        with self._lock:
+            if self._inflight.get(name) is token:  # not a newer read of the device
+                del self._inflight[name]
+            self._lock.notify_all()
+
+    def _publish(
+        self, disk: Disk, token: object, outcome: RunOutcome, reading: SmartReading | None
+    ) -> None:
+        """Fold one read into the device's state (kept readings: see the module docstring)."""
+        reason: str
+        if outcome.result == "done" and reading is not None:
+            reason = "" if reading.status == "ok" else reading.status
+            detail = reading.detail
+        else:
+            reason = {"timeout": TIMEOUT, "no_smartctl": NO_SMARTCTL}.get(outcome.result, ERROR)
+            detail = outcome.detail
+        with self._lock:
+            if self._stop.is_set():
+                return  # stopping: the run was killed by close(), not by the drive
+            if self._disks.get(disk.name) != disk.identity:
+                return  # the device went away (or was replaced) while it was read
+            state = self._states.get(disk.name) or DeviceState(disk.identity)
+            if reason in _SILENT:
+                new = DeviceState(disk.identity, reason=reason)
+            else:
+                reads = dict(state.reads)
+                result = reason or "ok"
+                reads[result] = reads.get(result, 0) + 1
+                new = dataclasses.replace(
+                    state, reason=reason, duration=outcome.duration, reads=reads
+                )
+                if not reason:
+                    new = dataclasses.replace(new, reading=reading, last_ok=self._wall())
+            self._states[disk.name] = new
+            if self._inflight.get(disk.name) is token:
+                del self._inflight[disk.name]  # published, hence done: a new read may start
+            self._log(disk.name, reason, detail)
+            self._lock.notify_all()
+
+    def _log(self, name: str, reason: str, detail: str) -> None:
+        """Log a device's change of state once (called with the lock held)."""
+        before = self._logged.get(name)
+        if before == reason:
+            return
+        self._logged[name] = reason
+        if reason == NO_SMART:
+            log.info("smart: %s has no SMART (%s); reported unavailable", name, detail)
+        elif reason == NO_SMARTCTL:
+            # One line for the host, not one per disk.
+            if not any(r == NO_SMARTCTL for n, r in self._logged.items() if n != name):
+                log.warning("smart: no disk read: %s", detail)
+        elif reason == STANDBY:
+            log.debug("smart: %s is asleep (%s); not woken, last reading kept", name, detail)
+        elif reason in (TIMEOUT, ERROR):
+            log.warning("smart: %s: %s (%s)", name, reason, detail)
+        elif before in (TIMEOUT, ERROR, NO_SMARTCTL):
+            log.info("smart: %s read again", name)
+
+    # --- the Exporter contract ----------------------------------------------------------
+
+    def startup_note(self) -> str:
+        """Which smartctl runs, how often, with which timeout (or that there is none)."""
+        how = f"every {self.interval:g}s, timeout {self.timeout:g}s"
+        if isinstance(self.runner, SmartctlRunner):
+            binary = self.runner.resolve()
+            if binary is None:
+                return f"smartctl not found (install smartmontools): no_smartctl; {how}"
+            return f"{binary} {how}"
+        return how
+
+    def close(self) -> None:
+        """Stop the loop and kill every smartctl still running."""
+        self._stop.set()
+        self.runner.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def states(self) -> dict[str, DeviceState]:
+        """A snapshot of every device's state."""
+        with self._lock:
+            return dict(self._states)
+
+    def collect(self) -> Iterator[Metric]:
+        """Render the last published state of every device (never reads a drive)."""
+        yield from render(self.states())
+
+
+def render(states: Mapping[str, DeviceState]) -> Iterator[Metric]:
+    """The smart metric families of a set of device states (pure)."""
+    dev = ["device"]
+    available = GaugeMetricFamily(
+        "wattbit_disk_smart_available",
+        "1 if smartctl read the drive's health at the last attempt; else 0 and why "
+        "(no_smart, standby, timeout, error, no_smartctl).",
+        labels=["device", "reason"],
+    )
+    healthy = GaugeMetricFamily(
+        "wattbit_disk_smart_healthy",
+        "1 if the drive's overall SMART health self-assessment passed, 0 if it failed.",
+        labels=dev,
+    )
+    attribute = GaugeMetricFamily(
+        "wattbit_disk_smart_attribute_raw",
+        "Raw count of an ATA SMART attribute (5, 187, 188, 197, 198), named as smartctl "
+        "names it for this drive.",
+        labels=["device", "id", "attribute"],
+    )
+    temperature = GaugeMetricFamily(
+        "wattbit_disk_temperature_celsius", "Drive temperature reported by the drive.", labels=dev
+    )
+    power_on = GaugeMetricFamily(
+        "wattbit_disk_power_on_seconds", "Drive power-on time reported by the drive.", labels=dev
+    )
+    warning = GaugeMetricFamily(
+        "wattbit_nvme_critical_warning",
+        "1 if the NVMe critical warning bit is set (spare, temperature, reliability, "
+        "read_only, volatile_backup, pmr_read_only).",
+        labels=["device", "bit"],
+    )
+    media_errors = CounterMetricFamily(
+        "wattbit_nvme_media_errors",
+        "NVMe unrecovered data integrity errors (Media and Data Integrity Errors).",
+        labels=dev,
+    )
+    error_log = CounterMetricFamily(
+        "wattbit_nvme_error_log_entries",
+        "NVMe error information log entries over the controller's life.",
+        labels=dev,
+    )
+    used = GaugeMetricFamily(
+        "wattbit_nvme_percentage_used_ratio",
+        "NVMe estimate of the life used (Percentage Used / 100; may exceed 1).",
+        labels=dev,
+    )
+    spare = GaugeMetricFamily(
+        "wattbit_nvme_available_spare_ratio", "NVMe available spare capacity (0-1).", labels=dev
+    )
+    spare_threshold = GaugeMetricFamily(
+        "wattbit_nvme_available_spare_threshold_ratio",
+        "NVMe available spare below which the spare critical warning is raised (0-1).",
+        labels=dev,
+    )
+    grown = GaugeMetricFamily(
+        "wattbit_scsi_grown_defects",
+        "SCSI/SAS: elements in the grown defect list (sectors remapped since manufacture).",
+        labels=dev,
+    )
+    last_read = GaugeMetricFamily(
+        "wattbit_disk_smart_last_read_timestamp_seconds",
+        "When the drive's health was last read successfully (Unix time).",
+        labels=dev,
+    )
+    duration = GaugeMetricFamily(
+        "wattbit_disk_smart_read_duration_seconds",
+        "How long the last smartctl run on the drive took.",
+        labels=dev,
+    )
+    reads = CounterMetricFamily(
+        "wattbit_disk_smart_reads",
+        "smartctl runs on the drive by result (ok, standby, timeout, error).",
+        labels=["device", "result"],
+    )
+    for name in sorted(states):
+        st = states[name]
+        available.add_metric([name, st.reason], 0.0 if st.reason else 1.0)
+        if st.reason in _SILENT:
+            continue
+        for result in READ_RESULTS:
+            reads.add_metric([name, result], float(st.reads.get(result, 0)))
+        if st.duration is not None:
+            duration.add_metric([name], st.duration)
+        if st.last_ok is not None:
+            last_read.add_metric([name], st.last_ok)
+        r = st.reading
+        if r is None:
+            continue
+        if r.healthy is not None:
+            healthy.add_metric([name], 1.0 if r.healthy else 0.0)
+        for a in r.attributes:
+            attribute.add_metric([name, str(a.id), a.name], float(a.raw))
+        if r.temperature_celsius is not None:
+            temperature.add_metric([name], float(r.temperature_celsius))
+        if r.power_on_seconds is not None:
+            power_on.add_metric([name], float(r.power_on_seconds))
+        if r.grown_defects is not None:
+            grown.add_metric([name], float(r.grown_defects))
+        n = r.nvme
+        if n is None:
+            continue
+        if n.critical_warning is not None:
+            for bit, label in NVME_CRITICAL_WARNING_BITS:
+                warning.add_metric([name, label], float(n.critical_warning >> bit & 1))
+        for family, value, scale in (
+            (media_errors, n.media_errors, 1),
+            (error_log, n.error_log_entries, 1),
+            (used, n.percentage_used, 100),
+            (spare, n.available_spare, 100),
+            (spare_threshold, n.available_spare_threshold, 100),
+        ):
+            if value is not None:
+                family.add_metric([name], float(value) / scale)
+    yield available
+    yield healthy
+    yield attribute
+    yield temperature
+    yield power_on
+    yield warning
+    yield media_errors
+    yield error_log
+    yield used
+    yield spare
+    yield spare_threshold
+    yield grown
+    yield last_read
+    yield duration
+    yield reads

@@ -1,0 +1,287 @@
+"""smartctl's JSON output (``smartctl --json``) to a SmartReading: a pure function of the bytes.
+
+Every input is hostile: the output may be truncated, not JSON, nested without end, hold numbers
+of thousands of digits, strings where numbers belong, or keys smartctl never writes. Nothing
+here raises: whatever cannot be read is absent from the reading, and output that says nothing
+usable is a reading with status ``error`` (or ``no_smart``/``standby`` when smartctl says so).
+
+What smartctl writes, and under which key, is taken from its source (smartmontools 7.3-7.5,
+https://github.com/smartmontools/smartmontools/tree/master/src): ``ataprint.cpp`` (ATA
+attributes, ``power_mode`` and the standby message), ``nvmeprint.cpp`` (the NVMe SMART/Health
+log, ``smart_status.nvme``), ``scsiprint.cpp`` (SCSI health, temperature, power-on time,
+``scsi_grown_defect_list``), ``smartctl.cpp`` (device type detection) and the exit status
+bits documented in smartctl(8) "RETURN VALUES".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+MAX_OUTPUT = 4 << 20  # bytes: a full `smartctl -x --json` of a SATA drive is ~100 KiB
+
+Status = Literal["ok", "standby", "no_smart", "error"]
+
+# ATA attributes exported (Backblaze's five failure predictors, smartmontools' default names):
+# 5 Reallocated_Sector_Ct, 187 Reported_Uncorrect, 188 Command_Timeout,
+# 197 Current_Pending_Sector, 198 Offline_Uncorrectable.
+ATA_ATTRIBUTES = (5, 187, 188, 197, 198)
+COMMAND_TIMEOUT = 188
+
+# NVMe SMART/Health log byte 0, "Critical Warning" (NVMe Base Specification 2.0, Figure 207),
+# bit -> the `bit` label. smartctl prints the same bits (nvmeprint.cpp print_critical_warning).
+NVME_CRITICAL_WARNING_BITS = (
+    (0, "spare"),  # available spare below threshold
+    (1, "temperature"),  # a temperature above an over- or below an under-temperature threshold
+    (2, "reliability"),  # NVM subsystem reliability degraded (media or internal errors)
+    (3, "read_only"),  # media placed in read-only mode
+    (4, "volatile_backup"),  # volatile memory backup device failed
+    (5, "pmr_read_only"),  # persistent memory region read-only or unreliable
+)
+
+# smartctl(8) RETURN VALUES, bit 1: "Device open failed, device did not return an IDENTIFY
+# DEVICE structure, or device is in a low-power mode (see '-n' option above)".
+EXIT_OPEN_FAILED_OR_LOW_POWER = 1 << 1
+
+# `-n standby` skipping a sleeping drive: "Device is in STANDBY mode, exit(2)" (ATA also
+# SLEEP, STANDBY_Y; SCSI "STANDBY BY TIMER" ...; smartctl.cpp "STANDBY (OS)"), printed with
+# severity "information" from ataprint.cpp / scsiprint.cpp / smartctl.cpp.
+_STANDBY = re.compile(r"^Device is in [A-Z_ ()]{1,40} mode, exit\(\d{1,3}\)$")
+# No SMART to read behind this name (smartctl.cpp: get_smart_device failed): virtio, loop,
+# zram, or a USB bridge smartctl does not know.
+_NO_SMART = re.compile(r": (Unable to detect device type|Unknown USB bridge\b)")
+
+_U64 = 1 << 64
+_U128 = 1 << 128  # NVMe counters are 128-bit (smartctl prints them as JSON numbers too)
+_MAX_MESSAGES = 16
+_MAX_TEXT = 200
+_MAX_NAME = 64
+
+
+@dataclass(frozen=True)
+class AtaAttribute:
+    """One exported ATA SMART attribute: its id, smartctl's name for it, its count."""
+
+    id: int
+    name: str  # smartctl's name from its drive database ("Reallocated_Sector_Ct", ...)
+    raw: int
+
+
+@dataclass(frozen=True)
+class NvmeHealth:
+    """The NVMe SMART/Health Information log page (02h) fields wattbit exports."""
+
+    critical_warning: int | None = None
+    media_errors: int | None = None
+    error_log_entries: int | None = None
+    percentage_used: int | None = None
+    available_spare: int | None = None
+    available_spare_threshold: int | None = None
+
+
+@dataclass(frozen=True)
+class SmartReading:
+    """What one smartctl run said about one device."""
+
+    status: Status
+    detail: str = ""  # for the log: smartctl's first message, or why the output is unusable
+    exit_status: int | None = None
+    protocol: str = ""  # smartctl's device.protocol: "ATA", "NVMe", "SCSI" ("" unknown)
+    healthy: bool | None = None  # smart_status.passed
+    temperature_celsius: int | None = None
+    power_on_seconds: int | None = None
+    attributes: tuple[AtaAttribute, ...] = ()
+    nvme: NvmeHealth | None = None
+    grown_defects: int | None = None  # SCSI: elements in the grown defect list
+
+
+def parse_smartctl(data: bytes, exit_code: int | None = None) -> SmartReading:
+    """The reading in smartctl's JSON output; never raises (see the module docstring).
+
+    exit_code is the process's exit status, used when the output does not carry its own
+    (smartctl.exit_status).
+    """
+    if len(data) > MAX_OUTPUT:
+        return SmartReading("error", f"output larger than {MAX_OUTPUT} bytes", exit_code)
+    try:
+        # ValueError covers malformed JSON and UTF-8, and integers past Python's digit limit.
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        return SmartReading("error", "output is not JSON", exit_code)
+    if not isinstance(doc, dict):
+        return SmartReading("error", "output is not a JSON object", exit_code)
+    return _reading(doc, exit_code)
+
+
+def _reading(doc: dict[str, Any], exit_code: int | None) -> SmartReading:
+    tool = _dict(doc.get("smartctl"))
+    status_bits = _int(tool.get("exit_status"), 0, 255)
+    exit_status = status_bits if status_bits is not None else exit_code
+    messages = _messages(tool.get("messages"))
+    first = messages[0] if messages else ""
+    protocol = _text(_dict(doc.get("device")).get("protocol"), 16)
+
+    if exit_status is not None and exit_status & EXIT_OPEN_FAILED_OR_LOW_POWER:
+        for m in messages:
+            if _STANDBY.match(m):
+                return SmartReading("standby", m, exit_status, protocol)
+
+    support = _dict(doc.get("smart_support"))
+    if support.get("available") is False:
+        return SmartReading("no_smart", "the device has no SMART", exit_status, protocol)
+    if support.get("enabled") is False:
+        # wattbit never changes a drive's settings; `smartctl -s on DEVICE` would.
+        return SmartReading("no_smart", "SMART is disabled on the device", exit_status, protocol)
+
+    passed = _dict(doc.get("smart_status")).get("passed")
+    healthy = passed if isinstance(passed, bool) else None
+    table = _dict(doc.get("ata_smart_attributes")).get("table")
+    has_table = isinstance(table, list) and len(table) > 0
+    nvme = _nvme(doc.get("nvme_smart_health_information_log"))
+    grown = _int(doc.get("scsi_grown_defect_list"), 0, _U64 - 1)
+
+    if healthy is None and not has_table and nvme is None and grown is None:
+        for m in messages:
+            if _NO_SMART.search(m):
+                return SmartReading("no_smart", m, exit_status, protocol)
+        if isinstance(doc.get("device"), dict) and not (
+            exit_status is not None and exit_status & EXIT_OPEN_FAILED_OR_LOW_POWER
+        ):
+            # Opened and identified, but no health in any form: a RAID volume, a virtual LUN.
+            return SmartReading("no_smart", first or "no SMART data", exit_status, protocol)
+        if not first:
+            first = (
+                f"smartctl exit status {exit_status}, no SMART data"
+                if exit_status
+                else "no SMART data in the output"
+            )
+        return SmartReading("error", first, exit_status, protocol)
+
+    return SmartReading(
+        "ok",
+        first,
+        exit_status,
+        protocol,
+        healthy=healthy,
+        temperature_celsius=_int(_dict(doc.get("temperature")).get("current"), -60, 200),
+        power_on_seconds=_power_on_seconds(doc.get("power_on_time")),
+        attributes=_attributes(table) if isinstance(table, list) else (),
+        nvme=nvme,
+        grown_defects=grown,
+    )
+
+
+def attribute_count(attr_id: int, raw: object) -> int | None:
+    """The count in an ATA attribute's ``raw`` ({value, string}); None when unreadable.
+
+    ``raw.value`` is the attribute's 48 raw bits as one number; ``raw.string`` is how
+    smartctl formats them for this drive (lib/atacmds.cpp ata_format_attr_raw_value, the
+    format chosen by its drive database). Formats that pack several numbers into the raw
+    bits print them apart, so the string says which part is the count:
+
+    - "N" (raw48, raw56, raw64): N.
+    - "N (a b)", "N (Average a)", "N (a b c)" (raw16(raw16), raw16(avg16), raw24(raw8)):
+      the leading N is the counter; the parenthesised words are vendor data. The DEFAULT
+      format of attribute 5 is raw16(raw16).
+    - "a b c" (raw16: the three 16-bit words, high first) or six bytes (raw8): the largest.
+    - anything else (hex48, "a/b"): raw.value.
+
+    Attribute 188, Command_Timeout, gets one more rule. Seagate packs three 16-bit counters
+    into it: word 0 the total number of command timeouts (held at FFFFh), word 1 those over
+    5 s, word 2 those over 7.5 s; newer drive databases format it as raw16 ("1 1 1") but many
+    drives are not in them and show raw48 4295032833 (0x0001_0001_0001) instead
+    (https://github.com/smartmontools/smartmontools/issues/184, issues/319). So for 188, a
+    raw value above 0xFFFF is read as three 16-bit words and the largest one is the count:
+    Seagate's total is never below its two subsets, and a drive that keeps its count in
+    another word ("0 5 0", https://github.com/AnalogJ/scrutiny/issues/774) still reads as
+    non-zero. A genuine 48-bit count above 65535 command timeouts would be under-read; any
+    non-zero value is already a failing sign.
+    """
+    if not isinstance(raw, dict):
+        return None
+    string = raw.get("string")
+    count: int | None = None
+    if isinstance(string, str) and len(string) <= 80:
+        words = string.strip().split(" (", 1)[0].split()
+        if words and all(w.isascii() and w.isdigit() and len(w) <= 20 for w in words):
+            numbers = [int(w) for w in words]
+            count = numbers[0] if len(numbers) == 1 else max(numbers)
+            if len(numbers) > 1 and "(" in string:
+                count = None  # "a b (c)": no format smartctl prints; fall back to raw.value
+    if count is None:
+        count = _int(raw.get("value"), 0, _U64 - 1)
+    if count is None or count >= _U64:
+        return None
+    if attr_id == COMMAND_TIMEOUT and count > 0xFFFF:
+        count = max((count >> shift) & 0xFFFF for shift in (0, 16, 32))
+    return count
+
+
+def _attributes(table: list[Any]) -> tuple[AtaAttribute, ...]:
+    found: dict[int, AtaAttribute] = {}
+    for entry in table[:256]:  # an ATA attribute table has 30 slots; 256 ids exist at most
+        if not isinstance(entry, dict):
+            continue
+        attr_id = _int(entry.get("id"), 1, 255)
+        if attr_id not in ATA_ATTRIBUTES or attr_id in found:
+            continue
+        raw = attribute_count(attr_id, entry.get("raw"))
+        if raw is None:
+            continue
+        name = _text(entry.get("name"), _MAX_NAME) or "Unknown_Attribute"
+        found[attr_id] = AtaAttribute(attr_id, name, raw)
+    return tuple(found[i] for i in sorted(found))
+
+
+def _nvme(log: object) -> NvmeHealth | None:
+    if not isinstance(log, dict):
+        return None
+    return NvmeHealth(
+        critical_warning=_int(log.get("critical_warning"), 0, 255),
+        media_errors=_int(log.get("media_errors"), 0, _U128 - 1),
+        error_log_entries=_int(log.get("num_err_log_entries"), 0, _U128 - 1),
+        percentage_used=_int(log.get("percentage_used"), 0, 255),  # may exceed 100 (spec)
+        available_spare=_int(log.get("available_spare"), 0, 255),
+        available_spare_threshold=_int(log.get("available_spare_threshold"), 0, 255),
+    )
+
+
+def _power_on_seconds(value: object) -> int | None:
+    pot = _dict(value)
+    hours = _int(pot.get("hours"), 0, 1 << 40)
+    if hours is None:
+        return None
+    minutes = _int(pot.get("minutes"), 0, 59) or 0
+    return hours * 3600 + minutes * 60
+
+
+def _messages(value: object) -> list[str]:
+    if not isinstance(value, list):
+        return []
+    out = []
+    for m in value[:_MAX_MESSAGES]:
+        text = _text(_dict(m).get("string"), _MAX_TEXT)
+        if text:
+            out.append(text)
+    return out
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: object, lo: int, hi: int) -> int | None:
+    """value if it is an integer (not a bool, not a float) in lo..hi, else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        return None
+    return value
+
+
+def _text(value: object, limit: int) -> str:
+    """A printable, single-line, bounded rendering of a string from the output ("" if none)."""
+    if not isinstance(value, str):
+        return ""
+    text = "".join(c if c.isprintable() else " " for c in value[: limit * 2]).strip()
+    return text[:limit]

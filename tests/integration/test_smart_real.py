@@ -1,0 +1,284 @@
+"""The smart exporter against real processes: Debian's smartctl on this machine's disks through
+a running `wattbit agent`, and stand-in smartctl scripts that hang, flood or sleep, run by the
+real runner (kill at the timeout, bounded output, process groups, the argv)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from exporters.smart.exporter import SmartExporter, list_disks
+from exporters.smart.runner import SMARTCTL_ARGS, SmartctlRunner, find_smartctl
+from tests.support.env import FIXTURES, require
+from tests.support.realparts import Agent, is_root, loop_disks, wait_for
+
+SMART = FIXTURES / "smart"
+WAIT = 60.0
+AVAILABLE = "wattbit_disk_smart_available"
+SMARTCTL = "/usr/sbin/smartctl"
+
+
+def _alive(pid: int) -> bool:
+    """True while pid runs (a zombie nobody reaped yet counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _smart(sample: str) -> bool:
+    """True for a sample of the smart exporter's families."""
+    return sample.startswith(("wattbit_disk_smart_", "wattbit_nvme_", "wattbit_scsi_")) or (
+        sample in ("wattbit_disk_temperature_celsius", "wattbit_disk_power_on_seconds")
+    )
+
+
+def fake_smartctl(tmp: Path, body: str) -> Path:
+    """An executable `smartctl` shell script in tmp/bin that records its pid and argv, then
+    runs body (the runner passes no environment of ours, so paths are written in)."""
+    bindir = tmp / "bin"
+    bindir.mkdir(exist_ok=True)
+    script = bindir / "smartctl"
+    calls = tmp / "calls"
+    script.write_text(f'#!/bin/sh\necho "$$ $*" >> {calls}\n{body}\n')
+    script.chmod(0o755)
+    return script
+
+
+def calls(tmp: Path) -> list[tuple[int, list[str]]]:
+    """(pid, argv) of every run of the fake so far."""
+    path = tmp / "calls"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        pid, *argv = line.split()
+        out.append((int(pid), argv))
+    return out
+
+
+def hang(tmp: Path) -> str:
+    """Script lines for a run that hangs with a child in its process group holding stdout
+    open, as a smartctl stuck in the kernel would; the child's pid goes to sleep-DEV.pid."""
+    return (
+        'dev=$(basename "$(eval echo \\${$#})")\n'
+        "sleep 600 &\n"
+        f"echo $! > {tmp}/sleep-$dev.pid\n"
+        "wait"
+    )
+
+
+def _need_smartctl() -> None:
+    require(os.access(SMARTCTL, os.X_OK), "smartctl (Debian package smartmontools) missing")
+
+
+# --- the real smartctl through the real agent ---------------------------------------------
+
+
+@pytest.fixture
+def agent_with_loop_disk(tmp_path: Path) -> Iterator[Agent]:
+    _need_smartctl()
+    require(is_root(), "needs root: smartctl opens the disks, loop devices")
+    with loop_disks(1, size_mb=16):
+        agent = Agent("blockio:\n  backend: diskstats\n", tmp_path)
+        try:
+            agent.wait_ready()
+            yield agent
+        finally:
+            agent.stop()
+
+
+def test_real_smartctl_on_this_machines_disks(agent_with_loop_disk: Agent) -> None:
+    agent = agent_with_loop_disk
+    expected = {d.name: d for d in list_disks(Path("/sys"), r"^(ram|zram|fd|sr)\d+$")}
+
+    def every_disk_reported(s: dict) -> bool:
+        return {dict(k[1])["device"] for k in s if k[0] == AVAILABLE} >= set(expected)
+
+    s = agent.scrape_until("a SMART result for every disk", every_disk_reported, timeout=WAIT)
+    # the same devices as blockio's wattbit_disk_info whole disks: the join always works
+    info = {
+        dict(k[1])["device"]
+        for k in s
+        if k[0] == "wattbit_disk_info" and dict(k[1])["parent"] == ""
+    }
+    smart = {dict(k[1])["device"] for k in s if k[0] == AVAILABLE}
+    assert smart == info == set(expected)
+    assert any(d.virtual for d in expected.values()), "the loop disk is missing"
+    for name, disk in expected.items():
+        series = {k: v for k, v in s.items() if _smart(k[0]) and dict(k[1]).get("device") == name}
+        if disk.virtual:
+            assert series == {(AVAILABLE, (("device", name), ("reason", "no_smart"))): 0.0}
+            continue
+        # What smartctl itself says of the disk, read here independently.
+        r = subprocess.run(
+            [SMARTCTL, "--json", "--nocheck=standby", "-i", "-H", "-A", f"/dev/{name}"],
+            capture_output=True,
+            timeout=120,
+        )
+        doc = json.loads(r.stdout)
+        messages = [m["string"] for m in doc["smartctl"].get("messages", [])]
+        if any("Unable to detect device type" in m for m in messages):  # virtio: this VM
+            assert series == {(AVAILABLE, (("device", name), ("reason", "no_smart"))): 0.0}
+        elif "passed" in doc.get("smart_status", {}):
+            assert series[(AVAILABLE, (("device", name), ("reason", "")))] == 1.0
+            healthy = series[("wattbit_disk_smart_healthy", (("device", name),))]
+            assert healthy == float(doc["smart_status"]["passed"])
+    # "no SMART" is said in the log once per device (and not again at every read)
+    log = agent.log.read_text()
+    for name in expected:
+        no_smart = s.get((AVAILABLE, (("device", name), ("reason", "no_smart")))) == 0.0
+        assert log.count(f"smart: {name} has no SMART") == int(no_smart), log
+
+
+# --- stand-in smartctl scripts through the real agent --------------------------------------
+
+
+def test_a_hanging_smartctl_never_blocks_a_scrape_and_dies_with_the_agent(
+    tmp_path: Path,
+) -> None:
+    require(is_root(), "needs root: the agent reads /sys like in production")
+    fake = fake_smartctl(tmp_path, hang(tmp_path))
+    agent = Agent(
+        "blockio:\n  backend: diskstats\nsmart:\n  timeout: 5m\n  interval: 5m\n",
+        tmp_path,
+        env={"PATH": f"{fake.parent}:{os.environ['PATH']}"},
+    )
+    try:
+        agent.wait_ready()
+        runs = wait_for(lambda: calls(tmp_path) or None, WAIT, "the stand-in smartctl to start")
+        pid, argv = runs[0]
+        assert argv[:-1] == list(SMARTCTL_ARGS), "not the fixed argv"
+        assert argv[-1].startswith("/dev/")
+        device = argv[-1].removeprefix("/dev/")
+        s = agent.scrape()  # answers while smartctl hangs: the scrape never waits for a drive
+        assert _alive(pid), "the hanging smartctl was gone before the scrape returned"
+        # nothing read yet, nothing made up
+        assert not any(k[0] == AVAILABLE and ("device", device) in k[1] for k in s)
+        assert s[("wattbit_exporter_up", (("exporter", "smart"),))] == 1.0
+    finally:
+        agent.stop()
+    # The agent kills what it started when it stops: the script and its child alike.
+    children = [int(p.read_text()) for p in tmp_path.glob("sleep-*.pid")]
+    for p in [pid, *children]:
+        wait_for(lambda p=p: not _alive(p), WAIT, f"pid {p} to be killed")
+
+
+def test_a_hanging_smartctl_is_killed_at_the_timeout(tmp_path: Path) -> None:
+    require(is_root(), "needs root: the agent reads /sys like in production")
+    fake = fake_smartctl(tmp_path, hang(tmp_path))
+    agent = Agent(
+        "blockio:\n  backend: diskstats\nsmart:\n  timeout: 2s\n",
+        tmp_path,
+        env={"PATH": f"{fake.parent}:{os.environ['PATH']}"},
+    )
+    try:
+        agent.wait_ready()
+        s = agent.scrape_until(
+            "a timeout reported",
+            lambda s: any(k[0] == AVAILABLE and ("reason", "timeout") in k[1] for k in s),
+            timeout=WAIT,
+        )
+        device = next(
+            dict(k[1])["device"] for k in s if k[0] == AVAILABLE and ("reason", "timeout") in k[1]
+        )
+        assert s[("wattbit_disk_smart_reads_total", (("device", device), ("result", "timeout")))]
+        assert ("wattbit_disk_smart_healthy", (("device", device),)) not in s
+        # The runner reaped the script itself; its child dies of the same group kill, a
+        # moment later (nobody waits for it).
+        for pid, _ in calls(tmp_path):
+            assert not _alive(pid), "the timed-out smartctl still runs"
+        for p in tmp_path.glob("sleep-*.pid"):
+            child = int(p.read_text())
+            wait_for(lambda c=child: not _alive(c), WAIT, f"the script's child {child} to die")
+    finally:
+        agent.stop()
+    assert agent.log.read_text().count(f"smart: {device}: timeout") == 1
+
+
+# --- the real runner and the exporter, on a captured two-disk /sys --------------------------
+
+
+@pytest.fixture
+def two_disks(tmp_path: Path) -> Path:
+    """A captured /sys with two SATA disks, sda and sdb (tests/fixtures/sys/sata_ahci.tar)."""
+    with tarfile.open(FIXTURES / "sys" / "sata_ahci.tar") as tar:
+        tar.extractall(tmp_path)  # our own fixture archive
+    return tmp_path / "sata_ahci"
+
+
+def test_one_drive_hangs_and_is_killed_while_the_other_reads(
+    tmp_path: Path, two_disks: Path
+) -> None:
+    body = (
+        'case "$(eval echo \\${$#})" in\n'
+        f"/dev/sda) {hang(tmp_path)} ;;\n"
+        f"*) cat {SMART / 'sata_hdd_WDC_WD140EDFZ-11A0VA0.json'} ;;\n"
+        "esac"
+    )
+    fake = fake_smartctl(tmp_path, body)
+    e = SmartExporter(
+        timeout=3.0,
+        concurrency=2,
+        sys_root=two_disks,
+        runner=SmartctlRunner(str(fake)),
+        autostart=False,
+    )
+    try:
+        e.run_cycle()
+        assert e.wait_idle(WAIT)
+        states = e.states()
+        assert states["sdb"].reason == "" and states["sdb"].reading is not None
+        assert states["sdb"].reading.temperature_celsius == 32
+        assert states["sda"].reason == "timeout" and states["sda"].reading is None
+        assert states["sda"].duration is not None and states["sda"].duration >= 3.0
+        sleep_pid = int((tmp_path / "sleep-sda.pid").read_text())
+        sda_pid = next(pid for pid, argv in calls(tmp_path) if argv[-1] == "/dev/sda")
+        assert not _alive(sda_pid)  # reaped by the runner
+        wait_for(lambda: not _alive(sleep_pid), WAIT, "the child of the killed group to die")
+    finally:
+        e.close()
+
+
+def test_output_is_bounded(tmp_path: Path) -> None:
+    fake = fake_smartctl(tmp_path, "exec head -c 5000000 /dev/zero")
+    out = SmartctlRunner(str(fake))("/dev/sdz", timeout=60)
+    assert out.result == "error" and out.detail == "output larger than 4194304 bytes"
+    (pid, _), = calls(tmp_path)  # fmt: skip
+    assert not _alive(pid)
+
+
+def test_standby_and_garbage_through_the_runner(tmp_path: Path) -> None:
+    body = f"cat {SMART / 'standby_sat_sdc.json'}\nexit 2"
+    out = SmartctlRunner(str(fake_smartctl(tmp_path, body)))("/dev/sdc", timeout=60)
+    assert (out.result, out.exit_code) == ("done", 2)
+    assert json.loads(out.output)["smartctl"]["exit_status"] == 2
+
+    other = tmp_path / "other"
+    other.mkdir()
+    out = SmartctlRunner(str(fake_smartctl(other, "echo '{\"smartctl\": ['\nexit 0")))(
+        "/dev/sdc", timeout=60
+    )
+    assert (out.result, out.exit_code, out.output) == ("done", 0, b'{"smartctl": [\n')
+
+
+def test_smartctl_missing(tmp_path: Path) -> None:
+    out = SmartctlRunner(str(tmp_path / "nope"))("/dev/sda", timeout=60)
+    assert out.result == "no_smartctl"
+
+
+def test_find_smartctl_ignores_relative_path_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = fake_smartctl(tmp_path, "exit 0")
+    monkeypatch.chdir(tmp_path)  # "bin" now names the directory of the stand-in
+    assert find_smartctl(f"bin:{fake.parent}") == str(fake)
+    found = find_smartctl("bin:.:")
+    assert found != str(fake) and (found is None or os.path.isabs(found))

@@ -1,0 +1,324 @@
+"""The smartctl --json parser over real outputs (tests/fixtures/smart, provenance in its README),
+exact values from each file, and a fuzz tier: on any bytes it returns a reading, never raises."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from exporters.smart.parse import (
+    MAX_OUTPUT,
+    AtaAttribute,
+    NvmeHealth,
+    SmartReading,
+    attribute_count,
+    parse_smartctl,
+)
+from tests.support.env import FIXTURES
+
+SMART = FIXTURES / "smart"
+H = 3600  # seconds per power-on hour
+
+
+def parse(name: str) -> SmartReading:
+    return parse_smartctl((SMART / name).read_bytes())
+
+
+def ata(*rows: tuple[int, str, int]) -> tuple[AtaAttribute, ...]:
+    return tuple(AtaAttribute(i, n, v) for i, n, v in rows)
+
+
+# file -> (status, exit status, protocol, healthy, temperature, power-on seconds, attributes)
+ATA = {
+    "sata_hdd_WDC_WD140EDFZ-11A0VA0.json": (
+        0, True, 32, 1730 * H,
+        ata((5, "Reallocated_Sector_Ct", 0), (197, "Current_Pending_Sector", 0),
+            (198, "Offline_Uncorrectable", 0)),
+    ),
+    "sata_hdd_WDC_WD181KRYZ-01AGBB0.json": (
+        0, True, 49, 8244 * H,
+        ata((5, "Reallocated_Sector_Ct", 0), (197, "Current_Pending_Sector", 0),
+            (198, "Offline_Uncorrectable", 0)),
+    ),
+    "sata_ssd_Samsung_SSD_860_EVO_500GB.json": (
+        # 187 under the name smartctl's drive database gives Samsung SSDs
+        0, True, 36, 14551 * H,
+        ata((5, "Reallocated_Sector_Ct", 0), (187, "Uncorrectable_Error_Cnt", 0)),
+    ),
+    "sata_ssd_WDC_WDS400T1R0A-68A4W0.json": (
+        0, True, 27, 8244 * H,
+        ata((5, "Reallocated_Sector_Ct", 0), (187, "Reported_Uncorrect", 0),
+            (188, "Command_Timeout", 0)),
+    ),
+    "failing_Hitachi_HDS721050DLE630.json": (
+        # behind a USB JMicron bridge smartctl knows; DISK FAILING, prefail attribute below
+        # threshold, error and self-test log entries: 8 + 16 + 64 + 128
+        216, False, 25, 65592 * H,
+        ata((5, "Reallocated_Sector_Ct", 1975), (197, "Current_Pending_Sector", 8),
+            (198, "Offline_Uncorrectable", 0)),
+    ),
+    "failing_HGST_HUS726060ALA640.json": (
+        # passed, yet 1040 reallocated, 878 pending and 1272 uncorrectable sectors
+        0, True, 29, 43177 * H,
+        ata((5, "Reallocated_Sector_Ct", 1040), (197, "Current_Pending_Sector", 878),
+            (198, "Offline_Uncorrectable", 1272)),
+    ),
+    "reallocated_ST3500418AS.json": (
+        0, True, 33, 44668 * H,
+        ata((5, "Reallocated_Sector_Ct", 304), (187, "Reported_Uncorrect", 0),
+            (188, "Command_Timeout", 0), (197, "Current_Pending_Sector", 0),
+            (198, "Offline_Uncorrectable", 0)),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(ATA))
+def test_ata_drives(name: str) -> None:
+    exit_status, healthy, temp, power_on, attributes = ATA[name]
+    assert parse(name) == SmartReading(
+        "ok",
+        exit_status=exit_status,
+        protocol="ATA",
+        healthy=healthy,
+        temperature_celsius=temp,
+        power_on_seconds=power_on,
+        attributes=attributes,
+    )
+
+
+# file -> (exit status, healthy, temperature, power-on hours, NVMe health log)
+NVME = {
+    "nvme_Seagate_FireCuda_530_ZP4000GM30023.json": (
+        0, True, 39, 3113, NvmeHealth(0, 0, 4, 0, 100, 5)
+    ),
+    "nvme_Samsung_SSD_970_EVO_Plus_250GB.json": (
+        0, True, 35, 3149, NvmeHealth(0, 0, 22, 0, 100, 10)
+    ),
+    "nvme_Force_MP510.json": (0, True, 38, 6487, NvmeHealth(0, 0, 8382, 1, 100, 5)),
+    # critical_warning 0x10: volatile memory backup failed; smartctl fails the health check
+    # and sets exit bit 3 (DISK FAILING)
+    "nvme_critical_warning_SAMSUNG_MZWLL3T2HAJQ-00005.json": (
+        8, False, 40, 18376, NvmeHealth(16, 0, 0, 0, 100, 10)
+    ),
+    # 7 media errors: smartctl still passes it
+    "nvme_media_errors_Samsung_SSD_970_EVO_500GB.json": (
+        0, True, 35, 12798, NvmeHealth(0, 7, 62, 3, 99, 10)
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(NVME))
+def test_nvme_drives(name: str) -> None:
+    exit_status, healthy, temp, hours, log = NVME[name]
+    assert parse(name) == SmartReading(
+        "ok",
+        exit_status=exit_status,
+        protocol="NVMe",
+        healthy=healthy,
+        temperature_celsius=temp,
+        power_on_seconds=hours * H,
+        nvme=log,
+    )
+
+
+def test_sas_drive() -> None:
+    assert parse("sas_SEAGATE_ST600MP0036.json") == SmartReading(
+        "ok",
+        exit_status=0,
+        protocol="SCSI",
+        healthy=True,
+        temperature_celsius=29,
+        power_on_seconds=4665 * H + 46 * 60,
+        grown_defects=0,
+    )
+
+
+def test_standby_is_not_woken() -> None:
+    r = parse("standby_sat_sdc.json")
+    assert r == SmartReading(
+        "standby", "Device is in STANDBY mode, exit(2)", exit_status=2, protocol="ATA"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "exit_status", "detail"),
+    [
+        # this VM: virtio and zram have no device type smartctl 7.3 knows
+        ("local_vda.json", "no_smart", 1, "/dev/vda: Unable to detect device type"),
+        ("local_zram0.json", "no_smart", 1, "/dev/zram0: Unable to detect device type"),
+        ("nosmart_unable_to_detect_nonexistent.json", "no_smart", 1,
+         "/dev/nonexistent: Unable to detect device type"),
+        # a RAID volume: opened and identified (SCSI), but no health in any form
+        ("nosmart_Intel_Raid_1_Volume.json", "no_smart", 4, "no SMART data"),
+        # forcing a type on virtio: the open fails, which is an error, not "no SMART"
+        ("local_vda_d_sat.json", "error", 2,
+         "Smartctl open device: /dev/vda [SAT] failed: Operation not permitted"),
+        ("nosmart_open_failed_windows.json", "error", 2,
+         "Smartctl open device: /dev/sda failed: \\\\.\\PhysicalDrive0: Open failed, Error=5"),
+        # --scan-open that found nothing: no `devices` key at all, and no health either
+        ("local_scan_open.json", "error", 0, "no SMART data in the output"),
+    ],
+)  # fmt: skip
+def test_outputs_without_health(name: str, status: str, exit_status: int, detail: str) -> None:
+    r = parse(name)
+    assert (r.status, r.exit_status, r.detail) == (status, exit_status, detail)
+    assert (r.healthy, r.temperature_celsius, r.power_on_seconds) == (None, None, None)
+    assert (r.attributes, r.nvme, r.grown_defects) == ((), None, None)
+
+
+def test_every_fixture_is_asserted() -> None:
+    named = {*ATA, *NVME, "sas_SEAGATE_ST600MP0036.json", "standby_sat_sdc.json"}
+    named |= {
+        "local_vda.json",
+        "local_zram0.json",
+        "nosmart_unable_to_detect_nonexistent.json",
+        "nosmart_Intel_Raid_1_Volume.json",
+        "local_vda_d_sat.json",
+        "nosmart_open_failed_windows.json",
+        "local_scan_open.json",
+    }
+    assert {p.name for p in SMART.glob("*.json")} == named
+
+
+def _edit(name: str, edit: dict[str, object]) -> bytes:
+    doc = json.loads((SMART / name).read_bytes())
+    doc.update(edit)
+    return json.dumps(doc).encode()
+
+
+def test_smart_support_says_no_smart() -> None:
+    base = "sas_SEAGATE_ST600MP0036.json"
+    r = parse_smartctl(_edit(base, {"smart_support": {"available": False}}))
+    assert (r.status, r.detail, r.healthy) == ("no_smart", "the device has no SMART", None)
+    r = parse_smartctl(_edit(base, {"smart_support": {"available": True, "enabled": False}}))
+    assert (r.status, r.detail) == ("no_smart", "SMART is disabled on the device")
+
+
+def test_unknown_usb_bridge_is_no_smart() -> None:
+    # smartctl.cpp: the message of a failed get_smart_device for an unknown USB bridge
+    out = {
+        "smartctl": {
+            "exit_status": 1,
+            "messages": [
+                {
+                    "string": "/dev/sdb: Unknown USB bridge [0x152d:0x0578 (0x1234)]",
+                    "severity": "error",
+                }
+            ],
+        }
+    }  # fmt: skip
+    assert parse_smartctl(json.dumps(out).encode()).status == "no_smart"
+
+
+def test_process_exit_code_when_the_output_has_none() -> None:
+    assert parse_smartctl(b"", exit_code=1) == SmartReading("error", "output is not JSON", 1)
+    r = parse_smartctl(b'{"device": {"protocol": "ATA"}}', exit_code=4)
+    assert (r.status, r.exit_status) == ("no_smart", 4)
+
+
+@pytest.mark.parametrize(
+    ("attr_id", "raw", "count"),
+    [
+        (5, {"value": 304, "string": "304"}, 304),  # raw48
+        # raw16(raw16), the DEFAULT format of 5: the leading word is the count
+        (5, {"value": (7 << 32) | (3 << 16), "string": "0 (7 3)"}, 0),
+        (5, {"value": 12, "string": "12 (Average 9)"}, 12),  # raw16(avg16)
+        (194, {"value": 163210330144, "string": "32 (Min/Max 24/38)"}, 32),
+        # Seagate 188 formatted raw16 (newer drive databases): words high first, the largest
+        (188, {"value": 4295032833, "string": "1 1 1"}, 1),
+        (188, {"value": 5 << 16, "string": "0 5 0"}, 5),
+        # Seagate 188 formatted raw48 (7.3's database lacks most of them): split all the same
+        (188, {"value": 4295032833, "string": "4295032833"}, 1),
+        (188, {"value": 4295032853, "string": "4295032853"}, 21),
+        (188, {"value": 65535, "string": "65535"}, 65535),
+        (198, {"value": 5, "string": "0x000000000005"}, 5),  # hex48: raw.value
+        (198, {"value": 5}, 5),
+        (5, {"string": "7"}, 7),
+        (5, {"value": -1, "string": "-1"}, None),
+        (5, {"value": 1 << 64, "string": str(1 << 64)}, None),
+        (5, {"value": True}, None),
+        (5, {"value": 1.5}, None),
+        (5, "304", None),
+        (5, {"value": 3, "string": "\u0663"}, 3),  # Arabic-Indic 3: not ASCII, raw.value
+    ],
+)
+def test_attribute_count(attr_id: int, raw: object, count: int | None) -> None:
+    assert attribute_count(attr_id, raw) == count
+
+
+def test_oversized_output_is_refused_unread() -> None:
+    r = parse_smartctl(b" " * (MAX_OUTPUT + 1))
+    assert (r.status, r.detail) == ("error", f"output larger than {MAX_OUTPUT} bytes")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"[" * 100_000,  # nesting past the recursion limit
+        b'{"smartctl": {"exit_status": ' + b"9" * 5000 + b"}}",  # past int()'s digit limit
+        b"\xff\xfe{}",
+        b"null",
+        b'"ok"',
+        b'{"smartctl": [], "smart_status": {"passed": "yes"}, "temperature": {"current": 1e9}}',
+        b'{"ata_smart_attributes": {"table": [null, 5, {"id": 5}, {"id": "5", "raw": {}}]}}',
+    ],
+)
+def test_malformed_outputs(data: bytes) -> None:
+    assert parse_smartctl(data).status in ("error", "ok")
+
+
+BOUNDED = settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(1 << 130), max_value=1 << 130),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30),
+    st.sampled_from(["Device is in STANDBY mode, exit(2)", "1 1 1", "0 (2 3)",
+                     "/dev/x: Unable to detect device type"]),
+)  # fmt: skip
+_KEYS = st.sampled_from(
+    [
+        "smartctl", "exit_status", "messages", "string", "device", "protocol", "smart_support",
+        "available", "enabled", "smart_status", "passed", "ata_smart_attributes", "table", "id",
+        "name", "raw", "value", "temperature", "current", "power_on_time", "hours", "minutes",
+        "nvme_smart_health_information_log", "critical_warning", "media_errors",
+        "num_err_log_entries", "percentage_used", "available_spare",
+        "available_spare_threshold", "scsi_grown_defect_list",
+    ]
+)  # fmt: skip
+_JSON = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=5), st.dictionaries(_KEYS, inner, max_size=6)),
+    max_leaves=40,
+)
+
+
+def _dump(doc: object) -> bytes:
+    try:
+        return json.dumps(doc).encode()  # NaN and Infinity as Python's json writes them
+    except ValueError:
+        return b"{}"
+
+
+@BOUNDED
+@given(st.one_of(st.binary(max_size=512), _JSON.map(_dump)), st.none() | st.integers(0, 255))
+def test_parser_never_raises(data: bytes, exit_code: int | None) -> None:
+    r = parse_smartctl(data, exit_code)
+    assert r.status in ("ok", "standby", "no_smart", "error")
+    if r.status != "ok":
+        assert (r.healthy, r.attributes, r.nvme) == (None, (), None)
+    for a in r.attributes:
+        assert 0 <= a.raw < 1 << 64 and a.id in (5, 187, 188, 197, 198)
+        assert len(a.name) <= 64 and a.name.isprintable()
+    if r.attributes and any(a.id == 188 for a in r.attributes):
+        assert next(a.raw for a in r.attributes if a.id == 188) <= 0xFFFF
+    assert len(r.detail) <= 200 and r.detail.isprintable()
