@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 from exporters.snmp.client import SnmpClient, SnmpError, Target
 
 from .decode import MAX_OUTLETS, decode, metered
-from .profile import Profile, match_profile
+from .detect import Detection, NoProfile, detect
+from .profile import Profile
 from .types import Reading
 
 log = logging.getLogger(__name__)
-
-SYS_OBJECT_ID = "1.3.6.1.2.1.1.2.0"
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ class PduTarget:
 
     name: str
     target: Target
-    profile: str | None = None  # None: detect from sysObjectID
+    profile: str | None = None  # None: detected (detect.py)
     # (outlet index, outlet name) -> (host, component)
     labels: Callable[[str, str], tuple[str, str]] = field(default=lambda i, n: ("", ""))
     max_outlets: int = MAX_OUTLETS  # outlets exported at most; the rest counted over_limit
@@ -53,10 +52,6 @@ class PduState:
     profile: str = ""
     reading: Reading | None = None
     error: str = ""  # failure reason label, "" when up
-
-
-class NoProfile(Exception):
-    """No profile matches the PDU's sysObjectID."""
 
 
 class PduPoller:
@@ -79,6 +74,7 @@ class PduPoller:
         self._clock = clock
         self._by_name = {p.name: p for p in self.profiles}
         self._detected: dict[str, Profile] = {}
+        self.detections: dict[str, Detection] = {}  # the last detection of each PDU, and why
         self._plans: dict[str, tuple[list[str], list[str]]] = {}
         self._announced: dict[str, str] = {}
         self.states: dict[str, PduState] = {}
@@ -90,17 +86,17 @@ class PduPoller:
 
     async def _profile(self, t: PduTarget) -> Profile:
         if t.profile:
+            if t.name not in self.detections:
+                why = "named by the profile key of its configuration"
+                self.detections[t.name] = Detection(self._by_name[t.profile], "", why)
             return self._by_name[t.profile]
         if t.name not in self._detected:
-            got = await self.client.get(t.target, [SYS_OBJECT_ID])
-            value = got.get(SYS_OBJECT_ID)
-            oid = str(value.value) if value is not None and value.value is not None else ""
-            profile = match_profile(self.profiles, oid)
-            if profile is None:
-                raise NoProfile(f"no profile matches sysObjectID {oid or '(none)'}")
+            found = await detect(self.client, t.target, self.profiles)
+            self.detections[t.name] = found
+            profile = found.profile
             if self._announced.get(t.name) != profile.name:  # not again after every failure
                 self._announced[t.name] = profile.name
-                log.info("pdu %s: sysObjectID %s -> profile %s", t.name, oid, profile.name)
+                log.info("pdu %s: profile %s (%s)", t.name, profile.name, found.why)
             self._detected[t.name] = profile
         return self._detected[t.name]
 

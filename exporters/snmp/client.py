@@ -26,7 +26,7 @@ import logging
 import socket
 from dataclasses import dataclass
 
-from .oid import oid_arcs
+from .oid import oid_arcs, under
 from .target import (
     REASONS,
     Auth,
@@ -35,7 +35,7 @@ from .target import (
     VarBind,
     status_error,
 )
-from .types import Walk
+from .types import EXCEPTIONS, Value, Walk
 from .udp import V2cClient
 from .v3 import V3Client
 
@@ -157,6 +157,16 @@ class SnmpClient:
                 result[name] = value
             i += len(part)
         return result
+
+    async def first_rows(self, target: Target, columns: list[str]) -> dict[str, tuple[str, Value]]:
+        """Each column's first instance and value, where it has one: one GETBULK of one each."""
+        prefixes = [".".join(map(str, oid_arcs(c))) for c in columns]
+        var_binds = await self._request(target, "bulk", [oid_arcs(p) for p in prefixes], 1)
+        found: dict[str, tuple[str, Value]] = {}
+        for prefix, (_, name, value) in zip(prefixes, var_binds, strict=False):
+            if value.type not in EXCEPTIONS and name != prefix and under(name, prefix):
+                found[prefix] = (name, value)
+        return found
 
     async def walk(self, target: Target, root: str) -> Walk:
         """GETBULK walk of one subtree (RFC 3416 section 4.2.3), ending where the subtree ends."""

@@ -7,7 +7,6 @@ poller's own logic: detection, isolation of failures, no stale values, invalid c
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -17,13 +16,10 @@ from exporters.base import ExportersCollector
 from exporters.pdu.exporter import PduExporter
 from exporters.pdu.poller import PduPoller, PduTarget
 from exporters.snmp.client import Auth, SnmpError, Target
-from exporters.snmp.oid import under
-from exporters.snmp.types import Walk
+from exporters.snmp.oid import oid_arcs, under
+from exporters.snmp.types import EXCEPTIONS, Value, Walk
+from tests.support.env import RECORDINGS
 from tests.support.realparts import parse_samples, sample
-
-RECORDINGS = Path("/work/shared/pdu-recordings")
-if not RECORDINGS.is_dir():
-    RECORDINGS = Path(__file__).resolve().parents[3] / "shared" / "pdu-recordings"
 
 
 class FakeClient:
@@ -48,6 +44,15 @@ class FakeClient:
     async def walk_many(self, target: Target, roots: list[str]) -> Walk:
         walk = await self._check(target)
         return {o: v for o, v in walk.items() if any(under(o, r) for r in roots)}
+
+    async def first_rows(self, target: Target, columns: list[str]) -> dict[str, tuple[str, Value]]:
+        walk = await self._check(target)
+        found = {}
+        for c in columns:
+            below = sorted((o for o in walk if under(o, c) and o != c), key=oid_arcs)
+            if below and walk[below[0]].type not in EXCEPTIONS:
+                found[c] = (below[0], walk[below[0]])
+        return found
 
     def close(self) -> None:
         pass
