@@ -34,6 +34,7 @@ from pathlib import Path
 
 from collector.demo.responder import Responder
 from collector.demo.snmprec import read_recording
+from collector.site.config import read_secret_file
 from exporters.snmp.types import Value, Walk
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -218,7 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     community = "public"
     if a.community_file:
-        community = Path(a.community_file).read_text().strip()
+        # The collector's rules for its community_file: the two read the same file alike.
+        try:
+            community = read_secret_file(Path(a.community_file))
+        except ValueError as exc:  # names the file and what is wrong, never what it holds
+            ap.error(f"--community-file: {exc}")
     model = Model(**{f: getattr(a, f) for f in Model.__dataclass_fields__})
     host, _, port = a.listen.rpartition(":")
     sampler = LoadSampler(a.disks, a.interfaces)

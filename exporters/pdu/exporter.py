@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -129,3 +129,44 @@ class PduExporter(Exporter):
         for (pdu, reason), n in sorted(self.poller.invalid.items()):
             invalid.add_metric([pdu, reason], float(n))
         yield from (failures, invalid)
+        yield from snmp_counters(self.poller.client.counts())
+
+
+# SnmpClient.counts() key -> the `reason` of wattbit_snmp_datagrams_discarded_total
+DISCARD_REASONS = {"dropped": "not_polled", "stray": "stray", "garbage": "garbage"}
+
+
+def snmp_counters(counts: Mapping[str, int]) -> Iterator[Metric]:
+    """The SNMP client's own counters (one client per process: no pdu label).
+
+    Only what the client counts: a key it does not report gives no sample, never a 0.
+    """
+    families = {
+        "sent": CounterMetricFamily(
+            "wattbit_snmp_messages_sent",
+            "SNMP requests sent to PDUs, resends included (SNMPv2c and v3).",
+        ),
+        "received": CounterMetricFamily(
+            "wattbit_snmp_messages_received",
+            "SNMP messages received, discarded ones included (SNMPv2c and v3).",
+        ),
+        "var_binds": CounterMetricFamily(
+            "wattbit_snmp_var_binds_received",
+            "Var-binds in the answers matched to a request (SNMPv2c and v3).",
+        ),
+    }
+    for key, family in families.items():
+        if key in counts:
+            family.add_metric([], float(counts[key]))
+    discarded = CounterMetricFamily(
+        "wattbit_snmp_datagrams_discarded",
+        "Datagrams on the SNMPv2c socket discarded by reason: not_polled (from an address no "
+        "request is in flight to, unread), stray (no request waits for its request-id and "
+        "community, header read only), garbage (undecodable, from a polled address).",
+        labels=["reason"],
+    )
+    for key, reason in DISCARD_REASONS.items():
+        if key in counts:
+            discarded.add_metric([reason], float(counts[key]))
+    yield from families.values()
+    yield discarded

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from collector.demo.snmprec import parse_snmprec
 from collector.site.profiles import load_profiles
 from exporters.base import ExportersCollector
-from exporters.pdu.exporter import PduExporter
+from exporters.pdu.exporter import PduExporter, snmp_counters
 from exporters.pdu.poller import PduPoller, PduTarget
 from exporters.snmp.client import Auth, SnmpError, Target
 from exporters.snmp.oid import oid_arcs, under
@@ -53,6 +53,9 @@ class FakeClient:
             if below and walk[below[0]].type not in EXCEPTIONS:
                 found[c] = (below[0], walk[below[0]])
         return found
+
+    def counts(self) -> dict[str, int]:
+        return {}  # a fake counts nothing: the exporter shows no sample for it
 
     def close(self) -> None:
         pass
@@ -152,3 +155,30 @@ def test_invalid_values_are_counted_never_zero() -> None:
     assert apc_invalid == 2 * per_poll  # counted on every poll, cumulatively
     # No exported outlet value is negative (APC answers -1 for what it does not meter).
     assert all(v >= 0 for k, v in s.items() if k[0].startswith("wattbit_pdu_outlet_"))
+
+
+def test_snmp_client_counters_render_by_reason_and_only_what_is_counted() -> None:
+    counts = {"sent": 10, "received": 14, "var_binds": 250, "dropped": 3, "stray": 1, "garbage": 0}
+    r = CollectorRegistry(auto_describe=False)
+
+    class One:
+        def __init__(self, counts: dict[str, int]) -> None:
+            self.counts = counts
+
+        def collect(self):  # type: ignore[no-untyped-def]
+            return list(snmp_counters(self.counts))
+
+    r.register(One(counts))
+    s = parse_samples(generate_latest(r).decode())
+    assert sample(s, "wattbit_snmp_messages_sent_total") == 10
+    assert sample(s, "wattbit_snmp_messages_received_total") == 14
+    assert sample(s, "wattbit_snmp_var_binds_received_total") == 250
+    discarded = "wattbit_snmp_datagrams_discarded_total"
+    assert sample(s, discarded, reason="not_polled") == 3
+    assert sample(s, discarded, reason="stray") == 1
+    assert sample(s, discarded, reason="garbage") == 0  # counted, and none: a real 0
+    # A client that counts none of it (here: the fake) has no samples, never made-up zeros.
+    poller, _ = _poller()
+    names = {k[0] for k in _scrape(poller)}
+    assert not {n for n in names if n.startswith("wattbit_snmp_")}
+    assert "wattbit_exporter_up" in names
