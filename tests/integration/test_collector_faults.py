@@ -20,10 +20,9 @@ from collector.demo.responder import Responder
 from collector.demo.snmprec import read_snmprec
 from exporters.snmp.oid import under
 from exporters.snmp.types import Value
-from tests.support.env import require
+from tests.support.env import RECORDINGS, require
 from tests.support.realparts import Collector, sample
 from tests.support.snmpagents import (
-    RECORDINGS,
     SNMP_FIXTURES,
     RawAgent,
     SnmpSim,
