@@ -76,6 +76,7 @@ class SnmpClient:
         self._answered: set[tuple[str, int]] = set()  # agents that ever answered
         # agents whose GETBULK answers for several subtrees were misordered: one per request
         self._one_at_a_time: set[tuple[str, int]] = set()
+        self._shrink_logged: set[tuple[str, int]] = set()  # agents whose GETBULK shrank, logged
         self._closed = False
 
     # -- sockets and addresses ----------------------------------------------------------------
@@ -203,7 +204,12 @@ class SnmpClient:
                 if size <= 1 or not await self._bulk_is_the_problem(target, exc):
                     raise
                 budget = max(1, size // 2)
-                log.info(
+                # INFO the first time for an agent, then DEBUG: an agent that fails every
+                # size (random bytes) would otherwise log lines on every poll, for ever.
+                level = logging.DEBUG if key in self._shrink_logged else logging.INFO
+                self._shrink_logged.add(key)
+                log.log(
+                    level,
                     "%s: GETBULK of %d var-binds failed (%s), trying %d",
                     target.label,
                     size,

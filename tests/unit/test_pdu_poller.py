@@ -182,3 +182,35 @@ def test_snmp_client_counters_render_by_reason_and_only_what_is_counted() -> Non
     names = {k[0] for k in _scrape(poller)}
     assert not {n for n in names if n.startswith("wattbit_snmp_")}
     assert "wattbit_exporter_up" in names
+
+
+def test_failing_pdus_cannot_take_every_polling_slot() -> None:
+    """As many hanging PDUs as slots (soak finding): a good PDU is still polled at once."""
+    walks = {1: parse_snmprec((RECORDINGS / "apc_ap8641.snmprec").read_text())}
+    client = FakeClient(walks)
+    hanging = [_target(f"hang{i}", 100 + i) for i in range(4)]
+    good = _target("good", 1)
+    client.hang.update(100 + i for i in range(4))
+    poller = PduPoller([*hanging, good], load_profiles(), client, interval=3600, concurrency=4)  # type: ignore[arg-type]
+
+    async def scenario() -> tuple[bool, int]:
+        poller._failing.update(t.name for t in hanging)  # their last polls failed
+        stuck = [asyncio.create_task(poller.poll(t)) for t in hanging]
+        await asyncio.sleep(0)  # every hanging poll queued for, or holding, a slot
+        # the hanging polls never end: the good one completing at all is the property (a
+        # generous bound only keeps a regression from hanging the suite)
+        state = await asyncio.wait_for(poller.poll(good), 60)
+        holding = sum(not t.done() for t in stuck)
+        for t in stuck:
+            t.cancel()
+        await asyncio.gather(*stuck, return_exceptions=True)
+        return state.up, holding
+
+    up, holding = asyncio.run(scenario())
+    assert up and holding == 4
+    assert poller.failing_slots == 1
+    assert "good" in poller.last_poll
+    s = _scrape(poller)
+    assert (
+        sample(s, "wattbit_pdu_last_poll_timestamp_seconds", pdu="good") == poller.last_poll["good"]
+    )
