@@ -94,6 +94,16 @@ def parse_duration_or_zero(value: Any) -> float:
     return seconds
 
 
+def duration_arg(text: str) -> float:
+    """argparse type: parse_duration, its error an ArgumentTypeError."""
+    import argparse
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 """A finite number of seconds > 0 (NaN, infinities, 0 and negative values are refused)."""
 DurationOrZero = Annotated[float, BeforeValidator(parse_duration_or_zero)]

@@ -66,6 +66,12 @@ class PduExporter(Exporter):
         duration = GaugeMetricFamily(
             "wattbit_pdu_poll_duration_seconds", "Time the PDU's last poll took.", labels=["pdu"]
         )
+        last_poll = GaugeMetricFamily(
+            "wattbit_pdu_last_poll_timestamp_seconds",
+            "Unix time the PDU's last poll completed (successful or not): staleness shows here.",
+            labels=["pdu"],
+        )
+        polled_at = self.poller.last_poll
         info = GaugeMetricFamily(
             "wattbit_pdu_info",
             "The PDU's identity and the profile that reads it.",
@@ -75,6 +81,8 @@ class PduExporter(Exporter):
             st = states[name]
             up.add_metric([name], 1.0 if st.up else 0.0)
             duration.add_metric([name], st.duration)
+            if name in polled_at:
+                last_poll.add_metric([name], polled_at[name])
             r = st.reading
             if not st.up or r is None:
                 continue  # a PDU that stopped answering loses its readings at once
@@ -112,7 +120,7 @@ class PduExporter(Exporter):
                     unit[key].add_metric([name], value)
         yield from outlet.values()
         yield from unit.values()
-        yield from (up, duration, info)
+        yield from (up, duration, last_poll, info)
         failures = CounterMetricFamily(
             "wattbit_pdu_poll_failures",
             "Failed polls by reason (timeout, auth, too_big, garbage, over_limit, deadline, "

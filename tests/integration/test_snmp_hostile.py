@@ -28,8 +28,8 @@ from pysnmp.proto.secmod.rfc3414.service import UsmSecurityParameters
 from exporters.snmp import ber
 from exporters.snmp.client import Auth, SnmpClient, SnmpError, Target
 from tests.support.berbuild import integer, oid_content, response, tlv, var_bind
-from tests.support.env import require
-from tests.support.snmpagents import RECORDINGS, RawAgent
+from tests.support.env import RECORDINGS, require
+from tests.support.snmpagents import RawAgent
 
 T = TypeVar("T")
 P = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]

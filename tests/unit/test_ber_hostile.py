@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tracemalloc
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -29,12 +28,9 @@ from exporters.snmp.client import Auth, Target
 from exporters.snmp.oid import under
 from exporters.snmp.types import Value, Walk
 from tests.support.berbuild import integer, oid_content, response, tlv, var_bind
-from tests.support.env import require
+from tests.support.env import RECORDINGS, require
 from tests.support.realparts import parse_samples
 
-RECORDINGS = Path("/work/shared/pdu-recordings")
-if not RECORDINGS.is_dir():
-    RECORDINGS = Path(__file__).resolve().parents[3] / "shared" / "pdu-recordings"
 APC = RECORDINGS / "apc_ap8641.snmprec"
 OUTLETS = "1.3.6.1.4.1.318.1.1.26.9.4.3.1"  # rPDU2OutletMeteredStatusEntry
 POWER = f"{OUTLETS}.7"  # rPDU2OutletMeteredStatusPower, W, Integer32
