@@ -93,7 +93,8 @@ def main() -> int:
         row = asyncio.run(_measure(a.child[0], int(a.child[1]), a.targets, a.rounds))
         print(json.dumps(row))
         return 0
-    from tests.support.snmpagents import RECORDINGS, SnmpSim, V3User
+    from tests.support.env import RECORDINGS
+    from tests.support.snmpagents import SnmpSim, V3User
 
     users = [
         V3User(f"bench-u{i}", "SHA256", f"bench-auth-{i:04d}", "AES256", f"bench-priv-{i:04d}")

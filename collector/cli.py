@@ -115,11 +115,13 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     c.set_defaults(func=_collector)
 
+    from collector.pdu import cli as pdu_cli
     from collector.report import cli as report_cli
     from collector.runs import cli as runs_cli
 
     runs_cli.register(sub)
     report_cli.register(sub)
+    pdu_cli.register(sub)
 
     d = sub.add_parser(
         "demo",

@@ -103,7 +103,7 @@ def run(cfg: AgentConfig, web: WebConfig | None, stop: threading.Event | None = 
             "/": landing_page("wattbit agent", ["/metrics"]),
         }
         try:
-            server = start_server(host, port, routes, web)
+            server = start_server(host, port, routes, web, limits=cfg.http.limits())
         except OSError as exc:
             raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
         for e in exporters:

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collector.demo.responder import Responder
-from collector.demo.snmprec import read_snmprec
+from collector.demo.snmprec import read_recording
+from collector.site.config import read_secret_file
 from exporters.snmp.types import Value, Walk
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,7 +145,7 @@ class SimulatedPdu:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        walk = read_snmprec(recording)
+        walk = read_recording(recording)
         self.model = model
         self.sampler = sampler
         self.started = time.monotonic()
@@ -204,7 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--listen", default="127.0.0.1:16100", help="HOST:PORT (UDP)")
     ap.add_argument("--community-file", help="file holding the v2c community (default: public)")
-    ap.add_argument("--recording", default=str(RECORDING), help="the rPDU2 .snmprec to serve")
+    ap.add_argument(
+        "--recording",
+        default=str(RECORDING),
+        help="the recording to serve (.snmprec, or snmpwalk -On text as .snmpwalk)",
+    )
     ap.add_argument("--disks", default=r"^(sd[a-z]+|vd[a-z]+|nvme\d+n\d+|loop\d+)$")
     ap.add_argument("--interfaces", default=r".", help="regex of interfaces whose bytes count")
     ap.add_argument("--interval", type=float, default=1.0, help="model refresh, seconds")
@@ -214,7 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     community = "public"
     if a.community_file:
-        community = Path(a.community_file).read_text().strip()
+        # The collector's rules for its community_file: the two read the same file alike.
+        try:
+            community = read_secret_file(Path(a.community_file))
+        except ValueError as exc:  # names the file and what is wrong, never what it holds
+            ap.error(f"--community-file: {exc}")
     model = Model(**{f: getattr(a, f) for f in Model.__dataclass_fields__})
     host, _, port = a.listen.rpartition(":")
     sampler = LoadSampler(a.disks, a.interfaces)

@@ -4,7 +4,7 @@ and the tests serve it (collector/demo/responder.py) or decode it with no SNMP a
 It returns a ``Walk`` (OID without leading dot -> ``Value``) shaped like what the poller builds:
 OctetStrings are bytes, OIDs and IpAddresses dotted strings, every integer type an int. A
 variation row (``2:numeric|...``, ``4:writecache|...``) reads as its static value. net-snmp's
-``snmpwalk`` text, which only the tests read, is tests/support/netsnmp.py.
+``snmpwalk -On`` text is snmpwalk.py; ``read_recording`` reads either by the file's suffix.
 """
 
 from __future__ import annotations
@@ -102,3 +102,13 @@ def parse_snmprec(text: str) -> Walk:
 def read_snmprec(path: Path | str) -> Walk:
     """A .snmprec file as a Walk, its bytes kept exactly (OctetStrings need not be UTF-8)."""
     return parse_snmprec(Path(path).read_text(encoding="utf-8", errors="surrogateescape"))
+
+
+def read_recording(path: Path | str) -> Walk:
+    """A PDU recording as a Walk: ``.snmpwalk`` (net-snmp ``-On`` text), else ``.snmprec``."""
+    from collector.demo.snmpwalk import parse_snmpwalk
+
+    p = Path(path)
+    if p.suffix == ".snmpwalk":
+        return parse_snmpwalk(p.read_text(encoding="utf-8", errors="surrogateescape"))
+    return read_snmprec(p)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
+
+from collector.config import duration_arg
 
 EPILOG = """\
 examples:
@@ -42,17 +43,6 @@ def parse_time(text: str, now: float | None = None) -> float:
     if dt.tzinfo is None:
         raise argparse.ArgumentTypeError(f"{text!r} has no time zone (add Z or +02:00)")
     return dt.timestamp()
-
-
-def _duration(text: str) -> float:
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)?", text.strip())
-    if not m:
-        raise argparse.ArgumentTypeError("not a duration (10s, 1m, 0.5)")
-    mult = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
-    v = float(m.group(1)) * mult
-    if not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError("must be a finite duration greater than 0")
-    return v
 
 
 def _import_matplotlib() -> None:
@@ -92,16 +82,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--name", help="report name with --start/--end (default window-START)")
     p.add_argument("--compare", metavar="OTHER_RUN", help="put another run side by side")
     p.add_argument(
-        "--step", type=_duration, help="analysis step (default: the scrape interval, coarser "
+        "--step", type=duration_arg, help="analysis step (default: the scrape interval, coarser "
         "for windows longer than 10 000 steps)"
     )  # fmt: skip
     p.add_argument(
-        "--max-lag", type=_duration, default=120.0, metavar="DURATION",
+        "--max-lag", type=duration_arg, default=120.0, metavar="DURATION",
         help="lag search range either way (default 120s)",
     )  # fmt: skip
     p.add_argument("--interfaces", metavar="REGEX", help="count only these interfaces' bytes")
     p.add_argument(
-        "--timeout", type=_duration, default=120.0, metavar="DURATION",
+        "--timeout", type=duration_arg, default=120.0, metavar="DURATION",
         help="per-request timeout (default 120s)",
     )  # fmt: skip
     p.set_defaults(func=run)

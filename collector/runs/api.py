@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from collector.runs.registry import RunError, RunRegistry, validate_labels
+from collector.web.limits import MAX_BODY_KEY
 
 log = logging.getLogger("wattbit.runs")
 
@@ -230,8 +231,11 @@ class _Api:
         length = int(raw_length)
         if length == 0:
             raise RunError(400, "the request has no body: send a JSON object")
-        if length > MAX_BODY:
-            raise RunError(413, f"the body is larger than {MAX_BODY} bytes")
+        # The server's own limit (http.max_body) when it is lower: past it the server left the
+        # body unread, and reading wsgi.input would find nothing rather than the body.
+        limit = min(MAX_BODY, int(environ.get(MAX_BODY_KEY, MAX_BODY)))
+        if length > limit:
+            raise RunError(413, f"the body is larger than {limit} bytes")
         data = environ["wsgi.input"].read(length) if length else b""
         try:
             text = data.decode("utf-8")

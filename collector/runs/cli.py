@@ -153,11 +153,14 @@ class Client:
 def _client(args: argparse.Namespace) -> Client:
     token = None
     if args.token_file:
+        # The collector's rules for its own runs.token_file: one line, a regular file, not
+        # readable by every user (a token others can read is everyone's token).
+        from collector.site.config import read_secret_file
+
         try:
-            token = Path(args.token_file).read_text().strip()
-        except OSError as exc:
-            message = f"cannot read --token-file {args.token_file}: {exc.strerror}"
-            raise CliError(message, EXIT_USAGE) from None
+            token = read_secret_file(Path(args.token_file))
+        except ValueError as exc:  # names the file and what is wrong, never what it holds
+            raise CliError(f"--token-file: {exc}", EXIT_USAGE) from None
     else:
         token = os.environ.get("WATTBIT_TOKEN", "").strip() or None
     return Client(args.collector, token, args.ca_file, args.timeout)

@@ -80,7 +80,8 @@ def validate_labels(labels: object) -> dict[str, str]:
 
     Names are Prometheus label names (not the reserved `__` ones). Values are non-empty, at
     most 256 characters, without control characters or commas (the `labels` label of
-    wattbit_run_info joins them as "k=v,k2=v2", which must stay unambiguous).
+    wattbit_run_info joins them as "k=v,k2=v2", which must stay unambiguous), and encodable
+    as UTF-8 (no lone surrogates).
     """
     if labels is None:
         return {}
@@ -109,6 +110,10 @@ def validate_labels(labels: object) -> dict[str, str]:
             raise ValueError(
                 f"label {key}: the value must not contain commas or control characters"
             )
+        if any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+            # JSON's "\ud800" decodes to a lone surrogate, which no UTF-8 text can hold:
+            # /metrics would fail to encode on every scrape until the run was pruned.
+            raise ValueError(f"label {key}: the value must be Unicode text (no lone surrogates)")
         out[key] = value
     return out
 

@@ -206,7 +206,7 @@ class PduConfig(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.:-]+$")
     address: str
     auth: str
-    profile: str | None = None  # default: detected from sysObjectID
+    profile: str | None = None  # default: detected (exporters/pdu/detect.py)
     timeout: Duration = 2.0
     retries: int = Field(default=1, ge=0, le=10)
     max_repetitions: int = Field(default=25, ge=1, le=1000)

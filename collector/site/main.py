@@ -141,6 +141,7 @@ def run(
             **api_routes(runs, cfg.runs.token),
         },
         web,
+        limits=cfg.http.limits(),
     )
     log.info(
         "serving %s/metrics; polling %d PDU(s) every %gs", server.url, len(cfg.pdus), cfg.interval

@@ -33,16 +33,17 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, cast
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import bcrypt
 from aiohttp import web_protocol, web_server
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import Response, StreamResponse
 
 from collector.web.config import WebConfig
+from collector.web.limits import MAX_BODY_KEY, Limits
 
 __all__ = ["BCRYPT_CONCURRENCY", "Limits", "Server", "WSGIApp", "landing_page", "start_server"]
 
@@ -63,31 +64,6 @@ BCRYPT_CONCURRENCY = max(2, min(4, os.cpu_count() or 1))
 AUTH_CACHE_TTL_S = 60.0
 # Wrong-password attempts pending bcrypt beyond which further ones are refused at once.
 _BCRYPT_QUEUE = 64
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one client may hold or send; the defaults suit a Prometheus scrape target."""
-
-    # Open connections (after the TLS handshake). At the cap, a new connection evicts the
-    # oldest one with no request in progress (idle, or still sending its headers); if every
-    # one is busy, the new one is closed. Also kept under half the process's fd limit.
-    max_connections: int = 256
-    # From a request's first byte to its response's last: headers, body, handler, writing.
-    request_timeout: float = 30.0
-    # A connection with no request under way (before the first, between keep-alive ones).
-    idle_timeout: float = 15.0
-    tls_handshake_timeout: float = 10.0
-    max_requests_per_connection: int = 1000
-    # Request line, one header field, and header count (aiohttp's parser): at most
-    # ~100 x 8 KiB, about Go net/http's 1 MB DefaultMaxHeaderBytes.
-    max_line_size: int = 8190
-    max_field_size: int = 8190
-    max_headers: int = 100
-    # Request bodies (only the run API takes one); beyond it the app answers 413.
-    max_body: int = 64 * 1024
-    # Threads running the WSGI apps (a /metrics collect, a run API write).
-    workers: int = 8
 
 
 def _text_response(
@@ -330,6 +306,7 @@ class _Connection(web_protocol.RequestHandler):
         self._deadline: asyncio.TimerHandle | None = None
         self.served = 0
         self.busy = False
+        self.rejected_requests = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self._evicted:
@@ -344,6 +321,21 @@ class _Connection(web_protocol.RequestHandler):
         self._disarm()
         if self._admitted:
             super().connection_lost(exc)
+
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        """Log a server fault with its traceback; a client's malformed request in one line.
+
+        aiohttp logs every request it cannot parse (too many headers, a line too long, bytes
+        that are no HTTP) with a traceback at ERROR: anyone who can connect could fill the log.
+        Those are the client's faults, answered with a 4xx already; a server-side exception
+        still gets its traceback.
+        """
+        exc = kw.get("exc_info")
+        if isinstance(exc, HttpProcessingError):
+            self.rejected_requests += 1
+            log.debug("rejected a malformed request from %s: %s", self._peer(), exc.message)
+            return
+        super().log_exception(*args, **kw)
 
     def data_received(self, data: bytes) -> None:
         if data and self._deadline is None:
@@ -492,6 +484,8 @@ class _Handler:
             "wsgi.multithread": True,
             "wsgi.multiprocess": False,
             "wsgi.run_once": False,
+            # Past it the body is left unread (wsgi.input empty): the app answers 413 by it.
+            MAX_BODY_KEY: self._limits.max_body,
         }
         for name, value in request.headers.items():
             key = name.upper()

@@ -145,6 +145,13 @@ _TCP: dict[str, tuple[str, list[str], list[tuple[str, str, list[str]]]]] = {
 }
 
 
+def _add(family: CounterMetricFamily, labels: list[str], *counters: int | None) -> None:
+    """One sample, the sum of counters; none at all when any of them is unknown (None)."""
+    known = [c for c in counters if c is not None]
+    if len(known) == len(counters):  # a sum with a part left out would be a made-up value
+        family.add_metric(labels, float(sum(known)))
+
+
 def render(snap: NicSnapshot) -> Iterator[Metric]:
     """The nic metric families of one snapshot (pure)."""
     lab = ["interface", "direction"]
@@ -181,12 +188,12 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
         n = link.name
         g = link.get
         for d in ("rx", "tx"):
-            fams["bytes"].add_metric([n, d], float(g(f"{d}_bytes")))
-            fams["packets"].add_metric([n, d], float(g(f"{d}_packets")))
-            fams["errors"].add_metric([n, d], float(g(f"{d}_errors")))
-        fams["drops"].add_metric([n, "rx"], float(g("rx_dropped") + g("rx_missed_errors")))
-        fams["drops"].add_metric([n, "tx"], float(g("tx_dropped")))
-        missed.add_metric([n], float(g("rx_missed_errors")))
+            _add(fams["bytes"], [n, d], g(f"{d}_bytes"))
+            _add(fams["packets"], [n, d], g(f"{d}_packets"))
+            _add(fams["errors"], [n, d], g(f"{d}_errors"))
+        _add(fams["drops"], [n, "rx"], g("rx_dropped"), g("rx_missed_errors"))
+        _add(fams["drops"], [n, "tx"], g("tx_dropped"))
+        _add(missed, [n], g("rx_missed_errors"))
         ni = snap.infos.get(n)
         if ni and ni.speed_bytes:
             speed.add_metric([n], ni.speed_bytes)

@@ -46,9 +46,11 @@ class LinkStats:
     stats: dict[str, int] = field(default_factory=dict)
     loopback: bool = False
 
-    def get(self, key: str) -> int:
-        """A counter, 0 if the kernel did not report it (or it was malformed: see stats)."""
-        return self.stats.get(key, 0)
+    def get(self, key: str) -> int | None:
+        """A counter; None if the kernel did not report it or it was malformed (see stats)."""
+        # Never 0 for unknown: a made-up 0 reads as a real value, and as a counter reset
+        # when the file comes back.
+        return self.stats.get(key)
 
 
 def _read(path: Path) -> str:

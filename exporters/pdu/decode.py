@@ -3,7 +3,7 @@
 Every configured value that is not a reading is left None and counted in ``Reading.invalid``
 under one reason:
 
-* ``missing``      the OID is not in the walk (or a table yields no row, or digits are absent);
+* ``missing``      the OID is not in the walk (or a table yields no row);
 * ``no_such``      the agent answered noSuchObject / noSuchInstance / endOfMibView;
 * ``wrong_type``   not an integer type (an OctetString or Null where a number belongs);
 * ``negative``     below the profile's ``invalid_below`` (vendors answer -1 for unsupported);
@@ -11,7 +11,8 @@ under one reason:
                    type's range (Integer32 -2^31..2^31-1; Unsigned32, Gauge32, Counter32,
                    TimeTicks 0..2^32-1; Counter64 0..2^64-1), or too long to read at all;
 * ``unavailable``  the sensor's state says so, the MIB says 0 means unsupported, or the PDU says
-                   it does not meter its outlets (``metered_if``);
+                   it does not meter its outlets (``metered_if``). An *absent* state column
+                   is "state unknown" and its value counts; absent decimal digits mean 0.
 * ``over_limit``   every configured value of the outlets past the PDU's ``max_outlets`` (in
                    index order): those outlets are not read at all, so a PDU claiming 20,000
                    outlets costs at most ``max_outlets`` outlets' series.
@@ -30,7 +31,7 @@ from functools import lru_cache
 from exporters.snmp.oid import oid_arcs
 from exporters.snmp.types import EXCEPTIONS, Value, Walk
 
-from .profile import Condition, Metric, Profile, UnitMetric
+from .profile import Condition, Metric, Outlets, Profile, UnitMetric
 from .types import OutletReading, Reading
 
 REASONS = (
@@ -55,6 +56,8 @@ _RANGES = {
     "Counter64": (0, 2**64 - 1),
 }
 MAX_OUTLETS = 512  # the default of max_outlets
+# What an optional column (state, digits) may be without spoiling its value: not there.
+_ABSENT = frozenset({"missing", "no_such"})
 
 
 class _Table:
@@ -124,8 +127,10 @@ def _value(t: _Table, spec: Metric, index: str) -> tuple[Fraction | None, str | 
     if raw is None:
         return None, why
     if spec.state_oid is not None and spec.valid_states is not None:
-        state, _ = _int_of(t.get(f"{spec.state_oid}.{index}"))
-        if state is None or state not in spec.valid_states:
+        # An absent state column (or row) means "state unknown": the value counts. A state
+        # that is there but not a valid one (unavailable, or garbage) makes it no reading.
+        state, why = _int_of(t.get(f"{spec.state_oid}.{index}"))
+        if why not in _ABSENT and (state is None or state not in spec.valid_states):
             return None, "unavailable"
     if spec.zero_invalid and raw == 0:
         return None, "unavailable"
@@ -135,12 +140,14 @@ def _value(t: _Table, spec: Metric, index: str) -> tuple[Fraction | None, str | 
         return None, "out_of_range"
     si = Fraction(raw)
     if spec.digits_oid is not None:
+        # Absent decimal digits mean 0 (the PDU2-MIB default); present but unreadable ones
+        # make the value unreadable, as a scale of 10^-digits cannot be guessed.
         digits, why = _int_of(t.get(f"{spec.digits_oid}.{index}"))
-        if digits is None:
+        if digits is None and why not in _ABSENT:
             return None, why
-        if not 0 <= digits <= 9:
+        if digits is not None and not 0 <= digits <= 9:
             return None, "out_of_range"
-        si /= 10**digits
+        si /= 10 ** (digits or 0)
     return si * _exact_scale(spec.scale), None
 
 
@@ -192,8 +199,11 @@ def _unit(t: _Table, spec: UnitMetric, bad: Counter[str]) -> float | None:
     """A unit-level value (scalar, first row or sum), counting what was dropped."""
     local: Counter[str] = Counter()
     result = _unit_once(t, spec, local)
-    absent = bool(local) and set(local) <= {"missing", "no_such"}
-    if result is None and absent and spec.fallback is not None:
+    # Absent, or the MIB's "not supported here" (-1 and the like): the device answers this
+    # object in name only, so the fallback's object is the reading (APC rPDUB units answer -1
+    # to rPDU2DeviceStatusPower). An unavailable *state* is a sensor's passing condition: no.
+    unsupported = bool(local) and set(local) <= {"missing", "no_such", "negative"}
+    if result is None and unsupported and spec.fallback is not None:
         return _unit(t, spec.fallback, bad)
     bad.update(local)
     return result
@@ -249,6 +259,23 @@ def _identity(t: _Table, profile: Profile) -> dict[str, str]:
     return out
 
 
+def _outlet_rows(t: _Table, spec: Outlets) -> list[str]:
+    """The outlet rows: those of index_from and of every value column (suffix cut off).
+
+    Only the value columns are required: a PDU whose label column is absent still has its
+    outlets, named by their index.
+    """
+    rows = set(t.rows(spec.index_from))
+    for _, metric in spec.metrics():
+        cut = "." + metric.suffix if metric.suffix is not None else ""
+        for idx in t.rows(metric.oid):
+            if not cut:
+                rows.add(idx)
+            elif idx.endswith(cut):
+                rows.add(idx[: -len(cut)])
+    return _sorted(list(rows))
+
+
 def _outlets(
     t: _Table, profile: Profile, bad: Counter[str], max_outlets: int
 ) -> list[OutletReading]:
@@ -257,7 +284,7 @@ def _outlets(
         return []
     out: list[OutletReading] = []
     width = sum(1 for _ in spec.metrics())
-    for row in _sorted(list(t.rows(spec.index_from))):
+    for row in _outlet_rows(t, spec):
         if len(row.split(".")) != len(spec.index):
             continue  # not a row of this table's index shape
         if any(_holds(t, c, row) for c in spec.skip_if):

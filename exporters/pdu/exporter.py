@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -66,6 +66,12 @@ class PduExporter(Exporter):
         duration = GaugeMetricFamily(
             "wattbit_pdu_poll_duration_seconds", "Time the PDU's last poll took.", labels=["pdu"]
         )
+        last_poll = GaugeMetricFamily(
+            "wattbit_pdu_last_poll_timestamp_seconds",
+            "Unix time the PDU's last poll completed (successful or not): staleness shows here.",
+            labels=["pdu"],
+        )
+        polled_at = self.poller.last_poll
         info = GaugeMetricFamily(
             "wattbit_pdu_info",
             "The PDU's identity and the profile that reads it.",
@@ -75,6 +81,8 @@ class PduExporter(Exporter):
             st = states[name]
             up.add_metric([name], 1.0 if st.up else 0.0)
             duration.add_metric([name], st.duration)
+            if name in polled_at:
+                last_poll.add_metric([name], polled_at[name])
             r = st.reading
             if not st.up or r is None:
                 continue  # a PDU that stopped answering loses its readings at once
@@ -112,7 +120,7 @@ class PduExporter(Exporter):
                     unit[key].add_metric([name], value)
         yield from outlet.values()
         yield from unit.values()
-        yield from (up, duration, info)
+        yield from (up, duration, last_poll, info)
         failures = CounterMetricFamily(
             "wattbit_pdu_poll_failures",
             "Failed polls by reason (timeout, auth, too_big, garbage, over_limit, deadline, "
@@ -129,3 +137,44 @@ class PduExporter(Exporter):
         for (pdu, reason), n in sorted(self.poller.invalid.items()):
             invalid.add_metric([pdu, reason], float(n))
         yield from (failures, invalid)
+        yield from snmp_counters(self.poller.client.counts())
+
+
+# SnmpClient.counts() key -> the `reason` of wattbit_snmp_datagrams_discarded_total
+DISCARD_REASONS = {"dropped": "not_polled", "stray": "stray", "garbage": "garbage"}
+
+
+def snmp_counters(counts: Mapping[str, int]) -> Iterator[Metric]:
+    """The SNMP client's own counters (one client per process: no pdu label).
+
+    Only what the client counts: a key it does not report gives no sample, never a 0.
+    """
+    families = {
+        "sent": CounterMetricFamily(
+            "wattbit_snmp_messages_sent",
+            "SNMP requests sent to PDUs, resends included (SNMPv2c and v3).",
+        ),
+        "received": CounterMetricFamily(
+            "wattbit_snmp_messages_received",
+            "SNMP messages received, discarded ones included (SNMPv2c and v3).",
+        ),
+        "var_binds": CounterMetricFamily(
+            "wattbit_snmp_var_binds_received",
+            "Var-binds in the answers matched to a request (SNMPv2c and v3).",
+        ),
+    }
+    for key, family in families.items():
+        if key in counts:
+            family.add_metric([], float(counts[key]))
+    discarded = CounterMetricFamily(
+        "wattbit_snmp_datagrams_discarded",
+        "Datagrams on the SNMPv2c socket discarded by reason: not_polled (from an address no "
+        "request is in flight to, unread), stray (no request waits for its request-id and "
+        "community, header read only), garbage (undecodable, from a polled address).",
+        labels=["reason"],
+    )
+    for key, reason in DISCARD_REASONS.items():
+        if key in counts:
+            discarded.add_metric([reason], float(counts[key]))
+    yield from families.values()
+    yield discarded

@@ -2,9 +2,15 @@
 
 Each target runs its own loop (poll, publish, sleep until its next tick), all sharing one
 SnmpClient (one SNMP engine) and a semaphore bounding how many PDUs are polled at once. A
-target's poll has a deadline of one interval, so a dead or slow PDU can neither delay
-another's poll nor overlap its own next one; its outlet series vanish the moment a poll
-fails (no stale values) and return when it answers again.
+target's poll has a deadline of one interval, so a dead or slow PDU cannot overlap its own next
+poll; its outlet series vanish the moment a poll fails (no stale values) and return when it
+answers again.
+
+A PDU whose last poll failed may hold at most a quarter of the slots (a bulkhead): a failing
+PDU spends up to a whole interval in its slot and starts again at once, so without it as many
+slow or garbage-speaking PDUs as there are slots would keep every good PDU from being polled
+at all, silently (found by bench/soak.py). Each PDU's last completed poll is exported as a
+timestamp, so a PDU that is polled late for any reason shows it.
 """
 
 from __future__ import annotations
@@ -20,12 +26,11 @@ from dataclasses import dataclass, field
 from exporters.snmp.client import SnmpClient, SnmpError, Target
 
 from .decode import MAX_OUTLETS, decode, metered
-from .profile import Profile, match_profile
+from .detect import Detection, NoProfile, detect
+from .profile import Profile
 from .types import Reading
 
 log = logging.getLogger(__name__)
-
-SYS_OBJECT_ID = "1.3.6.1.2.1.1.2.0"
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,7 @@ class PduTarget:
 
     name: str
     target: Target
-    profile: str | None = None  # None: detect from sysObjectID
+    profile: str | None = None  # None: detected (detect.py)
     # (outlet index, outlet name) -> (host, component)
     labels: Callable[[str, str], tuple[str, str]] = field(default=lambda i, n: ("", ""))
     max_outlets: int = MAX_OUTLETS  # outlets exported at most; the rest counted over_limit
@@ -53,10 +58,6 @@ class PduState:
     profile: str = ""
     reading: Reading | None = None
     error: str = ""  # failure reason label, "" when up
-
-
-class NoProfile(Exception):
-    """No profile matches the PDU's sysObjectID."""
 
 
 class PduPoller:
@@ -79,6 +80,7 @@ class PduPoller:
         self._clock = clock
         self._by_name = {p.name: p for p in self.profiles}
         self._detected: dict[str, Profile] = {}
+        self.detections: dict[str, Detection] = {}  # the last detection of each PDU, and why
         self._plans: dict[str, tuple[list[str], list[str]]] = {}
         self._announced: dict[str, str] = {}
         self.states: dict[str, PduState] = {}
@@ -87,20 +89,24 @@ class PduPoller:
         self._failing: set[str] = set()
         self._unmetered_logged: set[str] = set()
         self._sem: asyncio.Semaphore | None = None
+        self._failing_sem: asyncio.Semaphore | None = None
+        self.failing_slots = max(1, concurrency // 4)
+        self.last_poll: dict[str, float] = {}  # unix time each PDU's last poll completed
+        self._late_logged: set[str] = set()
 
     async def _profile(self, t: PduTarget) -> Profile:
         if t.profile:
+            if t.name not in self.detections:
+                why = "named by the profile key of its configuration"
+                self.detections[t.name] = Detection(self._by_name[t.profile], "", why)
             return self._by_name[t.profile]
         if t.name not in self._detected:
-            got = await self.client.get(t.target, [SYS_OBJECT_ID])
-            value = got.get(SYS_OBJECT_ID)
-            oid = str(value.value) if value is not None and value.value is not None else ""
-            profile = match_profile(self.profiles, oid)
-            if profile is None:
-                raise NoProfile(f"no profile matches sysObjectID {oid or '(none)'}")
+            found = await detect(self.client, t.target, self.profiles)
+            self.detections[t.name] = found
+            profile = found.profile
             if self._announced.get(t.name) != profile.name:  # not again after every failure
                 self._announced[t.name] = profile.name
-                log.info("pdu %s: sysObjectID %s -> profile %s", t.name, oid, profile.name)
+                log.info("pdu %s: profile %s (%s)", t.name, profile.name, found.why)
             self._detected[t.name] = profile
         return self._detected[t.name]
 
@@ -121,10 +127,23 @@ class PduPoller:
 
     async def poll(self, t: PduTarget) -> PduState:
         """Poll one PDU once, within its deadline, and publish the outcome."""
-        if self._sem is None:
+        if self._sem is None or self._failing_sem is None:
             self._sem = asyncio.Semaphore(self.concurrency)
-        async with self._sem:
+            self._failing_sem = asyncio.Semaphore(self.failing_slots)
+        queued = self._clock()
+        async with contextlib.AsyncExitStack() as slots:
+            if t.name in self._failing:
+                await slots.enter_async_context(self._failing_sem)
+            await slots.enter_async_context(self._sem)
             start = self._clock()
+            if start - queued > self.interval and t.name not in self._late_logged:
+                self._late_logged.add(t.name)  # once: the cure is configuration, not retrying
+                log.warning(
+                    "pdu %s waited %.1fs for a polling slot: raise concurrency (now %d)",
+                    t.name,
+                    start - queued,
+                    self.concurrency,
+                )
             error = ""
             profile_name = ""
             reading: Reading | None = None
@@ -161,6 +180,7 @@ class PduPoller:
                     t.name,
                     profile_name,
                 )
+        self.last_poll = {**self.last_poll, t.name: time.time()}
         state = PduState(t.name, not error, duration, profile_name, reading, error)
         # Replace the whole dict: readers (the HTTP threads) see the old or the new one, whole.
         self.states = {**self.states, t.name: state}

@@ -9,7 +9,12 @@ Schema (every mapping rejects unknown keys; OIDs are dotted decimal, a leading d
     vendor: APC                      # reported as identity["vendor"]
     mib: PowerNet-MIB                # the MIB module every OID below comes from
     notes: "..."                     # optional free text
-    sys_object_ids: [1.3.6.1.4.1.318.1.3.4.6]   # prefixes, matched on OID arc boundaries
+    sys_object_ids: [1.3.6.1.4.1.318.1.3.4]     # the vendor's product-OID families this MIB
+                                     #   serves (prefixes, matched on OID arc boundaries)
+    signature: [<column>, ...]       # optional: columns of which one answering with data
+                                     #   proves the PDU speaks this MIB (detection probes them
+                                     #   in one GETBULK of one row each); default: every value
+                                     #   column of the profile (unit and outlets)
     identity:                        # model / firmware / serial, each optional
       model:                         # one source, or a list tried in order (first non-empty)
         oid: 1.3.6.1.4.1.318.1.1.26.2.1.8      # a column: the value of its first row ...
@@ -21,15 +26,18 @@ Schema (every mapping rejects unknown keys; OIDs are dotted decimal, a leading d
         aggregate: first | sum       #   first row (the unit's own row) or the sum over rows
         suffix: "5"                  #   only rows whose index ends in .5 (e.g. Raritan sensorType)
         where: [<condition>, ...]    #   only rows where every condition holds (e.g. no neutral)
-        fallback: <UnitMetric>       # read instead when this one is absent / noSuchObject
+        fallback: <UnitMetric>       # read instead when this one is absent, noSuchObject or
+                                     #   below invalid_below (the MIB's "unsupported", -1)
         <metric fields, below>
     tables: {<entry OID>: <columns>} # optional: a table entry's highest column number, from the
                                      #   MIB; lets walk_roots() walk the whole entry when most of
                                      #   its columns are needed (never without this hint)
     outlets:                         # optional; absent = the profile meters no outlets
-      index_from: <column>           # its rows are the outlets; OutletReading.index = row index
+      index_from: <column>           # its rows (and the value columns' rows) are the outlets;
+                                     #   OutletReading.index = row index
       index: [unit, outlet]          # names of the row-index arcs (other arc counts: ignored)
       name: [<column>, ...]          # tried in order; first non-empty string wins, else the index
+                                     #   (optional columns: absent ones are skipped)
       skip_if: [<condition>, ...]    # any holds: the row is padding, not an outlet (not counted)
       metered_if: [<condition>, ...] # none holds: the PDU does not meter its outlets; every
                                      #   outlet value is "unavailable" (empty: always metered)
@@ -40,9 +48,12 @@ Schema (every mapping rejects unknown keys; OIDs are dotted decimal, a leading d
       suffix: "1"                    # extra index arcs after the row index (Raritan sensorType)
       scale: 0.1                     # multiplier to SI: 0.1 tenths, 0.001 milli, 3600 Wh->J,
                                      #   3.6e6 kWh->J, 360000 tenths of kWh->J
-      digits_oid: <column>           # decimal digits per value at the same index (Raritan)
+      digits_oid: <column>           # decimal digits per value at the same index (Raritan);
+                                     #   optional: an absent digits value means 0
       state_oid: <column>            # a state at the same index that must be in valid_states,
-      valid_states: [4]              #   else the value is "unavailable" (Raritan, Sentry4, Avocent)
+      valid_states: [4]              #   else the value is "unavailable" (Raritan, Sentry4,
+                                     #   Avocent); optional: an absent state means "unknown",
+                                     #   and the value counts
       invalid_below: 0               # raw values below this are "negative" (-1 = unsupported)
       zero_invalid: false            # raw 0 means "not supported" (only where the MIB says so)
       max: 9998999                   # raw upper bound, inclusive; above it: "out_of_range"
@@ -54,6 +65,10 @@ Schema (every mapping rejects unknown keys; OIDs are dotted decimal, a leading d
                                      #   the row index itself
       in: [0] | not_in: [2] | gt | ge | lt | le: <number> | empty: true
       # A condition on an absent value is false, except `empty: true`, which holds.
+
+Required and optional columns: only the value columns (``oid`` of each metric) are required;
+names, labels, decimal digits and states are optional (``Profile.columns_doc()`` lists both, and
+``exporters/pdu/profiles/README.md`` shows them per profile).
 
 Polling: ``Profile.walk_roots()`` lists the subtrees to walk (GETBULK) and ``Profile.scalar_oids()``
 the instances to GET; together they cover every OID the decoder reads.
@@ -281,6 +296,7 @@ class Profile(Strict):
     mib: str = Field(min_length=1)
     notes: str = ""
     sys_object_ids: list[Oid] = Field(min_length=1)
+    signature: list[Oid] = Field(default_factory=list)
     identity: Identity = Identity()
     unit: Unit = Unit()
     outlets: Outlets | None = None
@@ -313,6 +329,31 @@ class Profile(Strict):
             cols.update(self.outlets.columns())
             scalars.update(self.outlets.scalars())
         return cols, scalars
+
+    def signature_columns(self) -> list[str]:
+        """The columns detection probes (one request): ``signature``, else every value column."""
+        if self.signature:
+            return list(self.signature)
+        required, _ = self.columns_doc()
+        if required:
+            return required
+        return [src.oid for src in self.identity.sources()][:1] or self.sys_object_ids[:1]
+
+    def columns_doc(self) -> tuple[list[str], list[str]]:
+        """(required, optional) columns: the value columns; names, digits, states, conditions."""
+        required: list[str] = []
+        for _, unit_spec in self.unit.metrics():
+            spec: Metric | None = unit_spec
+            while spec is not None:
+                required.append(spec.oid)
+                spec = spec.fallback if isinstance(spec, UnitMetric) else None
+        if self.outlets is not None:
+            required += [spec.oid for _, spec in self.outlets.metrics()]
+        cols, _ = self._needs()
+        everything = [*cols, *(s.oid for s in self.identity.sources())]
+        req = sorted(set(required), key=oid_arcs)
+        opt = sorted(set(everything) - set(req), key=oid_arcs)
+        return req, opt
 
     def walk_roots(self) -> list[str]:
         """The subtrees to walk: each needed column, or its table entry where that is cheap.
@@ -352,18 +393,3 @@ def _minimal(roots: Iterable[str]) -> list[str]:
         if not any(under(r, kept) for kept in out):
             out.append(r)
     return out
-
-
-def match_profile(profiles: Iterable[Profile], sys_object_id: str) -> Profile | None:
-    """The profile whose sys_object_ids prefix is the longest match (on arc boundaries)."""
-    try:
-        oid = normalize_oid(sys_object_id)
-    except ValueError:
-        return None
-    best: Profile | None = None
-    best_len = -1
-    for profile in profiles:
-        for prefix in profile.sys_object_ids:
-            if under(oid, prefix) and len(oid_arcs(prefix)) > best_len:
-                best, best_len = profile, len(oid_arcs(prefix))
-    return best

@@ -28,6 +28,7 @@ Everything an agent sends is untrusted, and decoding is linear in the datagram's
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -253,23 +254,27 @@ _TYPES: dict[int, tuple[str, Callable[[bytes], int | str | bytes | None]]] = {
 _INTEGERS = frozenset({0x02, 0x41, 0x42, 0x43, 0x46})
 
 # Encoded OID -> (arcs, dotted). Every poll of a PDU returns the same OIDs, so after the first
-# poll decoding a name is one dict lookup. Bounded in entries (cleared when full) and in bytes:
-# only names of at most OID_CACHE_KEY_BYTES octets are kept (a PDU's are 10-25), so the cache
-# holds a few MiB at worst (tests/unit/test_ber_hostile.py measures it).
-_OID_CACHE: dict[bytes, tuple[tuple[int, ...], str]] = {}
+# poll decoding a name is one dict lookup. Bounded in entries and in bytes: only names of at
+# most OID_CACHE_KEY_BYTES octets are kept (a PDU's are 10-25), so the cache holds about 11 MiB
+# at worst (tests/unit/test_ber_hostile.py measures it). Least recently used first out: new
+# names (one PDU with a huge table, a misbehaving one) evict names no poll reads any more,
+# not the ones every poll reads, as emptying the whole cache when full did.
+_OID_CACHE: OrderedDict[bytes, tuple[tuple[int, ...], str]] = OrderedDict()
 OID_CACHE_SIZE = 16_384
 OID_CACHE_KEY_BYTES = 48
 
 
 def _name(content: bytes) -> tuple[tuple[int, ...], str]:
     hit = _OID_CACHE.get(content)
-    if hit is None:
-        arcs = decode_oid(content)
-        hit = (arcs, ".".join(map(str, arcs)))
-        if len(content) <= OID_CACHE_KEY_BYTES:
-            if len(_OID_CACHE) >= OID_CACHE_SIZE:
-                _OID_CACHE.clear()
-            _OID_CACHE[content] = hit
+    if hit is not None:
+        _OID_CACHE.move_to_end(content)
+        return hit
+    arcs = decode_oid(content)
+    hit = (arcs, ".".join(map(str, arcs)))
+    if len(content) <= OID_CACHE_KEY_BYTES:
+        _OID_CACHE[content] = hit
+        if len(_OID_CACHE) > OID_CACHE_SIZE:
+            _OID_CACHE.popitem(last=False)
     return hit
 
 

@@ -26,7 +26,7 @@ import logging
 import socket
 from dataclasses import dataclass
 
-from .oid import oid_arcs
+from .oid import oid_arcs, under
 from .target import (
     REASONS,
     Auth,
@@ -35,7 +35,7 @@ from .target import (
     VarBind,
     status_error,
 )
-from .types import Walk
+from .types import EXCEPTIONS, Value, Walk
 from .udp import V2cClient
 from .v3 import V3Client
 
@@ -76,6 +76,7 @@ class SnmpClient:
         self._answered: set[tuple[str, int]] = set()  # agents that ever answered
         # agents whose GETBULK answers for several subtrees were misordered: one per request
         self._one_at_a_time: set[tuple[str, int]] = set()
+        self._shrink_logged: set[tuple[str, int]] = set()  # agents whose GETBULK shrank, logged
         self._closed = False
 
     # -- sockets and addresses ----------------------------------------------------------------
@@ -158,6 +159,16 @@ class SnmpClient:
             i += len(part)
         return result
 
+    async def first_rows(self, target: Target, columns: list[str]) -> dict[str, tuple[str, Value]]:
+        """Each column's first instance and value, where it has one: one GETBULK of one each."""
+        prefixes = [".".join(map(str, oid_arcs(c))) for c in columns]
+        var_binds = await self._request(target, "bulk", [oid_arcs(p) for p in prefixes], 1)
+        found: dict[str, tuple[str, Value]] = {}
+        for prefix, (_, name, value) in zip(prefixes, var_binds, strict=False):
+            if value.type not in EXCEPTIONS and name != prefix and under(name, prefix):
+                found[prefix] = (name, value)
+        return found
+
     async def walk(self, target: Target, root: str) -> Walk:
         """GETBULK walk of one subtree (RFC 3416 section 4.2.3), ending where the subtree ends."""
         return await self.walk_many(target, [root])
@@ -193,7 +204,12 @@ class SnmpClient:
                 if size <= 1 or not await self._bulk_is_the_problem(target, exc):
                     raise
                 budget = max(1, size // 2)
-                log.info(
+                # INFO the first time for an agent, then DEBUG: an agent that fails every
+                # size (random bytes) would otherwise log lines on every poll, for ever.
+                level = logging.DEBUG if key in self._shrink_logged else logging.INFO
+                self._shrink_logged.add(key)
+                log.log(
+                    level,
                     "%s: GETBULK of %d var-binds failed (%s), trying %d",
                     target.label,
                     size,

@@ -310,7 +310,8 @@ class V2cClient:
 
     def counts(self) -> dict[str, int]:
         """Datagrams sent, received, dropped unread, stray and garbage; var-binds received."""
-        ts = self._transports.values()
+        # A copy: a scrape reads this from another thread while the loop may add a socket.
+        ts = list(self._transports.values())
         return {
             "sent": sum(t.sent for t in ts),
             "received": sum(t.received for t in ts),

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import wattbit
-from tests.support.env import require
+from tests.support.env import RECORDINGS, require
 from tests.support.realparts import ROOT, Collector, free_port, parse_samples, sample
-from tests.support.snmpagents import RECORDINGS, SnmpSim, V3User, have_snmpsim, silent_udp_port
+from tests.support.snmpagents import SnmpSim, V3User, have_snmpsim, silent_udp_port
 
 APC = RECORDINGS / "apc_ap8641.snmprec"
 

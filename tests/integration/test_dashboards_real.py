@@ -63,7 +63,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.env import ROOT, require
+from tests.support.env import RECORDINGS, ROOT, require
 from tests.support.realparts import (
     Agent,
     Collector,
@@ -75,7 +75,7 @@ from tests.support.realparts import (
     veth_pair,
     wait_for,
 )
-from tests.support.snmpagents import RECORDINGS, SnmpSim, have_snmpsim
+from tests.support.snmpagents import SnmpSim, have_snmpsim
 
 sys.path.insert(0, str(ROOT / "dashboards"))
 import render

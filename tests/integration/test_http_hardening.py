@@ -527,6 +527,53 @@ def test_agent_exits_0_on_signal(tmp_path: Path, sig: signal.Signals) -> None:
         socket.create_connection(("127.0.0.1", a.port), timeout=5).close()
 
 
+# -- the limits from the configuration file ------------------------------------------------
+
+
+def test_agent_honours_max_headers_from_its_config(tmp_path: Path) -> None:
+    """`http.max_headers: 10`: 20 headers (a fifth of the default 100) get a 400, 4 get a 200."""
+    from tests.support.realparts import Agent
+
+    a = Agent("blockio:\n  backend: diskstats\nhttp:\n  max_headers: 10\n", tmp_path)
+    try:
+        a.wait_ready(timeout=30)
+        status, _, _ = request(a, "GET", "/metrics", headers={f"X-H{i}": "v" for i in range(20)})
+        assert status in (400, 431)
+        status, _, body = request(a, "GET", "/metrics", headers={"X-H1": "v", "X-H2": "v"})
+        assert status == 200 and b"wattbit_exporter_up" in body
+        for _ in range(20):  # a flood of malformed requests is no flood of log lines
+            request(a, "GET", "/metrics", headers={f"X-H{i}": "v" for i in range(20)})
+        a.check_alive()
+    finally:
+        a.stop()
+    text = a.log.read_text()
+    assert "Traceback" not in text and "Error handling request" not in text, text[-2000:]
+
+
+def test_collector_honours_max_body_from_its_config(tmp_path: Path) -> None:
+    """`http.max_body: 1024`: a 2 KB run start is a 413 naming that limit, unread; a small one
+    starts its run."""
+    from tests.support.realparts import Collector
+
+    config = f"state_dir: {tmp_path / 'state'}\nruns:\n  token: {TOKEN}\nhttp:\n  max_body: 1024\n"
+    c = Collector(config, tmp_path)
+    auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    labels = {f"k{i}": "v" * 150 for i in range(12)}
+    big = json.dumps({"name": "big", "labels": labels}).encode()
+    assert 1024 < len(big) < 64 * 1024  # within the default limit: only the config refuses it
+    try:
+        c.wait_ready(timeout=30)
+        status, _, answer = request(c, "POST", "/api/v1/runs", body=big, headers=auth)
+        assert status == 413, answer
+        assert "larger than 1024 bytes" in json.loads(answer)["error"]
+        small = json.dumps({"name": "small", "labels": {"k": "v"}}).encode()
+        status, _, answer = request(c, "POST", "/api/v1/runs", body=small, headers=auth)
+        assert status == 201, answer
+    finally:
+        c.stop()
+    assert "Traceback" not in c.log.read_text()
+
+
 @pytest.mark.parametrize("which", ["agent", "collector"])
 def test_run_in_a_thread_stops_on_its_event(tmp_path: Path, which: str) -> None:
     """agent.run and site.run keep their `stop` Event: set, they return 0 and free the port."""

@@ -18,9 +18,8 @@ from typing import Any, TypeVar
 import pytest
 
 from exporters.snmp.types import Value, Walk
-from tests.support.env import require
+from tests.support.env import RECORDINGS, require
 from tests.support.snmpagents import (
-    RECORDINGS,
     SNMP_FIXTURES,
     RawAgent,
     SnmpSim,

@@ -11,6 +11,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 
+# Real PDU recordings: the company's shared ones (beside the clone) and the project's own
+# (tests/fixtures/pdu/recordings/, each with its provenance in the README there).
+RECORDINGS = Path(
+    os.environ.get("WATTBIT_PDU_RECORDINGS", str(ROOT.parent / "shared" / "pdu-recordings"))
+)
+OWN_RECORDINGS = FIXTURES / "pdu" / "recordings"
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

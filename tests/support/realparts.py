@@ -52,6 +52,7 @@ class Agent:
     """A `wattbit agent` subprocess on 127.0.0.1."""
 
     command = "agent"
+    host = "127.0.0.1"  # where it listens (with port: an endpoint for tests.support.http)
 
     def __init__(
         self,

@@ -57,13 +57,10 @@ from collector.demo.snmprec import read_snmprec
 from exporters.snmp import ber
 from exporters.snmp.oid import oid_arcs
 from exporters.snmp.types import Value
+from tests.support.env import FIXTURES
 
-ROOT = Path(__file__).resolve().parents[2]
 SNMPSIM_BIN = Path(sys.executable).parent / "snmpsim-command-responder"
-RECORDINGS = Path(
-    os.environ.get("WATTBIT_PDU_RECORDINGS", str(ROOT.parent / "shared" / "pdu-recordings"))
-)
-SNMP_FIXTURES = ROOT / "tests" / "fixtures" / "snmp"
+SNMP_FIXTURES = FIXTURES / "snmp"
 SYS_OBJECT_ID = "1.3.6.1.2.1.1.2.0"
 PROCESS_USER, PROCESS_GROUP = "nobody", "nogroup"
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
-from pathlib import Path
+import tracemalloc
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -29,12 +28,9 @@ from exporters.snmp.client import Auth, Target
 from exporters.snmp.oid import under
 from exporters.snmp.types import Value, Walk
 from tests.support.berbuild import integer, oid_content, response, tlv, var_bind
-from tests.support.env import require
+from tests.support.env import RECORDINGS, require
 from tests.support.realparts import parse_samples
 
-RECORDINGS = Path("/work/shared/pdu-recordings")
-if not RECORDINGS.is_dir():
-    RECORDINGS = Path(__file__).resolve().parents[3] / "shared" / "pdu-recordings"
 APC = RECORDINGS / "apc_ap8641.snmprec"
 OUTLETS = "1.3.6.1.4.1.318.1.1.26.9.4.3.1"  # rPDU2OutletMeteredStatusEntry
 POWER = f"{OUTLETS}.7"  # rPDU2OutletMeteredStatusPower, W, Integer32
@@ -92,23 +88,54 @@ def test_long_names_are_decoded_but_never_cached() -> None:
 
 
 def test_the_oid_cache_has_a_memory_bound() -> None:
-    """Worst case: every entry the longest name the cache keeps; a few MiB, never hundreds."""
+    """Worst case: every entry the longest name the cache keeps; about 11 MiB, never hundreds."""
     ber._OID_CACHE.clear()
     n = ber.OID_CACHE_KEY_BYTES // 5  # arcs of 5 octets each
-    names = [oid_content((1, 3, *([2**32 - 1] * (n - 2)), i)) for i in range(200)]
-    names = [x for x in names if len(x) <= ber.OID_CACHE_KEY_BYTES]
-    assert names
-    for i in range(0, len(names), 50):
-        ber.decode_response(response([var_bind(x, b"\x05\x00") for x in names[i : i + 50]]))
-    per_entry = max(
-        sys.getsizeof(k) + sys.getsizeof(a) + sum(sys.getsizeof(x) for x in a) + sys.getsizeof(d)
-        for k, (a, d) in ber._OID_CACHE.items()
+    longest = [oid_content((1, 3, *([2**32 - 1] * (n - 2)), i)) for i in range(4)]
+    assert all(len(x) <= ber.OID_CACHE_KEY_BYTES for x in longest)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(ber.OID_CACHE_SIZE + 100):  # full, and past it
+            ber._name(oid_content((1, 3, *([2**32 - 1] * (n - 2)), i)))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(ber._OID_CACHE) == ber.OID_CACHE_SIZE  # the count bound holds
+    assert all(len(k) <= ber.OID_CACHE_KEY_BYTES for k in ber._OID_CACHE)
+    assert held <= 16 << 20, held  # entries, their order and the keys themselves
+    ber._OID_CACHE.clear()
+
+
+def test_pdu_names_survive_a_flood_of_distinct_names() -> None:
+    """A PDU's names, read every poll, stay cached while new names flood in between polls.
+
+    The cache used to be emptied when full: the flood then took the PDU's names with it, and
+    the next poll decoded every one of them again.
+    """
+    ber._OID_CACHE.clear()
+    table = (1, 3, 6, 1, 4, 1, 318, 1, 1, 26, 9, 4, 3, 1)
+    poll = response(
+        [var_bind(oid_content((*table, c, i)), integer(i)) for c in (3, 5, 7) for i in range(1, 49)]
     )
-    assert ber.OID_CACHE_SIZE * (per_entry + 100) <= 48 << 20  # 100: the dict slot and tuple
-    # and the count bound holds
-    for i in range(ber.OID_CACHE_SIZE + 10):
-        ber._name(oid_content((1, 3, 6, i)))
-    assert len(ber._OID_CACHE) <= ber.OID_CACHE_SIZE
+    names = [oid_content((*table, c, i)) for c in (3, 5, 7) for i in range(1, 49)]
+    flood_names = 0
+    for round_ in range(40):  # 40 x 1,000 new names: more than twice the cache
+        ber.decode_response(poll)  # the poll: every name a hit after the first round
+        assert all(name in ber._OID_CACHE for name in names), round_
+        flood = [
+            var_bind(oid_content((1, 3, 6, 1, 4, 1, 99999, round_, i)), integer(i))
+            for i in range(1000)
+        ]
+        for i in range(0, len(flood), 100):
+            ber.decode_response(response(flood[i : i + 100]))
+        flood_names += len(flood)
+        assert all(name in ber._OID_CACHE for name in names), round_
+    assert flood_names > 2 * ber.OID_CACHE_SIZE
+    assert len(ber._OID_CACHE) == ber.OID_CACHE_SIZE
+    # the least recently used went first: the oldest flood names, not the newest
+    assert oid_content((1, 3, 6, 1, 4, 1, 99999, 0, 0)) not in ber._OID_CACHE
+    assert oid_content((1, 3, 6, 1, 4, 1, 99999, 39, 999)) in ber._OID_CACHE
     ber._OID_CACHE.clear()
 
 
@@ -190,6 +217,9 @@ class _BigWalkClient:
 
     async def walk_many(self, target: Target, roots: list[str]) -> Walk:
         return {o: v for o, v in self.walk.items() if any(under(o, r) for r in roots)}
+
+    def counts(self) -> dict[str, int]:
+        return {}  # a fake counts nothing: the exporter shows no sample for it
 
     def close(self) -> None:
         pass

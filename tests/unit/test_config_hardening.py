@@ -37,13 +37,14 @@ def _secret(tmp_path: Path, name: str, text: str, mode: int = 0o600) -> Path:
 
 
 def _base_agent(tmp_path: Path) -> dict[str, Any]:
-    return {"listen": "127.0.0.1:9731", "blockio": {}, "nic": {}}
+    return {"listen": "127.0.0.1:9731", "http": {}, "blockio": {}, "nic": {}}
 
 
 def _base_collector(tmp_path: Path) -> dict[str, Any]:
     community = _secret(tmp_path, "community", "public-community\n")
     return {
         "listen": "127.0.0.1:9732",
+        "http": {},
         "profiles_dir": str(tmp_path),
         "state_dir": str(tmp_path / "state"),
         "auths": {

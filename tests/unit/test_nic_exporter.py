@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporters.base import ExportersCollector
+from exporters.nic import links
 from exporters.nic.ethtool import QueueStat
 from exporters.nic.exporter import NicExporter, NicSnapshot, nic_irqs, render
-from exporters.nic.links import LinkStats, is_loopback, read_link
+from exporters.nic.links import COUNTERS, LinkStats, is_loopback, read_link
 from exporters.nic.procfs import parse_interrupts, parse_snmp, parse_softnet_stat
 from exporters.nic.qstats import QstatsUnavailable, queue_stats_by_ifindex
 from exporters.nic.sysfs import NicInfo
@@ -145,6 +148,68 @@ def test_link_counters_tcp_and_softnet(tmp_path: Path) -> None:
     assert sample(s, "wattbit_tcp_segments_total", direction="out") == snmp["Tcp"]["OutSegs"]
     assert sample(s, "wattbit_tcp_syn_retransmits_total") == snmp["TcpExt"]["TCPSynRetrans"]
     assert any(k[0] == "wattbit_softnet_times_squeezed_total" for k in s)
+
+
+def _link_series(s: dict, interface: str) -> dict[tuple[str, str], float]:
+    """{(sample name, direction or ""): value} of one interface's link counter series."""
+    names = ("bytes", "packets", "errors", "drops", "rx_missed")
+    return {
+        (k[0], dict(k[1]).get("direction", "")): v
+        for k, v in s.items()
+        if k[0] in {f"wattbit_nic_{n}_total" for n in names}
+        and dict(k[1]).get("interface") == interface
+    }
+
+
+def test_a_missing_or_malformed_counter_is_no_sample_not_zero(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The finding: an unparsable counter silently became 0. Now its series is absent."""
+    monkeypatch.setattr(links, "_noted", set())  # what other tests had noted already
+    full = {
+        "rx_bytes": 100,
+        "tx_bytes": 200,
+        "rx_packets": 3,
+        "tx_packets": 4,
+        "rx_errors": 5,
+        "tx_errors": 6,
+        "rx_dropped": 7,
+        "tx_dropped": 8,
+        "rx_missed_errors": 9,
+    }
+    _fake_net(tmp_path, "eth0", "0x1003", full)
+    stats = tmp_path / "class" / "net" / "eth0" / "statistics"
+    (stats / "tx_bytes").write_text("garbage\n")  # malformed
+    (stats / "rx_errors").write_text(f"{2**64}\n")  # beyond a u64: malformed too
+    (stats / "rx_missed_errors").unlink()  # left out by the kernel (or gone)
+    with caplog.at_level(logging.WARNING, logger="exporters.nic.links"):
+        link = read_link(tmp_path, "eth0")
+        again = read_link(tmp_path, "eth0")
+    assert link is not None and again is not None
+    assert link.get("tx_bytes") is None and link.get("rx_missed_errors") is None
+    assert link.get("rx_bytes") == 100
+    # malformed ones are said, once per interface and set of counters; a missing one is not
+    assert caplog.text.count("malformed counter(s) tx_bytes, rx_errors") == 1
+    got = _link_series(_samples(NicSnapshot(links=[link], infos={})), "eth0")
+    assert got == {
+        ("wattbit_nic_bytes_total", "rx"): 100,
+        ("wattbit_nic_packets_total", "rx"): 3,
+        ("wattbit_nic_packets_total", "tx"): 4,
+        ("wattbit_nic_errors_total", "tx"): 6,
+        # rx drops are rx_dropped + rx_missed_errors: with a part unknown, the sum is too
+        ("wattbit_nic_drops_total", "tx"): 8,
+    }
+
+
+def test_every_counter_present_gives_every_series(tmp_path: Path) -> None:
+    stats = {c: i + 1 for i, c in enumerate(COUNTERS)}
+    _fake_net(tmp_path, "eth0", "0x1003", stats)
+    link = read_link(tmp_path, "eth0")
+    assert link is not None
+    got = _link_series(_samples(NicSnapshot(links=[link], infos={})), "eth0")
+    assert len(got) == 9  # bytes, packets, errors, drops x rx/tx; rx_missed
+    assert got[("wattbit_nic_drops_total", "rx")] == stats["rx_dropped"] + stats["rx_missed_errors"]
+    assert got[("wattbit_nic_rx_missed_total", "")] == stats["rx_missed_errors"]
 
 
 class _NoStats:

@@ -7,23 +7,19 @@ poller's own logic: detection, isolation of failures, no stale values, invalid c
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
 from collector.demo.snmprec import parse_snmprec
 from collector.site.profiles import load_profiles
 from exporters.base import ExportersCollector
-from exporters.pdu.exporter import PduExporter
+from exporters.pdu.exporter import PduExporter, snmp_counters
 from exporters.pdu.poller import PduPoller, PduTarget
 from exporters.snmp.client import Auth, SnmpError, Target
-from exporters.snmp.oid import under
-from exporters.snmp.types import Walk
+from exporters.snmp.oid import oid_arcs, under
+from exporters.snmp.types import EXCEPTIONS, Value, Walk
+from tests.support.env import RECORDINGS
 from tests.support.realparts import parse_samples, sample
-
-RECORDINGS = Path("/work/shared/pdu-recordings")
-if not RECORDINGS.is_dir():
-    RECORDINGS = Path(__file__).resolve().parents[3] / "shared" / "pdu-recordings"
 
 
 class FakeClient:
@@ -48,6 +44,18 @@ class FakeClient:
     async def walk_many(self, target: Target, roots: list[str]) -> Walk:
         walk = await self._check(target)
         return {o: v for o, v in walk.items() if any(under(o, r) for r in roots)}
+
+    async def first_rows(self, target: Target, columns: list[str]) -> dict[str, tuple[str, Value]]:
+        walk = await self._check(target)
+        found = {}
+        for c in columns:
+            below = sorted((o for o in walk if under(o, c) and o != c), key=oid_arcs)
+            if below and walk[below[0]].type not in EXCEPTIONS:
+                found[c] = (below[0], walk[below[0]])
+        return found
+
+    def counts(self) -> dict[str, int]:
+        return {}  # a fake counts nothing: the exporter shows no sample for it
 
     def close(self) -> None:
         pass
@@ -147,3 +155,62 @@ def test_invalid_values_are_counted_never_zero() -> None:
     assert apc_invalid == 2 * per_poll  # counted on every poll, cumulatively
     # No exported outlet value is negative (APC answers -1 for what it does not meter).
     assert all(v >= 0 for k, v in s.items() if k[0].startswith("wattbit_pdu_outlet_"))
+
+
+def test_snmp_client_counters_render_by_reason_and_only_what_is_counted() -> None:
+    counts = {"sent": 10, "received": 14, "var_binds": 250, "dropped": 3, "stray": 1, "garbage": 0}
+    r = CollectorRegistry(auto_describe=False)
+
+    class One:
+        def __init__(self, counts: dict[str, int]) -> None:
+            self.counts = counts
+
+        def collect(self):  # type: ignore[no-untyped-def]
+            return list(snmp_counters(self.counts))
+
+    r.register(One(counts))
+    s = parse_samples(generate_latest(r).decode())
+    assert sample(s, "wattbit_snmp_messages_sent_total") == 10
+    assert sample(s, "wattbit_snmp_messages_received_total") == 14
+    assert sample(s, "wattbit_snmp_var_binds_received_total") == 250
+    discarded = "wattbit_snmp_datagrams_discarded_total"
+    assert sample(s, discarded, reason="not_polled") == 3
+    assert sample(s, discarded, reason="stray") == 1
+    assert sample(s, discarded, reason="garbage") == 0  # counted, and none: a real 0
+    # A client that counts none of it (here: the fake) has no samples, never made-up zeros.
+    poller, _ = _poller()
+    names = {k[0] for k in _scrape(poller)}
+    assert not {n for n in names if n.startswith("wattbit_snmp_")}
+    assert "wattbit_exporter_up" in names
+
+
+def test_failing_pdus_cannot_take_every_polling_slot() -> None:
+    """As many hanging PDUs as slots (soak finding): a good PDU is still polled at once."""
+    walks = {1: parse_snmprec((RECORDINGS / "apc_ap8641.snmprec").read_text())}
+    client = FakeClient(walks)
+    hanging = [_target(f"hang{i}", 100 + i) for i in range(4)]
+    good = _target("good", 1)
+    client.hang.update(100 + i for i in range(4))
+    poller = PduPoller([*hanging, good], load_profiles(), client, interval=3600, concurrency=4)  # type: ignore[arg-type]
+
+    async def scenario() -> tuple[bool, int]:
+        poller._failing.update(t.name for t in hanging)  # their last polls failed
+        stuck = [asyncio.create_task(poller.poll(t)) for t in hanging]
+        await asyncio.sleep(0)  # every hanging poll queued for, or holding, a slot
+        # the hanging polls never end: the good one completing at all is the property (a
+        # generous bound only keeps a regression from hanging the suite)
+        state = await asyncio.wait_for(poller.poll(good), 60)
+        holding = sum(not t.done() for t in stuck)
+        for t in stuck:
+            t.cancel()
+        await asyncio.gather(*stuck, return_exceptions=True)
+        return state.up, holding
+
+    up, holding = asyncio.run(scenario())
+    assert up and holding == 4
+    assert poller.failing_slots == 1
+    assert "good" in poller.last_poll
+    s = _scrape(poller)
+    assert (
+        sample(s, "wattbit_pdu_last_poll_timestamp_seconds", pdu="good") == poller.last_poll["good"]
+    )

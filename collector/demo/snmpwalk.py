@@ -1,8 +1,9 @@
-"""net-snmp's ``snmpwalk -On`` text as a ``Walk``: how the tests read walk captures.
+"""net-snmp's ``snmpwalk -On`` text as a ``Walk``: PDU captures published in that format.
 
-The same ``Walk`` (OID without leading dot -> ``Value``) that collector/demo/snmprec.py reads
-from ``.snmprec`` recordings, so a capture in either format decodes with no SNMP at all.
-Running net-snmp itself against an agent is snmpagents.snmpwalk_values.
+The same ``Walk`` (OID without leading dot -> ``Value``) that snmprec.py reads from
+``.snmprec`` recordings, so a capture in either format is served (the simulated PDU, `wattbit
+pdu check`) and decoded alike. Running net-snmp itself against an agent is the tests' job
+(tests/support/snmpagents.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""`wattbit pdu`: commands for someone adding a PDU or writing a profile."""

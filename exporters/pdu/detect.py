@@ -1,0 +1,147 @@
+"""Which profile reads a PDU: its sysObjectID's product family, confirmed or found by probing.
+
+A site buys whatever PDU was cheapest that year, so detection must not depend on the exact
+model. Profiles list their vendor's product-OID *families* (prefixes), and their signature
+columns (``Profile.signature_columns``: by default every value column). Detection:
+
+1. reads sysObjectID.0 (absent, malformed or generic ones are common on embedded agents:
+   several PDUs report net-snmp's own 1.3.6.1.4.1.8072.3.2.10);
+2. probes the profiles whose family holds it, longest prefix first: one GETBULK asking for
+   the first row of each signature column; the first profile with data in any wins;
+3. otherwise probes every other profile the same way, those of the sysObjectID's enterprise
+   first, then by name;
+4. if no probe answers, a family match still decides (the PDU may meter nothing right now);
+   else there is no profile.
+
+``why`` says which of these chose the profile, for the log and ``wattbit pdu detect``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from exporters.snmp.client import SnmpClient, SnmpError, Target
+from exporters.snmp.oid import normalize_oid, oid_arcs, under
+from exporters.snmp.types import EXCEPTIONS, Walk
+
+from .profile import Profile
+
+SYS_OBJECT_ID = "1.3.6.1.2.1.1.2.0"
+_ENTERPRISES = (1, 3, 6, 1, 4, 1)
+
+
+class NoProfile(Exception):
+    """No profile's family holds the sysObjectID and no profile's signature columns answer."""
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The profile chosen for one PDU, and why."""
+
+    profile: Profile
+    sys_object_id: str  # "" when absent or malformed
+    why: str
+
+
+def _enterprise(oid: str) -> tuple[int, ...] | None:
+    arcs = oid_arcs(oid)
+    if arcs[: len(_ENTERPRISES)] == _ENTERPRISES and len(arcs) > len(_ENTERPRISES):
+        return arcs[: len(_ENTERPRISES) + 1]
+    return None
+
+
+def family_matches(profiles: Sequence[Profile], sys_object_id: str) -> list[Profile]:
+    """Profiles whose product family holds sys_object_id, longest prefix first, then by name."""
+    if not sys_object_id:
+        return []
+    scored: list[tuple[int, str, Profile]] = []
+    for p in profiles:
+        best = max(
+            (len(oid_arcs(pre)) for pre in p.sys_object_ids if under(sys_object_id, pre)),
+            default=0,
+        )
+        if best:
+            scored.append((-best, p.name, p))
+    return [p for _, _, p in sorted(scored, key=lambda x: (x[0], x[1]))]
+
+
+def probe_order(profiles: Sequence[Profile], sys_object_id: str) -> list[Profile]:
+    """Every profile in the order detection probes them."""
+    first = family_matches(profiles, sys_object_id)
+    ent = _enterprise(sys_object_id) if sys_object_id else None
+
+    def same_vendor(p: Profile) -> bool:
+        return ent is not None and any(_enterprise(pre) == ent for pre in p.sys_object_ids)
+
+    rest = sorted(
+        (p for p in profiles if p not in first), key=lambda p: (not same_vendor(p), p.name)
+    )
+    return first + rest
+
+
+def sys_object_id_of(value: object) -> str:
+    """A well-formed sysObjectID in dotted form, else "" (absent, a string, garbage)."""
+    if not isinstance(value, str):
+        return ""
+    try:
+        oid = normalize_oid(value)
+    except ValueError:
+        return ""
+    return oid if len(oid_arcs(oid)) >= 2 else ""
+
+
+async def answers(client: SnmpClient, target: Target, columns: list[str]) -> bool:
+    """Whether the agent has data under any of columns (a timeout is raised: no PDU there)."""
+    try:
+        return bool(await client.first_rows(target, columns))
+    except SnmpError as exc:
+        if exc.reason in ("timeout", "refused", "auth"):
+            raise
+        return False  # an error-status or an odd answer to this one request: not this MIB
+
+
+def _chosen(p: Profile, family: list[Profile], shown: str) -> str:
+    if p in family:
+        return f"sysObjectID {shown} is in its product family; its signature columns answer"
+    if family:
+        return (
+            f"sysObjectID {shown} is in the family of {family[0].name}, whose signature columns "
+            "are empty; this profile's answer"
+        )
+    return f"sysObjectID {shown} is in no profile's family; its signature columns answer"
+
+
+def _unanswered(family: list[Profile], oid: str) -> Detection:
+    shown = oid or "(none usable)"
+    if family:
+        why = f"sysObjectID {shown} is in its product family; no profile's signature answers"
+        return Detection(family[0], oid, why)
+    raise NoProfile(f"no profile knows sysObjectID {shown} and no profile's signature answers")
+
+
+async def detect(client: SnmpClient, target: Target, profiles: Sequence[Profile]) -> Detection:
+    """Choose the profile for the PDU at target (see the module docstring)."""
+    got = await client.get(target, [SYS_OBJECT_ID])
+    value = got.get(SYS_OBJECT_ID)
+    oid = sys_object_id_of(value.value if value is not None else None)
+    family = family_matches(profiles, oid)
+    for p in probe_order(profiles, oid):
+        if await answers(client, target, p.signature_columns()):
+            return Detection(p, oid, _chosen(p, family, oid or "(none usable)"))
+    return _unanswered(family, oid)
+
+
+def detect_in_walk(profiles: Sequence[Profile], walk: Walk) -> Detection:
+    """The same choice made over a whole walk (a recording) instead of a live agent."""
+    value = walk.get(SYS_OBJECT_ID)
+    oid = sys_object_id_of(value.value if value is not None else None)
+    family = family_matches(profiles, oid)
+    for p in probe_order(profiles, oid):
+        columns = p.signature_columns()
+        if any(
+            v.type not in EXCEPTIONS and any(under(o, c) and o != c for c in columns)
+            for o, v in walk.items()
+        ):
+            return Detection(p, oid, _chosen(p, family, oid or "(none usable)"))
+    return _unanswered(family, oid)
