@@ -18,24 +18,32 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grafana_foundation_sdk.builders import bargauge, heatmap, stat, table, timeseries
+from grafana_foundation_sdk.builders import bargauge, heatmap, stat, table, timeseries, xychart
 from grafana_foundation_sdk.builders import prometheus as prom
-from grafana_foundation_sdk.builders.common import ReduceDataOptions
+from grafana_foundation_sdk.builders.common import (
+    ReduceDataOptions,
+    VizLegendOptions,
+    VizTextDisplayOptions,
+)
 from grafana_foundation_sdk.builders.dashboard import (
     AnnotationQuery,
     Dashboard,
     DashboardLink,
     DatasourceVariable,
+    FieldColor,
     QueryVariable,
     Row,
 )
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import xychart as xy
 from grafana_foundation_sdk.models.dashboard import (
     DashboardCursorSync,
     DashboardLinkType,
     DataSourceRef,
     DataTransformerConfig,
+    DynamicConfigValue,
+    FieldColorModeId,
     VariableRefresh,
     VariableSort,
 )
@@ -52,10 +60,56 @@ HD = 'host=~"$host", device=~"$device"'
 HI = 'host=~"$host", interface=~"$interface"'
 RI = "[$__rate_interval]"
 
+# Rates in panels use $__rate_interval, never a fixed window: Grafana makes it
+# max($__interval + scrape interval, 4 x scrape interval) from the data source's minimum
+# interval (provisioning: jsonData.timeInterval = the scrape interval), so a 1 s scrape gets a
+# 4 s window and a 15 s scrape a 60 s one, and a stream's start is a step, not a one-minute
+# ramp. The recording rules (1m windows, docs/rules.md) stay for alerts and sums of gauges;
+# a panel repeats a rule's expression with $__rate_interval where the rule has a rate.
+
+
+def nic_bits(sel: str, by: str) -> str:
+    """bit/s of the agent's interfaces, summed by `by` (both directions kept apart)."""
+    return f"sum by ({by}) (rate(wattbit_nic_bytes_total{{{sel}}}{RI})) * 8"
+
+
+# The site's Gbit/s as site:wattbit_joules_per_gigabit:ratio1m counts it: the larger direction.
+ALL_HOSTS = 'host!=""'
+SITE_BITS = f"max({nic_bits(ALL_HOSTS, 'direction')})"
+# J/Gbit over $__rate_interval: watts averaged over the same window as the traffic rate, and
+# nothing below 0.01 Gbit/s (the rules' floor, docs/rules.md).
+HOST_JPG = (
+    f"avg_over_time(host:wattbit_power_watts:sum{{{H}}}{RI})"
+    f" / on (host) ({nic_bits(H, 'host')} / 1e9 >= 0.01)"
+)
+SITE_JPG = f"avg_over_time(site:wattbit_power_watts:sum{RI}) / on () ({SITE_BITS} / 1e9 >= 0.01)"
+# Bytes/s per whole disk (reads + writes) and the info series that brings its controller and
+# NUMA node: host_controller: and host_numa:wattbit_disk_bytes_per_second:rate1m over RI.
+DISK_BYTES = (
+    f'sum by (host, device) (rate(wattbit_disk_io_bytes_total{{{H}, op=~"read|write"}}{RI}))'
+)
+DISK_INFO = f'wattbit_disk_info{{{H}, parent="", controller!=""}}'
+DISK_BUSY = (
+    f"clamp_max(max by (host, device) (rate(wattbit_disk_busy_seconds_total{{{HD}}}{RI})), 1)"
+)
+
+
+def energy(watts: str) -> str:
+    """Joules in the dashboard's time range: mean watts over the range x its length.
+
+    Integrated from the watts, not from the PDUs' energy registers: those count in steps of
+    0.1 kWh (360 kJ) on APC units, so a run of minutes moves them by nothing or by one step.
+    """
+    return f"avg_over_time({watts}[$__range]) * $__range_s"
+
+
 # The run annotation of docs/runs.md: every sample above 0 is drawn, samples one step apart
 # merge into one region per run. The SDK's AnnotationQuery has no fields for the Prometheus
 # data source's step/titleFormat/textFormat/tagKeys: they are added after encoding.
 RUN_ANNOTATION_EXPR = "(wattbit_run_active * on (run) group_left (labels) wattbit_run_info) > 0"
+# The Grafana of docker-compose.yml, whose XY chart options (mapping, series matchers) the SDK
+# writes.
+XYCHART_PLUGIN_VERSION = "11.2.2"
 RUN_ANNOTATION_EXTRA = {
     "step": "5s",
     "titleFormat": "{{run}}",
@@ -79,6 +133,11 @@ def q(expr: str, legend: str = "", ref: str = "A", fmt: str = "time_series") -> 
 def qi(expr: str, ref: str = "A") -> prom.Dataquery:
     """An instant query in table format (for tables and bar gauges)."""
     return prom.Dataquery().expr(expr).ref_id(ref).format(PromQueryFormat.TABLE).instant()
+
+
+def qv(expr: str, legend: str = "", ref: str = "A") -> prom.Dataquery:
+    """An instant query (one value per series at the range's end), for stats and bar gauges."""
+    return prom.Dataquery().expr(expr).ref_id(ref).legend_format(legend or "__auto").instant()
 
 
 def ts(
@@ -195,9 +254,15 @@ def run_picker() -> table.Panel:
 
 
 def bars(
-    title: str, unit: str, expr: str, legend: str, desc: str = "", w: int = 12
+    title: str,
+    unit: str,
+    expr: str,
+    legend: str,
+    desc: str = "",
+    w: int = 12,
+    instant: bool = False,
 ) -> bargauge.Panel:
-    """A bar gauge of the latest value of each series."""
+    """A bar gauge of the latest value of each series (of an instant query with `instant`)."""
     p = (
         bargauge.Panel()
         .title(title)
@@ -209,7 +274,7 @@ def bars(
         .display_mode(common.BarGaugeDisplayMode.GRADIENT)
         .orientation(common.VizOrientation.HORIZONTAL)
         .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).values(False))
-        .with_target(q(expr, legend))
+        .with_target(qv(expr, legend) if instant else q(expr, legend))
     )
     return p.description(desc) if desc else p
 
@@ -231,22 +296,15 @@ def streaming() -> Dashboard:
         ts(
             "Site Gbit/s",
             "bps",
-            letters([("site:wattbit_nic_gigabits_per_second:rate1m * 1e9", "site {{direction}}")]),
-            "All hosts' NIC traffic per direction (1-minute rate).",
+            letters([(nic_bits(ALL_HOSTS, "direction"), "site {{direction}}")]),
+            "All hosts' NIC traffic per direction, over $__rate_interval.",
         )
     )
     d = d.with_panel(
         ts(
             "Gbit/s per host",
             "bps",
-            letters(
-                [
-                    (
-                        f"host:wattbit_nic_gigabits_per_second:rate1m{{{H}}} * 1e9",
-                        "{{host}} {{direction}}",
-                    )
-                ]
-            ),
+            letters([(nic_bits(H, "host, direction"), "{{host}} {{direction}}")]),
         )
     )
     d = d.with_panel(
@@ -266,13 +324,9 @@ def streaming() -> Dashboard:
         ts(
             "Joules per gigabit",
             "suffix: J/Gbit",
-            letters(
-                [
-                    (f"host:wattbit_joules_per_gigabit:ratio1m{{{H}}}", "{{host}}"),
-                    ("site:wattbit_joules_per_gigabit:ratio1m", "site"),
-                ]
-            ),
-            "Minute-averaged watts over the minute's Gbit/s; none below 0.01 Gbit/s.",
+            letters([(HOST_JPG, "{{host}}"), (SITE_JPG, "site")]),
+            "Watts averaged over $__rate_interval over the Gbit/s of the same window (the "
+            "site: its larger direction); none below 0.01 Gbit/s.",
         )
     )
     d = d.with_row(Row("Disks and NICs"))
@@ -280,9 +334,10 @@ def streaming() -> Dashboard:
         bars(
             "Disk busy %",
             "percentunit",
-            f"host_device:wattbit_disk_busy:ratio1m{{{HD}}}",
+            DISK_BUSY,
             "{{host}} {{device}}",
-            "Fraction of the last minute with at least one request in flight (iostat %util).",
+            "Fraction of the last $__rate_interval with at least one request in flight "
+            "(iostat %util).",
         )
     )
     d = d.with_panel(
@@ -308,18 +363,18 @@ def streaming() -> Dashboard:
     d = d.with_panel(
         stat.Panel()
         .title("Energy in the time range (zoom to a run)")
-        .description("Joules drawn by each host's outlets between the range's ends.")
+        .description(
+            "Joules drawn by each host's outlets and by the site in the time range: the mean "
+            "watts over the range times its length (the PDUs' energy registers count in steps "
+            "too coarse for a run of minutes)."
+        )
         .datasource(DS)
         .unit("joule")
         .span(24)
         .height(5)
-        .with_target(
-            q(
-                f"sum by (host) "
-                f"(increase(wattbit_pdu_outlet_energy_joules_total{{{H}}}[$__range]))",
-                "{{host}}",
-            )
-        )
+        .graph_mode(common.BigValueGraphMode.NONE)
+        .with_target(qv(energy(f"host:wattbit_power_watts:sum{{{H}}}"), "{{host}}", "A"))
+        .with_target(qv(energy("site:wattbit_power_watts:sum"), "site", "B"))
     )
     return d
 
@@ -436,7 +491,9 @@ def disks() -> Dashboard:
             letters(
                 [
                     (
-                        f"host_controller:wattbit_disk_bytes_per_second:rate1m{{{H}}}",
+                        f"sum by (host, controller) ({DISK_BYTES}"
+                        " * on (host, device) group_left (controller)"
+                        f" max by (host, device, controller) ({DISK_INFO}))",
                         "{{host}} {{controller}}",
                     )
                 ]
@@ -452,7 +509,9 @@ def disks() -> Dashboard:
             letters(
                 [
                     (
-                        f"host_numa:wattbit_disk_bytes_per_second:rate1m{{{H}}}",
+                        f"sum by (host, numa_node) ({DISK_BYTES}"
+                        " * on (host, device) group_left (numa_node)"
+                        f" max by (host, device, numa_node) ({DISK_INFO}))",
                         "{{host}} node {{numa_node}}",
                     )
                 ]
@@ -463,7 +522,7 @@ def disks() -> Dashboard:
         ts(
             "Disk busy %",
             "percentunit",
-            letters([(f"host_device:wattbit_disk_busy:ratio1m{{{HD}}}", "{{host}} {{device}}")]),
+            letters([(DISK_BUSY, "{{host}} {{device}}")]),
         )
     )
     d = d.with_panel(
@@ -638,9 +697,14 @@ def power() -> Dashboard:
         bars(
             "Energy per outlet in the time range (zoom to a run)",
             "joule",
-            "increase(wattbit_pdu_outlet_energy_joules_total[$__range])",
-            "{{pdu}} {{outlet_name}} {{host}}",
-            "From each outlet's energy register, between the range's ends.",
+            f"sort_desc({energy('wattbit_pdu_outlet_power_watts')} > 0)",
+            "{{pdu}} {{outlet_name}} {{host}} {{component}}",
+            "Each outlet's mean watts over the time range times its length, largest first; "
+            "outlets that drew nothing are left out. Not the outlets' "
+            "energy registers (wattbit_pdu_outlet_energy_joules_total): APC's count 0.1 kWh "
+            "(360 kJ) steps, too coarse for a run of minutes; wattbit report uses a register "
+            "where it is fine enough.",
+            instant=True,
         )
     )
     d = d.with_panel(
@@ -820,7 +884,147 @@ def network() -> Dashboard:
     return d
 
 
+# ---- the Wall: a few big figures for a screen at the back of a room ------------------------
+
+WALL_BIG_TEXT = VizTextDisplayOptions().title_size(28).value_size(96)
+# The fit of watts against Gbit/s over the samples of the picked run ($run) inside the time
+# range, as wattbit report's fit (idle watts + marginal J/Gbit): least squares over the
+# samples where both series and the run exist, pinned to the range's end with `@ end()` so
+# every step draws the same line. Subqueries at $__interval; every name is a plain series.
+RUN_ON = '(max(wattbit_run_active{run=~"$run"}) > 0)'
+FIT_X = f"({SITE_BITS} and on () site:wattbit_power_watts:sum and on () {RUN_ON})"
+FIT_Y = f"(site:wattbit_power_watts:sum and on () {SITE_BITS} and on () {RUN_ON})"
+
+
+def _range_mean(expr: str) -> str:
+    return f"avg_over_time(({expr})[$__range:$__interval] @ end())"
+
+
+FIT_MX, FIT_MY = _range_mean(FIT_X), _range_mean(FIT_Y)
+FIT_SLOPE = (
+    f"(({_range_mean(f'{FIT_X} * {FIT_Y}')}) - ({FIT_MX}) * ({FIT_MY}))"
+    f" / (({_range_mean(f'{FIT_X} ^ 2')}) - ({FIT_MX}) ^ 2)"
+)
+FIT_LINE = f"({FIT_MY}) + ({FIT_SLOPE}) * (({SITE_BITS}) - ({FIT_MX}))"
+
+
+def big(title: str, unit: str, expr: str, color: str, desc: str) -> stat.Panel:
+    """A big number (the last value) with its sparkline over the range."""
+    return (
+        stat.Panel()
+        .title(title)
+        .description(desc)
+        .datasource(DS)
+        .unit(unit)
+        .span(6)
+        .height(7)
+        .graph_mode(common.BigValueGraphMode.AREA)
+        .color_mode(common.BigValueColorMode.VALUE)
+        .text_mode(common.BigValueTextMode.VALUE)
+        .text(WALL_BIG_TEXT)
+        .color_scheme(FieldColor().mode(FieldColorModeId.FIXED).fixed_color(color))
+        .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+        .with_target(q(expr, title))
+    )
+
+
+def scatter() -> xychart.Panel:
+    """Watts against Gbit/s, one point per step, and the run's fitted line."""
+    frame0 = xychart.XychartXYSeriesConfigFrame().matcher(
+        xychart.MatcherConfig().id("byIndex").options(0)
+    )
+
+    def by_name(name: str) -> xychart.MatcherConfig:
+        return xychart.MatcherConfig().id("byName").options(name)
+
+    def series(y: str) -> xychart.XYSeriesConfig:
+        return (
+            xychart.XYSeriesConfig()
+            .frame(frame0)
+            .x(xychart.XychartXYSeriesConfigX().matcher(by_name("Gbit/s")))
+            .y(xychart.XychartXYSeriesConfigY().matcher(by_name(y)))
+        )
+
+    return (
+        xychart.Panel()
+        .title("Watts against Gbit/s (line: the run's fit)")
+        .description(
+            "Each point is one moment of the time range: the site's Gbit/s (its larger "
+            "direction) and its watts. The line is the least-squares fit over the moments the "
+            "picked run was active: where it meets 0 Gbit/s, the idle watts; its slope, the "
+            "marginal joules per gigabit (wattbit report gives both in figures)."
+        )
+        .datasource(DS)
+        .unit("watt")
+        .span(14)
+        .height(14)
+        .mapping(xy.SeriesMapping.MANUAL)
+        .series([series("watts"), series("fit")])
+        .point_size(xychart.XychartFieldConfigPointSize().fixed(7))
+        .legend(
+            VizLegendOptions()
+            .show_legend(True)
+            .display_mode(common.LegendDisplayMode.LIST)
+            .placement(common.LegendPlacement.BOTTOM)
+        )
+        .with_target(q(SITE_BITS, "Gbit/s", "A"))
+        .with_target(q("site:wattbit_power_watts:sum", "watts", "B"))
+        .with_target(q(FIT_LINE, "fit", "C"))
+        .with_transformation(
+            DataTransformerConfig(
+                id_val="joinByField", options={"byField": "Time", "mode": "outer"}
+            )
+        )
+        .override_by_name("Gbit/s", [DynamicConfigValue(id_val="unit", value="bps")])
+        .override_by_name(
+            "fit",
+            [
+                DynamicConfigValue(id_val="custom.show", value="lines"),
+                DynamicConfigValue(id_val="custom.lineWidth", value=4),
+            ],
+        )
+    )
+
+
+def wall() -> Dashboard:
+    d = base(
+        "wattbit-wall",
+        "wattbit / Wall",
+        "For a screen in the room during a demo: Gbit/s, watts, joules per gigabit, disks.",
+    )
+    d = d.time("now-15m", "now").refresh("5s")
+    d = d.with_variable(var("device", "Device", DEVICE_VAR_QUERY))
+    d = d.with_variable(var("run", "Run", RUN_VAR_QUERY).multi(False).include_all(False))
+    d = d.with_panel(
+        big("Gbit/s", "bps", SITE_BITS, "blue",
+            "The site's traffic, its larger direction, over $__rate_interval.")
+    )  # fmt: skip
+    d = d.with_panel(
+        big("Site watts", "watt", "site:wattbit_power_watts:sum", "orange",
+            "Every PDU's unit reading, or the sum of its outlets.")
+    )  # fmt: skip
+    d = d.with_panel(
+        big("J/Gbit", "suffix: J/Gbit", SITE_JPG, "green",
+            "Site watts over site Gbit/s, both over $__rate_interval; none below 0.01 Gbit/s.")
+    )  # fmt: skip
+    d = d.with_panel(
+        big("Disks busy", "percentunit", f"avg({DISK_BUSY})", "purple",
+            "The mean busy fraction of the selected disks (iostat %util).")
+    )  # fmt: skip
+    d = d.with_panel(scatter())
+    busy = bars("Busy per disk", "percentunit", DISK_BUSY, "{{host}} {{device}}", w=10)
+    d = d.with_panel(
+        busy.height(14)
+        .max(1)
+        .text(VizTextDisplayOptions().title_size(22).value_size(36))
+        .description("Fraction of the last $__rate_interval each disk had a request in flight.")
+    )
+    d = d.with_panel(run_picker().height(5))
+    return d
+
+
 DASHBOARDS = {
+    "wall": wall,
     "streaming": streaming,
     "disks": disks,
     "power": power,
@@ -839,6 +1043,11 @@ def build_all() -> dict[str, dict[str, Any]]:
         for ann in doc.get("annotations", {}).get("list", []):
             if ann.get("expr") == RUN_ANNOTATION_EXPR:
                 ann.update(RUN_ANNOTATION_EXTRA)
+        for panel in doc.get("panels", []):
+            # Grafana runs its XY chart migration on a panel without a pluginVersion and
+            # would read these options as the old (pre-11) format; the SDK sets none.
+            if panel.get("type") == "xychart":
+                panel["pluginVersion"] = XYCHART_PLUGIN_VERSION
         out[name] = doc
     return out
 

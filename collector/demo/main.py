@@ -4,10 +4,12 @@ Creates four loop disks (files of random bytes in tmpfs) and a veth pair into a 
 namespace; starts a SIMULATED PDU (collector/demo/pdusim.py: a real SNMP agent speaking APC's
 rPDU2 MIB whose outlet watts follow this machine's load), the wattbit agent, the wattbit
 collector, and Prometheus, Alertmanager and node_exporter from Debian's packages, all on
-127.0.0.1 ports with temporary data directories. Then it marks a run (`wattbit run start`),
-streams the loop disks' contents, read with O_DIRECT, over TCP through the veth pair to a
-receiver in the other namespace, shows Gbit/s, watts, J/Gbit and per-disk busy % live, stops
-the run and writes the energy-per-gigabit report (`wattbit report`).
+127.0.0.1 ports with temporary data directories. Then it marks a run (`wattbit run start`)
+and, inside it, four phase runs one after the other (`schedule`): idle; a ramp of streams,
+one more every few seconds; every disk streaming; idle again. A stream is one disk's
+contents, read with O_DIRECT, sent over TCP through the veth pair to a receiver in the other
+namespace. It shows Gbit/s, watts, J/Gbit and per-disk busy % live, stops the run and writes
+the energy-per-gigabit report (`wattbit report`), whose idle watts come from the idle phases.
 
 Everything it creates — loop devices, the namespace and veth, processes, temporary files — is
 removed on the way out: at the end, on Ctrl-C, on SIGTERM/SIGHUP and on any failure. Leftovers
@@ -15,6 +17,9 @@ of a demo that was killed with SIGKILL (namespace, veth, loop devices) are remov
 start, so a second `make demo` always works.
 
     python -m collector.demo [--duration 60] [--disks 4] [--out demo-report] [--no-wait]
+                             [--keep-running] [--prometheus-data DIR]
+
+docs/demo.md says what each phase shows and how to keep Prometheus and its data afterwards.
 """
 
 from __future__ import annotations
@@ -36,14 +41,18 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from collector.config import duration_arg
 from collector.demo.loopdisks import loop_disks
 from collector.demo.procs import Procs, free_port, wait_for
+from collector.runs.cli import Client as RunClient
+from collector.site.config import read_secret_file
 
 ROOT = Path(__file__).resolve().parents[2]
 NETNS = "wattbit-demo"
@@ -58,6 +67,10 @@ STREAM_PORT = 5201
 # and Prometheus their scrapes (the report's coverage counts every missed one).
 NICE = ("nice", "-n", "15")
 BLOCK_SIZES = (64 * 1024, 128 * 1024, 256 * 1024, 1024 * 1024)  # uneven on purpose
+# The CPU the simulated PDU's model counts: the streams' (niced) and the kernel's moving their
+# bytes, not the monitoring stack's own user time, which would make the idle watts wander.
+STREAM_CPU = ("nice", "system", "irq", "softirq")
+MIN_DURATION = 30.0  # the shortest phase (idle, 15 %) still holds a few one-second steps
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -123,6 +136,53 @@ def veth_to_namespace() -> Iterator[None]:
                 os.kill(int(pid), signal.SIGKILL)
         _run("ip", "netns", "del", NETNS, check=False)
         _run("ip", "link", "del", IF_ROOT, check=False)
+
+
+# --- the phases ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """From `at` seconds into the run: phase run `run` (of kind `phase`), `streams` streaming."""
+
+    at: float
+    run: str
+    phase: str
+    streams: int
+
+
+# The run's phases as shares of --duration: idle, then a ramp, then every disk, then idle
+# again, as the SC10 power figure's day had them. The second idle phase is longer because its
+# first seconds still show the watts of the load before it (the PDU model, the poll and the
+# scrape each lag a second).
+PHASES = (("demo-idle-1", "idle", 0.15), ("demo-ramp", "ramp", 0.35),
+          ("demo-full", "full", 0.30), ("demo-idle-2", "idle", 0.20))  # fmt: skip
+
+
+def schedule(duration: float, disks: int) -> list[Step]:
+    """The run's steps: the ramp adds one stream at a time up to disks - 1, full has them all."""
+    steps: list[Step] = []
+    at = 0.0
+    for run, phase, share in PHASES:
+        length = duration * share
+        if phase == "ramp":
+            ramp = max(1, disks - 1)
+            steps += [Step(at + length * i / ramp, run, phase, i + 1) for i in range(ramp)]
+        else:
+            steps.append(Step(at, run, phase, disks if phase == "full" else 0))
+        at += length
+    return steps
+
+
+def streams(plan: list[Step], step: Step) -> str:
+    """The `streams` label of a step's phase run: `0`, `4`, or `1-3` for a ramp."""
+    n = sorted({x.streams for x in plan if x.run == step.run})
+    return str(n[0]) if n[0] == n[-1] else f"{n[0]}-{n[-1]}"
+
+
+def streaming_until(duration: float) -> float:
+    """Seconds into the run when the streams stop: where the last (idle) phase begins."""
+    return duration * (1.0 - PHASES[-1][2])
 
 
 # --- scraping -----------------------------------------------------------------------------------
@@ -241,9 +301,12 @@ def receive(addr: str, port: int) -> int:
         threading.Thread(target=drain, args=(conn,), daemon=True).start()
 
 
-def send(addr: str, port: int, duration: float, devices: list[str]) -> int:
-    """The sender: per disk a thread reading with O_DIRECT and writing to its own TCP stream."""
-    deadline = time.monotonic() + duration
+def send(addr: str, port: int, until: float, devices: list[str]) -> int:
+    """The sender: per disk a thread reading with O_DIRECT and writing to its own TCP stream.
+
+    Streams until `until`, a time.monotonic() instant: the clock is the same in every process
+    of the machine, so the demo ends every stream, started whenever, at one moment.
+    """
     errors: list[str] = []
 
     def one(dev: str, bs: int) -> None:
@@ -258,23 +321,26 @@ def send(addr: str, port: int, duration: float, devices: list[str]) -> int:
                     time.sleep(0.1)
             else:
                 raise ConnectionError(f"no receiver at {addr}:{port}")
+            sock.settimeout(30)  # a receiver starved of CPU for a while is slow, not gone
             off, view = 0, memoryview(buf)
             with sock:
-                while time.monotonic() < deadline:
+                while time.monotonic() < until:
                     n = os.preadv(fd, [buf], off)
                     if n <= 0:
                         off = 0
                         continue
                     sock.sendall(view[:n])
                     off += n
+                # Wait for the receiver's close: what is still in the socket's buffers (MBs)
+                # would otherwise go out after this process ends, into the next (idle) phase.
+                sock.shutdown(socket.SHUT_WR)
+                while sock.recv(4096):
+                    pass
             os.close(fd)
         except Exception as exc:
             errors.append(f"{dev}: {exc}")
 
-    threads = [
-        threading.Thread(target=one, args=(d, BLOCK_SIZES[i % len(BLOCK_SIZES)]), daemon=True)
-        for i, d in enumerate(devices)
-    ]
+    threads = [threading.Thread(target=one, args=(d, block_size(d)), daemon=True) for d in devices]
     for t in threads:
         t.start()
     for t in threads:
@@ -282,6 +348,12 @@ def send(addr: str, port: int, duration: float, devices: list[str]) -> int:
     for e in errors:
         print(e, file=sys.stderr)
     return 1 if errors else 0
+
+
+def block_size(device: str) -> int:
+    """The read size of a device's stream: by its loop number, so uneven across disks."""
+    digits = re.sub(r"\D", "", Path(device).name) or "0"
+    return BLOCK_SIZES[int(digits) % len(BLOCK_SIZES)]
 
 
 def touch_disks(devices: list[str]) -> None:
@@ -298,8 +370,14 @@ def touch_disks(devices: list[str]) -> None:
 # --- the live view ------------------------------------------------------------------------------
 
 
-def live_table(prev: tuple[float, Samples, Samples], now: tuple[float, Samples, Samples],
-               disks: list[str], prom_jpg: float | None, left: float) -> Any:  # fmt: skip
+def live_table(
+    prev: tuple[float, Samples, Samples],
+    now: tuple[float, Samples, Samples],
+    disks: list[str],
+    prom_jpg: float | None,
+    left: float,
+    step: Step,
+) -> Any:
     """A rich table of the last interval, from the agent's and the collector's /metrics."""
     from rich.table import Table
 
@@ -314,7 +392,11 @@ def live_table(prev: tuple[float, Samples, Samples], now: tuple[float, Samples, 
     host_w = total(c1, "wattbit_pdu_outlet_power_watts", host=HOST)
     site_w = total(c1, "wattbit_pdu_outlet_power_watts")
     jpg = f"{site_w / gbps:,.1f}" if gbps > 0.01 else "-"
-    t = Table(title=f"wattbit demo: run {RUN!r} — {left:.0f} s left (PDU is SIMULATED)")
+    streams = f"{step.streams} stream{'' if step.streams == 1 else 's'}"
+    t = Table(
+        title=f"wattbit demo: run {RUN!r}, phase {step.run} ({streams}) — {left:.0f} s left "
+        "(PDU is SIMULATED)"
+    )
     t.add_column("figure")
     t.add_column("value", justify="right")
     t.add_column("source")
@@ -337,14 +419,67 @@ def live_table(prev: tuple[float, Samples, Samples], now: tuple[float, Samples, 
 # --- main ---------------------------------------------------------------------------------------
 
 
+def wait_senders(procs: Procs, senders: list[subprocess.Popen[bytes]]) -> None:
+    """Wait for the senders, which end at their deadline; raise if one failed."""
+    names = {id(p): name for name, p in procs.procs}
+    for p in senders:
+        name = names.get(id(p), "sender")
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"{name} did not end:\n{procs.log_tail(name)}") from None
+        if p.returncode != 0:
+            raise RuntimeError(f"{name} failed:\n{procs.log_tail(name)}")
+
+
+def summary(doc: dict[str, Any]) -> list[str]:
+    """The demo's last words on its report: J/Gbit, idle watts, marginal J/Gbit, the phases."""
+    site = doc.get("site", {})
+
+    def n(key: str, fmt: str = ",.1f") -> str:
+        v = site.get(key)
+        return "-" if v is None else format(v, fmt)
+
+    idle_from = (
+        f"the median of {site.get('idle_steps')} one-step samples of the idle phases"
+        if site.get("idle_watts_source") == "idle_phases"
+        else "the fit's intercept"
+    )
+    lines = [
+        f"\n[bold]site: {n('joules_per_gigabit')} J/Gbit[/bold] over the whole run, coverage "
+        f"{100 * (site.get('coverage') or 0):.1f} % (the PDU is simulated: the watts are a "
+        "model of this machine's load)",
+        f"  idle {n('idle_watts')} W ({idle_from}), marginal {n('marginal_joules_per_gigabit')} "
+        f"J/Gbit above it (r² {n('r_squared', '.2f')})",
+    ]
+    for p in doc.get("phases", []):
+        g, w = p.get("gbit_per_second_mean"), p.get("watts_mean")
+        lines.append(
+            f"  {p['run']:<12} {p['duration_seconds']:5.1f} s  "
+            f"{'-' if g is None else f'{g:6.2f}'} Gbit/s  {'-' if w is None else f'{w:5.0f}'} W"
+        )
+    return lines
+
+
+def wait_for_the_end() -> None:
+    """Until a line on stdin (Enter), Ctrl-C or SIGTERM; at the end of stdin, the signals only."""
+    sys.stdout.flush()  # whoever waits for the URL on a pipe sees it now
+    with contextlib.suppress(KeyboardInterrupt, Interrupted):
+        if sys.stdin is not None and sys.stdin.readline():
+            return
+        while True:  # stdin closed or /dev/null: only a signal ends the wait
+            signal.pause()
+
+
 def main(
     duration: float = 60.0,
     disks: int = 4,
     out: str | Path = "demo-report",
     wait: bool | None = None,
     disk_mb: int = 256,
+    prometheus_data: str | Path | None = None,
 ) -> int:
-    """Run the demo; returns the exit code (0 ok, 1 failure, 130 interrupted)."""
+    """Run the demo; returns the exit code (0 ok, 1 failure, 2 bad options, 130 interrupted)."""
     from rich.console import Console
     from rich.live import Live
 
@@ -361,6 +496,15 @@ def main(
         console.print(f"[red]missing {', '.join(missing)}: run `make demo`, which installs them.")
         return 1
     out_dir = Path(out).resolve()
+    data_dir = Path(prometheus_data).resolve() if prometheus_data is not None else None
+    if (
+        data_dir is not None
+        and data_dir.exists()
+        and (not data_dir.is_dir() or any(data_dir.iterdir()))
+    ):
+        # one run's data alone: an earlier demo's series would be served with this one's
+        console.print(f"[red]--prometheus-data: {data_dir} must be a new or empty directory")
+        return 2
     py = sys.executable
     old = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGHUP)}
     tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
@@ -388,7 +532,7 @@ def main(
                 "pdusim",
                 [py, "-m", "collector.demo.pdusim", "--listen", f"127.0.0.1:{ports['pdu']}",
                  "--community-file", str(cfg["community"]), "--interfaces", f"^{IF_ROOT}$",
-                 "--disks", f"^({'|'.join(names)})$"],
+                 "--disks", f"^({'|'.join(names)})$", "--cpu-modes", ",".join(STREAM_CPU)],
             )  # fmt: skip
             console.print(
                 f"  [yellow]SIMULATED PDU[/yellow] (APC AP8641, rPDU2 MIB) on "
@@ -412,7 +556,7 @@ def main(
             procs.start(
                 "prometheus",
                 ["prometheus", f"--config.file={cfg['prometheus']}",
-                 f"--storage.tsdb.path={tmp / 'prometheus'}",
+                 f"--storage.tsdb.path={data_dir or tmp / 'prometheus'}",
                  f"--web.listen-address=127.0.0.1:{ports['prometheus']}"],
             )  # fmt: skip
             prom_url = f"http://127.0.0.1:{ports['prometheus']}"
@@ -456,7 +600,6 @@ def main(
                 alive=procs.check,
                 errors=up,
             )
-            # A few idle seconds inside the run: the report's fit gets its idle baseline.
             receiver = procs.start(
                 "receiver",
                 ["ip", "netns", "exec", NETNS, *NICE, py, "-m", "collector.demo", "receive",
@@ -470,33 +613,52 @@ def main(
             if r.returncode != 0:
                 raise RuntimeError(f"wattbit run start failed: {r.stderr.strip()}")
             console.print(f"  {r.stdout.strip()}")
+            # The phases are runs too, started and stopped through the run API in-process: a
+            # `wattbit run` process per phase would cost the CPU the watts are modelled from.
+            runs = RunClient(coll_url, read_secret_file(cfg["token"]))
+            plan = schedule(duration, len(devs))
             started = time.monotonic()
-            sender: subprocess.Popen[bytes] | None = None
-            idle = min(5.0, duration / 6)
+            until = started + streaming_until(duration)
+            senders: list[subprocess.Popen[bytes]] = []
+            step: Step | None = None
             prev = (time.monotonic(), scrape(agent_url), scrape(f"{coll_url}/metrics"))
             prom_jpg: float | None = None
             with Live(console=console, refresh_per_second=2, transient=False) as live:
                 while (elapsed := time.monotonic() - started) < duration:
-                    procs.check() if sender is None else None
+                    procs.check(ending=("sender",))
                     if receiver.poll() is not None:
                         raise RuntimeError(f"receiver exited:\n{procs.log_tail('receiver')}")
-                    if sender is None and elapsed >= idle:
-                        sender = procs.start(
-                            "sender",
-                            [*NICE, py, "-m", "collector.demo", "send", ADDR_NS, str(STREAM_PORT),
-                             str(max(duration - elapsed, 1.0)), *devs],
-                        )  # fmt: skip
-                    time.sleep(1.0)
+                    wait_senders(procs, [p for p in senders if p.poll() not in (None, 0)])
+                    due = [x for x in plan if x.at <= elapsed][-1]
+                    if step is None or due.run != step.run:
+                        if due.streams == 0 and senders:
+                            # idle begins when the last byte has gone, not at the deadline
+                            wait_senders(procs, senders)
+                            senders = []
+                        if step is not None:
+                            runs.stop(step.run)
+                        labels = {"phase": due.phase, "part_of": RUN, "streams": streams(plan, due)}
+                        runs.start(due.run, labels)
+                    step = due
+                    while len(senders) < step.streams:
+                        senders.append(procs.start(
+                            f"sender-{len(senders) + 1}",
+                            [*NICE, py, "-m", "collector.demo", "send", ADDR_NS,
+                             str(STREAM_PORT), repr(until), devs[len(senders)]],
+                        ))  # fmt: skip
+                    # a second between views, less when the next step is due sooner
+                    upcoming = [x.at for x in plan if x.at > elapsed] + [duration]
+                    time.sleep(min(1.0, max(0.05, started + upcoming[0] - time.monotonic())))
                     now = (time.monotonic(), scrape(agent_url), scrape(f"{coll_url}/metrics"))
                     with contextlib.suppress(Exception):
                         res = prom_query(prom_url, "site:wattbit_joules_per_gigabit:ratio1m")
                         prom_jpg = float(res[0]["value"][1]) if res else None
-                    live.update(live_table(prev, now, names, prom_jpg, duration - elapsed))
+                    left = max(0.0, duration - (now[0] - started))
+                    live.update(live_table(prev, now, names, prom_jpg, left, step))
                     prev = now
-            if sender is not None:
-                sender.wait(30)
-                if sender.returncode != 0:
-                    raise RuntimeError(f"the sender failed:\n{procs.log_tail('sender')}")
+            wait_senders(procs, senders)
+            if step is not None:
+                runs.stop(step.run)
             r = subprocess.run(
                 [*wb, "run", "stop", RUN, *run_env],
                 capture_output=True,
@@ -518,27 +680,26 @@ def main(
             if r.returncode != 0:
                 raise RuntimeError(f"wattbit report failed ({r.returncode}): {r.stderr.strip()}")
             doc = json.loads((out_dir / f"{RUN}.json").read_text())
-            site = doc.get("site", {})
-            console.print(
-                f"\n[bold]site: {site.get('joules_per_gigabit') or 0:,.1f} J/Gbit[/bold], "
-                f"coverage {100 * (site.get('coverage') or 0):.1f} % "
-                "(the PDU is simulated: the watts are a model of this machine's load)"
-            )
+            for line in summary(doc):
+                console.print(line)
             for ext in ("html", "md", "json"):
                 console.print(f"report: [cyan]{out_dir / f'{RUN}.{ext}'}[/cyan]")
-            interactive = sys.stdin.isatty() if wait is None else wait
-            if interactive:
+            if data_dir is not None:
+                console.print(
+                    f"Prometheus' data is kept in [cyan]{data_dir}[/cyan]: serve it again with "
+                    "docs/demo.md's command"
+                )
+            keep = sys.stdin.isatty() if wait is None else wait
+            if keep:
                 console.print(
                     f"Prometheus: [cyan]{prom_url}[/cyan] (try "
-                    "site:wattbit_joules_per_gigabit:ratio1m). Press Enter to stop everything "
-                    "and clean up."
+                    "site:wattbit_joules_per_gigabit:ratio1m) with the demo's data, kept up "
+                    "with everything else until Enter, Ctrl-C or SIGTERM."
                 )
-                with contextlib.suppress(EOFError):
-                    input()
+                wait_for_the_end()
             else:
                 console.print(
-                    f"Prometheus was at {prom_url} (stopped now; run with --wait to keep it "
-                    "up until Enter)"
+                    f"Prometheus was at {prom_url} (stopped now; --keep-running keeps it up)"
                 )
         return 0
     except (KeyboardInterrupt, Interrupted) as exc:
@@ -567,26 +728,35 @@ def main(
 
 
 def _duration(text: str) -> float:
-    seconds = float(text)
-    if seconds < 10:
-        raise argparse.ArgumentTypeError("must be at least 10 s")
+    """argparse type of --duration: a duration (`90`, `90s`, `2m`) of at least MIN_DURATION."""
+    seconds = duration_arg(text)
+    if seconds < MIN_DURATION:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_DURATION:g} s")
     return seconds
 
 
 def add_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The demo's options, the same on `wattbit demo` and `python -m collector.demo`."""
     p.add_argument(
-        "--duration", type=_duration, default=60.0, help="seconds of run, at least 10 (default 60)"
-    )
+        "--duration", type=_duration, default=60.0,
+        help=f"length of the run (60, 90s, 2m; at least {MIN_DURATION:g} s, default 60 s); "
+        "its phases keep their shares of it",
+    )  # fmt: skip
     p.add_argument("--disks", type=int, default=4, help="loop disks (default 4)")
     p.add_argument("--disk-mb", type=int, default=256, help="size of each loop disk in MB")
     p.add_argument("--out", default="demo-report", help="report directory (default demo-report)")
     p.add_argument(
-        "--wait",
+        "--wait", "--keep-running",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="keep Prometheus up until Enter (default: when stdin is a terminal)",
-    )
+        help="after the report, keep Prometheus (with the demo's data) and everything else up "
+        "until Enter, Ctrl-C or SIGTERM (default: when stdin is a terminal)",
+    )  # fmt: skip
+    p.add_argument(
+        "--prometheus-data", metavar="DIR",
+        help="keep Prometheus' data (its TSDB) in DIR, a new or empty directory, after the "
+        "demo: to serve it again for dashboards and reports (docs/demo.md)",
+    )  # fmt: skip
     return p
 
 
@@ -598,7 +768,7 @@ def parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo with the options of add_options()."""
-    return main(args.duration, args.disks, args.out, args.wait, args.disk_mb)
+    return main(args.duration, args.disks, args.out, args.wait, args.disk_mb, args.prometheus_data)
 
 
 def entry(argv: list[str]) -> int:
@@ -606,7 +776,7 @@ def entry(argv: list[str]) -> int:
     if argv[:1] == ["receive"]:
         return receive(argv[1], int(argv[2]))
     if argv[:1] == ["send"]:
-        return send(argv[1], int(argv[2]), float(argv[3]), argv[4:])
+        return send(argv[1], int(argv[2]), float(argv[3]), argv[4:])  # ADDR PORT UNTIL DEV...
     return run(parser().parse_args(argv))
 
 

@@ -14,6 +14,11 @@ the unit totals from a model:
                         + gbit_w x Gbit/s (tx + rx, /sys/class/net/*/statistics)
     switch watts = switch_idle + switch_gbit_w x Gbit/s
 
+CPU busy counts every mode but idle and iowait, or only those of --cpu-modes: `make demo`
+counts nice, system, irq and softirq, the time of its (niced) streams and of the kernel
+moving their bytes, and leaves out the user time of the monitoring stack around them (agent,
+collector, Prometheus, the demo itself), which would otherwise make the idle watts wander.
+
 Outlets 1 and 2 are the host's two power supplies (52 % / 48 % of its watts), outlet 3 the
 switch, the other 21 draw nothing. It says so plainly: sysDescr, sysName and the model number
 all carry "SIMULATED", and it prints its model on start. It is not a measurement.
@@ -29,6 +34,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,20 +84,36 @@ class Model:
         return self.switch_idle_w + self.switch_gbit_w * gbps
 
 
+# /proc/stat's first eight CPU columns (guest time is already in user and nice)
+CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+BUSY_MODES = ("user", "nice", "system", "irq", "softirq", "steal")
+
+
 class LoadSampler:
     """CPU busy, disk busy and Gbit/s of this machine between two calls of sample()."""
 
-    def __init__(self, disks: str, interfaces: str, root: Path = Path("/")) -> None:
+    def __init__(
+        self,
+        disks: str,
+        interfaces: str,
+        root: Path = Path("/"),
+        clock: Callable[[], float] = time.monotonic,
+        cpu_modes: tuple[str, ...] = BUSY_MODES,
+    ) -> None:
         self.disks = re.compile(disks)
         self.interfaces = re.compile(interfaces)
         self.root = root
+        self.clock = clock
+        unknown = set(cpu_modes) - set(BUSY_MODES)
+        if unknown:
+            raise ValueError(f"CPU modes are some of {', '.join(BUSY_MODES)}, not {unknown}")
+        self.cpu_columns = [CPU_MODES.index(m) for m in cpu_modes]
         self._last: tuple[float, tuple[int, int], int, int] | None = None
 
     def _cpu(self) -> tuple[int, int]:
         f = (self.root / "proc/stat").read_text().splitlines()[0].split()[1:]
-        v = [int(x) for x in f]
-        idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
-        return sum(v[:8]) - idle, sum(v[:8])
+        v = [int(x) for x in f[:8]] + [0] * (8 - len(f[:8]))
+        return sum(v[i] for i in self.cpu_columns), sum(v)
 
     def _io_ticks_ms(self) -> int:
         total = 0
@@ -114,7 +136,7 @@ class LoadSampler:
 
     def sample(self) -> tuple[float, float, float]:
         """(CPU busy 0..1, sum of disk busy fractions, Gbit/s) since the previous call."""
-        now, cpu, ticks, net = time.monotonic(), self._cpu(), self._io_ticks_ms(), self._net_bytes()
+        now, cpu, ticks, net = self.clock(), self._cpu(), self._io_ticks_ms(), self._net_bytes()
         last, self._last = self._last, (now, cpu, ticks, net)
         if last is None:
             return 0.0, 0.0, 0.0
@@ -212,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--disks", default=r"^(sd[a-z]+|vd[a-z]+|nvme\d+n\d+|loop\d+)$")
     ap.add_argument("--interfaces", default=r".", help="regex of interfaces whose bytes count")
+    ap.add_argument(
+        "--cpu-modes",
+        default=",".join(BUSY_MODES),
+        help="the /proc/stat modes that count as CPU busy (default: all but idle and iowait)",
+    )
     ap.add_argument("--interval", type=float, default=1.0, help="model refresh, seconds")
     ap.add_argument("--quiet", action="store_true")
     for f in Model.__dataclass_fields__:
@@ -226,7 +253,10 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--community-file: {exc}")
     model = Model(**{f: getattr(a, f) for f in Model.__dataclass_fields__})
     host, _, port = a.listen.rpartition(":")
-    sampler = LoadSampler(a.disks, a.interfaces)
+    try:
+        sampler = LoadSampler(a.disks, a.interfaces, cpu_modes=tuple(a.cpu_modes.split(",")))
+    except ValueError as exc:
+        ap.error(f"--cpu-modes: {exc}")
     pdu = SimulatedPdu(Path(a.recording), community, model, sampler, host=host, port=int(port))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -235,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         if not a.quiet:
             print(
                 f"pdusim: SIMULATED APC AP8641 on udp://{a.listen} (pid {os.getpid()}); "
-                f"host W = {model.idle_w:g} + {model.cpu_w:g}*CPU + {model.disk_w:g}*disk busy "
+                f"host W = {model.idle_w:g} + {model.cpu_w:g}*CPU ({a.cpu_modes}) + "
+                f"{model.disk_w:g}*disk busy "
                 f"+ {model.gbit_w:g}*Gbit/s; switch W = {model.switch_idle_w:g} + "
                 f"{model.switch_gbit_w:g}*Gbit/s",
                 flush=True,

@@ -88,10 +88,10 @@ class Procs:
         self.procs.append((name, p))
         return p
 
-    def check(self) -> None:
-        """Raise if a child died."""
+    def check(self, ending: tuple[str, ...] = ()) -> None:
+        """Raise if a child died; those whose names start with one of `ending` may end."""
         for name, p in self.procs:
-            if p.poll() is not None:
+            if p.poll() is not None and not name.startswith(ending or ("\0",)):
                 raise RuntimeError(f"{name} exited {p.returncode}:\n{self.log_tail(name)}")
 
     def log_tail(self, name: str, n: int = 20) -> str:

@@ -13,6 +13,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
 from typing import Any
 
 from . import compute as C
@@ -26,15 +27,17 @@ from .document import (
     DiskSummary,
     HostScope,
     OutletFigures,
+    PhaseFigures,
     Report,
     ReportWindow,
     Scope,
     SourceCoverage,
 )
 from .gather import Gathered
-from .series import BUSY, DISK_IO, ENERGY, NIC, POWER, Grid, Outlet, Track, Window
+from .series import BUSY, DISK_IO, ENERGY, NIC, POWER, Grid, Outlet, PhaseRun, Track, Window
 
 ENERGY_DISAGREEMENT = 0.05  # warn when an energy counter and the watts differ by more
+MIN_IDLE_STEPS = 3  # idle phases with fewer steps with watts leave idle watts to the fit
 
 
 @dataclass
@@ -78,11 +81,12 @@ def analyse(g: Gathered, now: float | None = None) -> Result:
     outlet_hosts = {o.host for o in outlets if o.host}
     hosts = sorted(set(nic_by_host) | set(disk_by_host) | outlet_hosts)
     lag_steps = max(1, math.ceil(opts.max_lag / grid.step - 1e-9))
+    idle_bins = sorted({k for p in g.phases if p.idle for k in _bins_inside(grid, p)})
 
     def scope(outs: list[Outlet], bits_hosts: list[str]) -> tuple[Scope, Timeline]:
         nics = [tr for h in bits_hosts for tr in nic_by_host.get(h, [])]
         disks = [tr for h in bits_hosts for tr in disk_by_host.get(h, [])]
-        return _scope(grid, window, outs, joules, nics, disks, lag_steps)
+        return _scope(grid, window, outs, joules, nics, disks, lag_steps, idle_bins)
 
     timelines: dict[str, Timeline] = {}
     host_docs: dict[str, HostScope] = {}
@@ -119,6 +123,12 @@ def analyse(g: Gathered, now: float | None = None) -> Result:
         timelines["component:" + comp] = tl
 
     site, timelines["site"] = scope(outlets, sorted(nic_by_host))
+    phase_docs = [_phase_doc(p, grid, timelines["site"]) for p in g.phases]
+    if idle_bins and outlets and site.idle_watts_source != "idle_phases":
+        warnings.append(
+            f"the idle phases hold {site.idle_steps} analysis step(s) with watts, fewer than "
+            f"{MIN_IDLE_STEPS}: idle watts are the fit's intercept instead"
+        )
 
     sources = _sources(g.tracks, outlets)
     for src, cov in sources.items():
@@ -139,10 +149,15 @@ def analyse(g: Gathered, now: float | None = None) -> Result:
         if o.energy_source == "none":
             warnings.append(f"outlet {o.name}: neither watts nor an energy counter")
         if o.name in g.coarse:
+            q = g.coarse[o.name]
+            how = (
+                "did not move in the window while the outlet drew power"
+                if q is None
+                else f"moves in steps of {q:.0f} J"
+            )
             warnings.append(
-                f"energy counter of outlet {o.name} moves in steps of "
-                f"{g.coarse[o.name]:.0f} J, too coarse for this window: its host's energy "
-                "is integrated from watts instead"
+                f"energy counter of outlet {o.name} {how}, too coarse for this window: its "
+                "host's energy is integrated from watts instead"
             )
         est = C.bin_energy(o.power.values, grid.edges) if o.power else None
         j = joules[o]
@@ -184,6 +199,7 @@ def analyse(g: Gathered, now: float | None = None) -> Result:
         warnings=warnings,
         timings_seconds=rounded,
         prometheus_requests=g.requests,
+        phases=phase_docs,
     )
     return Result(doc, grid, timelines, disk_busy)
 
@@ -209,6 +225,7 @@ def _scope(
     nics: list[Track],
     disks: list[Track],
     lag_steps: int,
+    idle_bins: list[int],
 ) -> tuple[Scope, Timeline]:
     n = grid.n
     tx = math.fsum(t.total for t in nics if t.labels.get("direction") == "tx")
@@ -227,7 +244,13 @@ def _scope(
     gigabits = (tx + rx) * 8 / 1e9 if nics else None
     d = w.duration
     xs, ys = C.paired(gbps, watts)
-    fit = C.least_squares(xs, ys)
+    # Idle phases measure idle watts: their median, since an idle phase's first steps still
+    # carry the watts of the load before it (the PDU, the poll and the scrape each lag).
+    # The marginal cost is then the slope of the line through that measured point.
+    idle = [v for k in idle_bins if (v := watts[k]) is not None]
+    idle_w = C.median(idle) if len(idle) >= MIN_IDLE_STEPS else None
+    fit = C.least_squares(xs, ys) if idle_w is None else C.fit_through(xs, ys, idle_w)
+    idle_source = "idle_phases" if idle_w is not None else "fit" if fit is not None else None
     best = C.best_lag(gbps, watts, lag_steps)
     series = [t for o in outs for t in o.tracks()] + nics + disks
     by_src: dict[str, float] = {}
@@ -245,7 +268,9 @@ def _scope(
         watts_mean=energy / d if energy is not None else None,
         watts_peak=C.max_present(watts),
         joules_per_gigabit=energy / gigabits if energy is not None and gigabits else None,
-        idle_watts=fit.intercept if fit else None,
+        idle_watts=idle_w if idle_w is not None else fit.intercept if fit else None,
+        idle_watts_source=idle_source,
+        idle_steps=len(idle),
         marginal_joules_per_gigabit=fit.slope if fit else None,
         r_squared=fit.r_squared if fit else None,
         fit_points=len(xs),
@@ -364,8 +389,35 @@ def _outlet_doc(o: Outlet, grid: Grid, joules: float | None) -> OutletFigures:
 
 
 def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)) + (
-        f"{t % 1:.3f}"[1:] if t % 1 else ""
+    """RFC 3339 in UTC: milliseconds before the Z when there are any."""
+    d = datetime.fromtimestamp(round(t, 3), UTC)
+    return d.isoformat(timespec="milliseconds" if d.microsecond else "seconds").replace(
+        "+00:00", "Z"
+    )
+
+
+def _bins_inside(grid: Grid, p: PhaseRun) -> list[int]:
+    """The bins wholly inside a phase (a millisecond of slack: both are rounded to it)."""
+    e = grid.edges
+    return [k for k in range(grid.n) if e[k] >= p.start - 1e-3 and e[k + 1] <= p.end + 1e-3]
+
+
+def _phase_doc(p: PhaseRun, grid: Grid, site: Timeline) -> PhaseFigures:
+    bins = _bins_inside(grid, p)
+    gbps = [v for k in bins if (v := site.gbps[k]) is not None]
+    watts = [v for k in bins if (v := site.watts[k]) is not None]
+    return PhaseFigures(
+        run=p.run,
+        phase=p.phase,
+        labels=dict(p.labels),
+        start=p.start,
+        end=p.end,
+        start_iso=_iso(p.start),
+        end_iso=_iso(p.end),
+        duration_seconds=p.end - p.start,
+        steps=len(bins),
+        gbit_per_second_mean=math.fsum(gbps) / len(gbps) if gbps else None,
+        watts_mean=math.fsum(watts) / len(watts) if watts else None,
     )
 
 

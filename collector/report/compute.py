@@ -213,21 +213,24 @@ def bin_energy(watts: Sequence[float | None], edges: Sequence[float]) -> float |
     return joules * (edges[-1] - edges[0]) / covered
 
 
-def counter_step(increase: Sequence[float | None], watts: Sequence[float | None]) -> float | None:
-    """The register step of a coarse energy counter, in the counter's unit; None if fine.
+def counter_stalls(increase: Sequence[float | None], watts: Sequence[float | None]) -> bool:
+    """Whether the counter stood still for a whole bin while its outlet drew power.
 
-    A counter is coarse when it stands still for a whole bin while the outlet draws power:
-    its register did not reach the next step. Then every increase is a multiple of the step,
-    and the smallest positive one is taken as the step (infinite if it never moved).
+    Such a counter is coarse: its register did not reach its next step within a bin.
     """
-    stalled = any(
+    return any(
         inc is not None and inc == 0 and w is not None and w > 0
         for inc, w in zip(increase, watts, strict=False)
     )
-    if not stalled:
-        return None
+
+
+def counter_step(increase: Sequence[float | None]) -> float | None:
+    """The register step of a coarse counter: its smallest positive increase.
+
+    None when it never moved: its step is then only known to exceed what the window drew.
+    """
     moved = [inc for inc in increase if inc is not None and inc > 0]
-    return min(moved) if moved else math.inf
+    return min(moved) if moved else None
 
 
 # --- relations ----------------------------------------------------------------------------
@@ -263,6 +266,38 @@ def least_squares(xs: Sequence[float], ys: Sequence[float]) -> Fit | None:
         ss_res = math.fsum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True))
         r2 = 1.0 - ss_res / syy
     return Fit(intercept, slope, r2, n)
+
+
+def fit_through(xs: Sequence[float], ys: Sequence[float], intercept: float) -> Fit | None:
+    """Least squares of y on x for the line through ``(0, intercept)``: only the slope is fitted.
+
+    None with fewer than 3 points or no x other than 0. ``r_squared`` is 1 − SS_residual ÷
+    SS_total of that line (negative when it explains less than the mean of y would; NaN for a
+    constant y that it misses).
+    """
+    n = len(xs)
+    if n < 3 or n != len(ys):
+        return None
+    sxx = math.fsum(x * x for x in xs)
+    if sxx <= 0.0:
+        return None
+    slope = math.fsum(x * (y - intercept) for x, y in zip(xs, ys, strict=True)) / sxx
+    my = math.fsum(ys) / n
+    syy = math.fsum((y - my) ** 2 for y in ys)
+    ss_res = math.fsum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True))
+    if syy > 0.0:
+        return Fit(intercept, slope, 1.0 - ss_res / syy, n)
+    # a constant y: the line explains it exactly, or r² is undefined
+    return Fit(intercept, slope, 1.0 if ss_res <= 0.0 else math.nan, n)
+
+
+def median(values: Sequence[float]) -> float | None:
+    """The median (the mean of the middle two for an even count); None without values."""
+    v = sorted(values)
+    if not v:
+        return None
+    m = len(v) // 2
+    return v[m] if len(v) % 2 else (v[m - 1] + v[m]) / 2
 
 
 def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:

@@ -7,7 +7,7 @@ docs/report.md describes every key; tests/unit/test_report_math.py pins the key 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 SCHEMA = "wattbit.report/1"
@@ -59,6 +59,39 @@ class ReportWindow:
 
 
 @dataclass(frozen=True)
+class PhaseFigures:
+    """A run marked as a phase of the report's run, with the site's figures over it."""
+
+    run: str
+    phase: str
+    labels: dict[str, str]
+    start: float
+    end: float
+    start_iso: str
+    end_iso: str
+    duration_seconds: float
+    steps: int  # analysis steps wholly inside the phase
+    gbit_per_second_mean: float | None  # site: mean of those steps' Gbit/s
+    watts_mean: float | None  # site: mean of those steps' watts
+
+    def to_json(self) -> Json:
+        """One entry of ``phases``."""
+        return {
+            "run": self.run,
+            "phase": self.phase,
+            "labels": dict(self.labels),
+            "start": self.start,
+            "end": self.end,
+            "start_iso": self.start_iso,
+            "end_iso": self.end_iso,
+            "duration_seconds": self.duration_seconds,
+            "steps": self.steps,
+            "gbit_per_second_mean": self.gbit_per_second_mean,
+            "watts_mean": self.watts_mean,
+        }
+
+
+@dataclass(frozen=True)
 class Scope:
     """The figures of one scope: the site, a host or a component."""
 
@@ -74,6 +107,8 @@ class Scope:
     watts_peak: float | None
     joules_per_gigabit: float | None
     idle_watts: float | None
+    idle_watts_source: str | None  # "idle_phases" or "fit"; None without idle watts
+    idle_steps: int  # steps of idle phases the idle watts are the median of (0: the fit's)
     marginal_joules_per_gigabit: float | None
     r_squared: float | None
     fit_points: int
@@ -105,6 +140,8 @@ class Scope:
             "watts_peak": self.watts_peak,
             "joules_per_gigabit": self.joules_per_gigabit,
             "idle_watts": self.idle_watts,
+            "idle_watts_source": self.idle_watts_source,
+            "idle_steps": self.idle_steps,
             "marginal_joules_per_gigabit": self.marginal_joules_per_gigabit,
             "r_squared": self.r_squared,
             "fit_points": self.fit_points,
@@ -338,6 +375,7 @@ class Report:
     timings_seconds: dict[str, float]
     prometheus_requests: int
     compare: Comparison | None = None  # with --compare only
+    phases: list[PhaseFigures] = field(default_factory=list)  # written after ``window``
 
     def to_json(self) -> Json:
         """The whole of ``RUN.json``."""
@@ -345,6 +383,7 @@ class Report:
             "schema": SCHEMA,
             "run": self.run,
             "window": self.window.to_json(),
+            "phases": [p.to_json() for p in self.phases],
             "prometheus": self.prometheus,
             "generated_at": self.generated_at,
             "step_seconds": self.step_seconds,

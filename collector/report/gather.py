@@ -19,7 +19,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import compute as C
@@ -28,19 +28,24 @@ from .series import (
     ALL,
     COUNTERS,
     NIC,
+    PART_OF_LABEL,
+    PHASE_LABEL,
     POWER,
     RUN_ACTIVE,
     RUN_END,
+    RUN_INFO,
     RUN_START,
     Grid,
     Options,
     Outlet,
+    PhaseRun,
     ReportError,
     Track,
     Window,
     choose_energy_sources,
     coarse_counters,
     outlets_of,
+    run_labels,
 )
 
 PROBE_SECONDS = 600.0
@@ -78,6 +83,44 @@ def find_run(prom: Prometheus, run: str, now: float | None = None) -> Window:
     raise ReportError(f"run {run!r} started at {start:.0f} but has no end; pass --start/--end")
 
 
+def find_phases(prom: Prometheus, window: Window, interval: float) -> list[PhaseRun]:
+    """The runs marked as phases of ``window``, in the order they started.
+
+    A phase is a run labelled ``phase=KIND``; of a run's report, those also labelled
+    ``part_of=RUN``, of a ``--start/--end`` window every one. Only phases that start and end
+    inside the window count (a phase whose name was started again since is left out); one
+    still going at the window's end ends there. An ended run's end time reaches Prometheus at
+    the collector's next scrape, so the registry's series are read up to a few scrape
+    intervals past the window.
+    """
+    margin = max(5.0, 3.0 * interval)
+    at = window.end + margin
+    span = duration(window.duration + 2.0 * margin)
+    info, starts, ends = (
+        prom.query(f"max_over_time({metric}[{span}])", at)
+        for metric in (RUN_INFO, RUN_START, RUN_END)
+    )
+    start_of = {s.labels.get("run", ""): s.samples[-1][1] for s in starts if s.samples}
+    end_of = {s.labels.get("run", ""): s.samples[-1][1] for s in ends if s.samples}
+    found: dict[str, PhaseRun] = {}  # by run: two collectors export the same registry
+    for s in info:
+        run = s.labels.get("run", "")
+        labels = run_labels(s.labels.get("labels", ""))
+        kind = labels.get(PHASE_LABEL)
+        if not kind or run not in start_of or run in found:
+            continue
+        if window.source == "run" and labels.get(PART_OF_LABEL) != window.name:
+            continue
+        start, end = start_of[run], end_of.get(run)
+        if end is None or end < start:
+            end = window.end  # still going (or not yet scraped as ended)
+        # a millisecond either way: the registry's times and the window's are rounded to it
+        if start < window.start - 1e-3 or start >= window.end or end > window.end + 1e-3:
+            continue
+        found[run] = PhaseRun(run, kind, start, min(end, window.end), labels)
+    return sorted(found.values(), key=lambda p: (p.start, p.end, p.run))
+
+
 # --- gathering ----------------------------------------------------------------------------
 
 
@@ -90,12 +133,13 @@ class Gathered:
     grid: Grid
     tracks: list[Track]  # in the order Prometheus listed them, metric by metric
     outlets: list[Outlet]  # energy sources chosen
-    coarse: dict[str, float]  # outlets whose energy counter is too coarse: {name: step, J}
+    coarse: dict[str, float | None]  # too-coarse energy counters: {outlet: step J or None}
     interval: float  # the longest scrape interval seen
     timings: dict[str, float]  # seconds per phase, in the order they ran
     started: float  # time.monotonic() when gathering began
     prometheus: str  # the server's URL
     requests: int  # HTTP requests the client had made when gathering ended
+    phases: list[PhaseRun] = field(default_factory=list)  # runs marked as its phases
 
 
 def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gathered:
@@ -107,6 +151,9 @@ def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gat
         grid, tracks, outlets = g.run()
     finally:
         g.pool.shutdown(wait=False)
+    t0 = time.monotonic()
+    phases = find_phases(prom, window, g.interval)
+    g.timings["phases"] = time.monotonic() - t0
     return Gathered(
         window=window,
         options=opts,
@@ -119,6 +166,7 @@ def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gat
         started=started,
         prometheus=prom.url,
         requests=prom.requests,
+        phases=phases,
     )
 
 
@@ -131,7 +179,7 @@ class _Gatherer:
         self.opts = opts
         self.pool = ThreadPoolExecutor(max_workers=max(1, opts.workers))
         self.timings: dict[str, float] = {}
-        self.coarse: dict[str, float] = {}
+        self.coarse: dict[str, float | None] = {}
         self.interval = 0.0
 
     def sel(self, metric: str, labels: dict[str, str] | None = None) -> str:

@@ -230,6 +230,38 @@ def busy_sentence(s: DiskSummary | None) -> str | None:
     )
 
 
+def idle_origin(s: Scope) -> str:
+    """Where a scope's idle watts come from, in a few words."""
+    if s.idle_watts_source == "idle_phases":
+        return f"idle phases, {s.idle_steps} steps"
+    return "fit"
+
+
+def phase_cells(doc: Report) -> tuple[list[str], list[list[str]]]:
+    """The runs marked as phases of this one, with the site's figures over each."""
+    head = ["run", "phase", "start", "duration", "steps", "Gbit/s mean", "W mean"]
+    body = [
+        [
+            p.run,
+            p.phase,
+            p.start_iso,
+            seconds(p.duration_seconds),
+            str(p.steps),
+            num(p.gbit_per_second_mean),
+            num(p.watts_mean),
+        ]
+        for p in doc.phases
+    ]
+    return head, body
+
+
+IDLE_NOTE = (
+    "Idle W: the median of the watts of the steps inside idle phases when the run has them "
+    "(docs/report.md), else the intercept of the least-squares line of watts on Gbit/s per "
+    "step; marginal J/Gbit is that line's slope (through the measured idle watts when there "
+    "are idle phases)."
+)
+
 # --- summary ------------------------------------------------------------------------------
 
 
@@ -256,9 +288,9 @@ def summary_lines(doc: Report) -> list[str]:
             parts.append(f"{num(d.joules_per_gigabit)} J/Gbit")
         if d.idle_watts is not None:
             parts.append(
-                f"idle {num(d.idle_watts)} W + {num(d.marginal_joules_per_gigabit)} "
-                f"J/Gbit (r² {num(d.r_squared)}), r {num(d.pearson_r)}, "
-                f"lag {num(d.lag_seconds)} s"
+                f"idle {num(d.idle_watts)} W ({idle_origin(d)}) + "
+                f"{num(d.marginal_joules_per_gigabit)} J/Gbit (r² {num(d.r_squared)}), "
+                f"r {num(d.pearson_r)}, lag {num(d.lag_seconds)} s"
             )
         lines.append(f"  {label}: " + ("; ".join(parts) or "no data"))
     for h, hd in doc.hosts.items():
@@ -306,10 +338,13 @@ def markdown(doc: Report, html_name: str) -> str:
     parts += ["## Summary", "", _md_table(*table_cells(doc)), ""]
     parts += [
         "Bits are (tx + rx) bytes × 8 of every interface each host's agent exports; traffic "
-        "between two monitored hosts counts at both. J/Gbit = energy ÷ those gigabits. Idle W "
-        "and marginal J/Gbit: least squares of watts on Gbit/s per step. Methods: docs/report.md.",
+        "between two monitored hosts counts at both. J/Gbit = energy ÷ those gigabits. "
+        + IDLE_NOTE
+        + " Methods: docs/report.md.",
         "",
     ]
+    if doc.phases:
+        parts += ["## Phases", "", _md_table(*phase_cells(doc)), ""]
     head, body = disk_cells(doc)
     if body:
         parts += ["## Disks", ""]
@@ -389,6 +424,19 @@ def _shade_gaps(ax: Any, x: Sequence[float], *series: Sequence[float]) -> None:
             start = None
 
 
+PHASE_COLOURS = {"idle": "#2ca02c"}  # other phases share one colour
+
+
+def _mark_phases(ax: Any, result: Result) -> None:
+    """A faint band and the run's name over each phase."""
+    start = result.grid.start
+    for p in result.doc.phases:
+        a, b = (p.start - start) / 60, (p.end - start) / 60
+        ax.axvspan(a, b, color=PHASE_COLOURS.get(p.phase, "#ff7f0e"), alpha=0.08, lw=0)
+        ax.text((a + b) / 2, 0.98, p.run, transform=ax.get_xaxis_transform(), ha="center",
+                va="top", fontsize=6, color="#555")  # fmt: skip
+
+
 def chart_timeline(result: Result, key: str, title: str) -> str:
     """Gbit/s and watts of one scope against time."""
     plt = _plt()
@@ -396,6 +444,7 @@ def chart_timeline(result: Result, key: str, title: str) -> str:
     x, gbps, watts = decimate(_minutes(result), tl.gbps, tl.watts)
     fig, ax = plt.subplots(figsize=(11, 3.2))
     _shade_gaps(ax, x, gbps, watts)
+    _mark_phases(ax, result)
     ax.plot(x, gbps, color="#1f77b4", lw=1, label="Gbit/s")
     ax.set_xlabel("minutes from start")
     ax.set_ylabel("Gbit/s", color="#1f77b4")
@@ -549,10 +598,11 @@ def html_report(result: Result, other: Result | None = None) -> str:
     out.append(
         '<p class="note">Bits: (tx + rx) bytes × 8 of every interface each host\'s agent '
         "exports (traffic between two monitored hosts counts at both). J/Gbit = energy ÷ "
-        "those gigabits. Idle W, marginal J/Gbit, r²: least squares of watts on Gbit/s per "
-        "step; lag: the shift (positive: power follows traffic) that maximises Pearson's r."
-        "</p>"
+        "those gigabits. " + e(IDLE_NOTE) + " r²: of that line; lag: the shift (positive: "
+        "power follows traffic) that maximises Pearson's r.</p>"
     )
+    if doc.phases:
+        out += ["<h2>Phases</h2>", _html_table(*phase_cells(doc))]
     out.append('<div class="charts">')
     out.append("<h2>Site</h2>")
     out.append(_img(chart_timeline(result, "site", "site: Gbit/s and W"), "site timeline"))

@@ -25,6 +25,9 @@ ALL = (NIC, BUSY, DISK_IO, POWER, ENERGY)
 RUN_START = "wattbit_run_start_time_seconds"
 RUN_END = "wattbit_run_end_time_seconds"
 RUN_ACTIVE = "wattbit_run_active"
+RUN_INFO = "wattbit_run_info"
+PHASE_LABEL, PART_OF_LABEL = "phase", "part_of"  # a phase run's labels (docs/report.md)
+IDLE_PHASE = "idle"
 
 COARSE_COUNTER = 0.01  # an energy counter whose register step exceeds 1 % of the energy
 # Labels Prometheus or the scrape adds: not part of an outlet's identity.
@@ -207,7 +210,9 @@ def choose_energy_sources(outlets: list[Outlet], coarse: set[str] | None = None)
             if o.power is not None:
                 o.energy_source = "power"
                 integrate.append(o)
-                if o.name in coarse:
+                if o.name in coarse and o.energy_counter_step is None:
+                    o.energy_note = "its counter did not move while the outlet drew power"
+                elif o.name in coarse:
                     o.energy_note = "its counter's register steps are too coarse"
                 elif ok:
                     o.energy_note = "another outlet of the host has no usable counter"
@@ -220,19 +225,48 @@ def choose_energy_sources(outlets: list[Outlet], coarse: set[str] | None = None)
     return integrate
 
 
-def coarse_counters(outlets: list[Outlet]) -> dict[str, float]:
+def coarse_counters(outlets: list[Outlet]) -> dict[str, float | None]:
     """Outlets whose energy counter moves in steps bigger than 1 % of the window's energy.
 
     PDUs keep energy in Wh, 0.01 kWh or 0.1 kWh registers; a 0.1 kWh (360 kJ) register over a
-    20-minute run at 300 W moves once or twice. Sets ``energy_counter_step``; returns {outlet
-    name: register step in joules}.
+    20-minute run at 300 W moves once or twice, and over a 90-second demo not at all. Sets
+    ``energy_counter_step``; returns {outlet name: register step in joules, or None for a
+    counter that never moved while its outlet drew power}.
     """
-    out: dict[str, float] = {}
+    out: dict[str, float | None] = {}
     for o in outlets:
         if o.energy is None or o.energy.counter is None or o.power is None:
             continue
-        q = C.counter_step(o.energy.counter.increase, o.power.values)
+        if not C.counter_stalls(o.energy.counter.increase, o.power.values):
+            continue
+        q = C.counter_step(o.energy.counter.increase)
         o.energy_counter_step = q
-        if q is not None and (math.isinf(q) or q > COARSE_COUNTER * max(o.energy.total, 0.0)):
+        if q is None or q > COARSE_COUNTER * max(o.energy.total, 0.0):
             out[o.name] = q
+    return out
+
+
+@dataclass(frozen=True)
+class PhaseRun:
+    """A run marked as a phase of the report's run (labels ``phase`` and ``part_of``)."""
+
+    run: str
+    phase: str  # idle, ramp, full, ... (the ``phase`` label)
+    start: float
+    end: float  # clipped to the window
+    labels: dict[str, str]
+
+    @property
+    def idle(self) -> bool:
+        """Whether the phase is an idle one (its watts are the idle baseline)."""
+        return self.phase == IDLE_PHASE
+
+
+def run_labels(text: str) -> dict[str, str]:
+    """The labels of ``wattbit_run_info``'s ``labels`` label (``k=v,k2=v2``, docs/runs.md)."""
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        k, sep, v = part.partition("=")
+        if sep and k:
+            out[k] = v
     return out

@@ -1,46 +1,51 @@
-"""Every panel query of every dashboard, run against a real Prometheus holding real data.
+"""Every panel query of every dashboard, run against a real Prometheus holding a demo's data,
+and the story they tell: watts follow Gbit/s.
 
-The parts, all real and all on this machine (root needed):
+The parts are the demo's (collector/demo, `make demo`), all real and all on this machine (root
+needed):
 
-* two loop disks under fio load, seen by a `wattbit agent` in the root namespace (eBPF);
-* a veth pair between two fresh namespaces with iperf3 streaming from A to B, seen by a second
-  `wattbit agent` running inside namespace A (an agent sees the interfaces of its own network
-  namespace). Prometheus runs in the root namespace, so the second agent is scraped through a
-  small TCP relay: the test opens the listening socket in the root namespace and hands it to a
-  relay process started inside namespace A, which connects to the agent there;
+* four loop disks over files of random bytes in tmpfs, and the demo's stream: a sender
+  reading them with O_DIRECT and writing to TCP through a veth pair into a fresh network
+  namespace, where the demo's receiver discards it (`python -m collector.demo send|receive`);
+* the demo's SIMULATED PDU (`python -m collector.demo.pdusim`: a real SNMP agent speaking
+  APC's rPDU2 MIB whose outlet watts follow the load), with the demo's model except its CPU
+  term (`--cpu-w 0`): the watts follow the busy time of the test's loop disks and the Gbit/s
+  of its veth and nothing else, so no other process on the machine can move them; polled by a
+  `wattbit collector` every second, outlets 1-2 mapped to the host and component `server`,
+  outlet 3 to component `switch`; a run started and stopped through the collector's run API
+  (docs/runs.md);
+* one `wattbit agent` (eBPF) in the root namespace watching the test's loop disks, the
+  machine's own disks (one of which the test writes to, so that a disk on a real controller
+  has traffic) and NICs, and the veth's root end; nothing else (a demo running beside the
+  test has its loop disks and its veth in the root namespace too);
 * node_exporter (Debian `prometheus-node-exporter`, cpu collector only) on 127.0.0.1;
-* a `wattbit collector` polling snmpsim serving a real PDU recording (APC AP8641), outlets 1-2
-  mapped to the agents' host and component `server`, outlets 3-4 to component `switch`; a run
-  started and stopped through the collector's run API (docs/runs.md);
 * Prometheus scraping all of it every second with deploy/prometheus/prometheus.yml's jobs
-  (targets replaced, the `host` label set explicitly on every agent and node target) and the
+  (targets replaced, the `host` label set explicitly on the agent and node targets) and the
   rules of alerts/*.yml.
 
-After 70 s of load every dashboard's template variables are expanded with the values
-Prometheus holds, and every panel query (and the run annotation) is run through the HTTP API.
+The load has the demo's large steps: IDLE_S seconds idle, FULL_S seconds of the full stream,
+IDLE_S idle again, all inside the run. Then every dashboard's template variables are
+expanded with the values Prometheus holds and every panel query (and the run annotation) is
+run over the window, by dashboards/queries.py (its docstring has the substitution rules; here
+the step is 2 s and the scrape interval 1 s, so `$__rate_interval` is 4 s).
 
-Substitution rules (what Grafana would send for these dashboards with every variable at All):
+Assertions:
 
-* `label_values(SELECTOR, LABEL)` variables: `/api/v1/label/LABEL/values?match[]=SELECTOR`
-  over the test's window, after substituting the variables before them (host before device);
-  a multi-value variable inside a regex matcher becomes `(v1|v2|...)`, each value
-  regex-escaped (Grafana's regex formatting of a multi-value variable);
-* `$__interval` = the step, 2 s; `$__rate_interval` = max(`$__interval` + scrape interval,
-  4 x scrape interval) = max(3 s, 4 s) = `4s` (Grafana's definition, scrape interval 1 s);
-* `$__range` = the window's length in whole seconds;
-* range queries (`range: true`) go to `/api/v1/query_range` over the window at the step;
-  instant queries (tables) to `/api/v1/query` at the window's end.
-
-A query "returns data" when its result has at least one series (a series of zeros counts).
-The only queries allowed to come back empty are listed in ALLOWED_EMPTY, each with its reason.
+* every query returns at least one series (a series of zeros counts), except the allow-list
+  ALLOWED_EMPTY, each entry with its reason;
+* the story: on the Wall, the site's Gbit/s and watts both change over the window (idle
+  against a stream of at least 0.5 Gbit/s), and their Pearson correlation over the window's
+  query_range samples is above 0.5. This cannot fail by chance: the stream is on or off, not
+  a little more or less, and the watts are a function of the stream alone (9.8 W per Gbit/s
+  of the veth, 6 W per busy loop disk, whole watts per outlet), so the points lie in two
+  clusters, idle and full, along a rising line; only the few samples at the two steps lie
+  between them (the PDU's watts trail the traffic rate by a poll or two). The fitted line
+  rises, J/Gbit exists during the stream, and the energy in the range lies between the least
+  and the most watts times the range.
 
 The results are saved as JSON; `dashboards/render.py` draws them (one PNG per dashboard).
-With WATTBIT_DASHBOARD_RESULTS=PATH the JSON is also written to PATH, which is how
-docs/dashboards/query-results.json and the PNGs next to it were made:
-
-    sudo WATTBIT_DASHBOARD_RESULTS=docs/dashboards/query-results.json \\
-        .venv/bin/python -m pytest tests/integration/test_dashboards_real.py
-    .venv/bin/python dashboards/render.py docs/dashboards/query-results.json docs/dashboards
+With WATTBIT_DASHBOARD_RESULTS=PATH the JSON is also written to PATH. The pictures in
+docs/dashboards/ come from `make demo` itself (docs/dashboards.md says how).
 """
 
 from __future__ import annotations
@@ -49,12 +54,11 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import time
-import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,7 +67,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.env import RECORDINGS, ROOT, require
+from collector.demo.loopdisks import loop_disks
+from tests.support.env import ROOT, require
 from tests.support.realparts import (
     Agent,
     Collector,
@@ -71,35 +76,36 @@ from tests.support.realparts import (
     free_port,
     have,
     is_root,
-    loop_disks,
-    veth_pair,
     wait_for,
 )
-from tests.support.snmpagents import SnmpSim, have_snmpsim
 
 sys.path.insert(0, str(ROOT / "dashboards"))
+import queries
 import render
 
-pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.timeout(300)]
 
 HOST = "wbhost"
+RUN = "dash-demo"
 TOKEN = "Zr8tQ2wLx5vN9cK3mB7pH4dashboards"
-RECORDING = "apc_ap8641"
-LOAD_SECONDS = 70  # > 1 min, so the rules' 1m windows fill
+IDLE_S = 20  # each idle phase: 10 query steps, 5 rate windows
+FULL_S = 30
 STEP = 2
 SCRAPE = 1
-DASHBOARD_DIR = ROOT / "dashboards" / "json"
+DISKS = 4
+STREAM_PORT = 5201
+NICE = ("nice", "-n", "15")  # as the demo: the stream leaves the scrapes their CPU
 PROM_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yml"
 
 # (dashboard file stem, panel title, refId): why this query may legitimately return nothing here.
 ALLOWED_EMPTY: dict[tuple[str, str, str], str] = {
     ("disks", "Firing disk alerts", "A"): (
-        "no disk is failing in this test, so no WattbitDisk* alert fires (and the alert rules "
-        "may not exist yet): an empty ALERTS is the correct answer"
+        "no disk is failing in this test, so no WattbitDisk* alert fires: an empty ALERTS is "
+        "the correct answer"
     ),
     ("streaming", "NIC utilisation of link speed", "A"): (
-        "no interface on this machine reports a link speed: virtio-net's and veth's "
-        "/sys/class/net/IF/speed read -1, so wattbit_nic_link_speed_bytes_per_second is absent "
+        "interfaces whose driver reports no link speed (virtio-net reads -1 in "
+        "/sys/class/net/IF/speed) have no wattbit_nic_link_speed_bytes_per_second "
         "(docs/exporters/nic.md); on real NICs it is there"
     ),
     ("disks", "Skipped tracepoint events", "A"): (
@@ -107,59 +113,24 @@ ALLOWED_EMPTY: dict[tuple[str, str, str], str] = {
         "actually skipped; with no other BPF tracing program running there may be none"
     ),
     ("power", "Invalid values and poll failures", "A"): (
-        "the reason-labelled counters appear only once a value was refused; the AP8641 "
-        "recording may have none"
+        "the reason-labelled counters appear only once a value was refused; the simulated "
+        "PDU serves none"
     ),
     ("power", "Invalid values and poll failures", "B"): (
-        "poll failures appear only once a poll failed; snmpsim answers every poll"
+        "poll failures appear only once a poll failed; the simulated PDU answers every poll"
     ),
 }
-
-RELAY = r"""
-import socket, sys, threading
-listener = socket.socket(fileno=int(sys.argv[1]))
-target = ("127.0.0.1", int(sys.argv[2]))
-def pipe(a, b):
-    try:
-        while data := a.recv(65536):
-            b.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for s in (a, b):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-while True:
-    client, _ = listener.accept()
-    try:
-        upstream = socket.create_connection(target, timeout=5)
-    except OSError:
-        client.close()
-        continue
-    upstream.settimeout(None)
-    threading.Thread(target=pipe, args=(client, upstream), daemon=True).start()
-    threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
-"""
 
 
 # ---- helpers ----------------------------------------------------------------------------------
 
 
-def api(port: int, path: str, params: dict[str, Any]) -> Any:
-    url = f"http://127.0.0.1:{port}{path}?" + urllib.parse.urlencode(params, doseq=True)
-    with urllib.request.urlopen(url, timeout=30) as resp:
-        data = json.load(resp)
-    assert data["status"] == "success", data
-    return data["data"]
-
-
 @contextlib.contextmanager
 def process(cmd: list[str], log: Path, **kw: Any) -> Iterator[subprocess.Popen[bytes]]:
-    """A subprocess, terminated (then killed) on exit."""
+    """A subprocess from the repository, terminated (then killed) on exit."""
     fh = log.open("wb")
-    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, **kw)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env, **kw)
     try:
         yield proc
     finally:
@@ -182,7 +153,62 @@ def running(agent: Agent) -> Iterator[Agent]:
         agent.stop()
 
 
-def prometheus_config(agent_port: int, relay_port: int, collector_port: int, node_port: int) -> str:
+@contextlib.contextmanager
+def veth_to_namespace() -> Iterator[tuple[str, str, str, str]]:
+    """(namespace, root-side interface, its address, the namespace side's address).
+
+    The demo's layout (a veth from the root namespace into another) under names of this
+    test's own, so that it never meets a demo's; removed afterwards with what ran inside.
+    """
+    tag = f"{os.getpid() % 100000}"
+    ns, if_root, if_ns = f"wbdash{tag}", f"wbd{tag}a", f"wbd{tag}b"
+    addr_root, addr_ns = "169.254.78.1", "169.254.78.2"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    try:
+        ip("netns", "add", ns)
+        ip("link", "add", if_root, "type", "veth", "peer", "name", if_ns, "netns", ns)
+        subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{if_root}.disable_ipv6=1"], check=False)
+        subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw",
+                        f"net.ipv6.conf.{if_ns}.disable_ipv6=1"], check=False)  # fmt: skip
+        ip("addr", "add", f"{addr_root}/30", "dev", if_root)
+        ip("-n", ns, "addr", "add", f"{addr_ns}/30", "dev", if_ns)
+        ip("link", "set", if_root, "up")
+        ip("-n", ns, "link", "set", if_ns, "up")
+        ip("-n", ns, "link", "set", "lo", "up")
+        yield ns, if_root, addr_root, addr_ns
+    finally:
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+        for pid in pids.stdout.split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), 9)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+        subprocess.run(["ip", "link", "del", if_root], capture_output=True, check=False)
+
+
+def physical(kind: str) -> list[str]:
+    """This machine's own disks (kind "block") or NICs ("net"): those with a device."""
+    base = Path("/sys/class") / kind
+    return sorted(d.name for d in base.iterdir() if (d / "device").exists())
+
+
+def agent_config(loops: list[str], veth: str) -> str:
+    """The test's loop disks and veth, and the machine's own disks and NICs: nothing else.
+
+    Not the loop devices, veths or other interfaces of whatever else runs on the machine (a
+    demo's stream would be counted in the site's Gbit/s without moving the test's watts).
+    """
+    disks = "|".join(re.escape(n) for n in [*loops, *physical("block")])
+    nics = "|".join(re.escape(n) for n in [veth, *physical("net")])
+    return (
+        f"blockio:\n  backend: bcc\n  exclude: '^(?!({disks})$)'\n"
+        f"nic:\n  exclude: '^(?!({nics})$)'\n"
+    )
+
+
+def prometheus_config(agent_port: int, collector_port: int, node_port: int) -> str:
     """deploy/prometheus/prometheus.yml with the test's targets; 1 s intervals."""
     cfg = yaml.safe_load(PROM_CONFIG.read_text())
     cfg["global"].update(
@@ -192,10 +218,7 @@ def prometheus_config(agent_port: int, relay_port: int, collector_port: int, nod
     cfg.pop("alerting", None)
     jobs = {job["job_name"]: job for job in cfg["scrape_configs"]}
     jobs["wattbit-agent"]["static_configs"] = [
-        {
-            "targets": [f"127.0.0.1:{agent_port}", f"127.0.0.1:{relay_port}"],
-            "labels": {"host": HOST},
-        }
+        {"targets": [f"127.0.0.1:{agent_port}"], "labels": {"host": HOST}}
     ]
     jobs["wattbit-collector"]["static_configs"] = [{"targets": [f"127.0.0.1:{collector_port}"]}]
     jobs["node"]["static_configs"] = [
@@ -204,7 +227,7 @@ def prometheus_config(agent_port: int, relay_port: int, collector_port: int, nod
     return yaml.safe_dump(cfg)
 
 
-def collector_config(state: Path, snmp_endpoint: str) -> str:
+def collector_config(state: Path, pdu_port: int, community: Path) -> str:
     return f"""\
 state_dir: {state}
 interval: 1s
@@ -213,17 +236,18 @@ runs:
 auths:
   sim:
     version: 2c
-    community: {RECORDING}
+    community_file: {community}
 pdus:
-  - name: rack1-a
-    address: {snmp_endpoint}
+  - name: demo-pdu-simulated
+    address: 127.0.0.1:{pdu_port}
     auth: sim
+    profile: apc_rpdu2
     timeout: 3s
     outlets:
       - index: [1, 2]
         host: {HOST}
         component: server
-      - index: [3, 4]
+      - index: 3
         component: switch
 """
 
@@ -240,104 +264,15 @@ def run_api(port: int, method: str, path: str, body: object = None) -> Any:
         return json.load(resp)
 
 
-# ---- expanding and running the dashboards --------------------------------------------------------
-
-LABEL_VALUES = re.compile(r"^label_values\((.*),\s*(\w+)\)$", re.S)
-
-
-def regex_value(values: list[str]) -> str:
-    """A multi-value variable in a regex matcher, as Grafana formats it."""
-    escaped = [re.sub(r"[\\^$.|?*+()\[\]{}]", lambda m: "\\\\" + m.group(0), v) for v in values]
-    return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
+def panel(results: dict[str, Any], stem: str, title: str) -> dict[str, Any]:
+    return next(p for p in results[stem]["panels"] if p["title"] == title)
 
 
-def substitute(expr: str, variables: dict[str, str], start: float, end: float) -> str:
-    builtins = {
-        "__rate_interval": f"{max(STEP + SCRAPE, 4 * SCRAPE)}s",
-        "__interval": f"{STEP}s",
-        "__range": f"{int(end - start)}s",
-    }
-    # longest names first, so $__rate_interval is not read as $__range... or $host as $h
-    for name, value in sorted({**builtins, **variables}.items(), key=lambda kv: -len(kv[0])):
-        expr = expr.replace(f"${{{name}}}", value).replace(f"${name}", value)
-    assert "$" not in expr, f"unexpanded variable in {expr}"
-    return expr
-
-
-def expand_variables(doc: dict[str, Any], port: int, start: float, end: float) -> dict[str, Any]:
-    variables: dict[str, str] = {}
-    values: dict[str, list[str]] = {}
-    for var in doc["templating"]["list"]:
-        if var["type"] != "query":
-            continue
-        query = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
-        m = LABEL_VALUES.match(query)
-        assert m, f"{doc['uid']}: variable {var['name']} is not label_values(): {query}"
-        selector = substitute(m.group(1), variables, start, end)
-        got = api(
-            port,
-            f"/api/v1/label/{m.group(2)}/values",
-            {"match[]": selector, "start": start, "end": end},
-        )
-        assert got, f"{doc['uid']}: variable {var['name']} ({query}) has no values"
-        values[var["name"]] = sorted(got)
-        variables[var["name"]] = regex_value(sorted(got))
-    return {"regex": variables, "values": values}
-
-
-def run_dashboard(doc: dict[str, Any], port: int, start: float, end: float) -> dict[str, Any]:
-    expanded = expand_variables(doc, port, start, end)
-    out: dict[str, Any] = {
-        "uid": doc["uid"],
-        "title": doc["title"],
-        "start": start,
-        "end": end,
-        "step": STEP,
-        "variables": expanded["values"],
-        "annotations": [],
-        "panels": [],
-    }
-    for ann in doc["annotations"]["list"]:
-        if "expr" not in ann:
-            continue
-        expr = substitute(ann["expr"], expanded["regex"], start, end)
-        res = api(
-            port, "/api/v1/query_range", {"query": expr, "start": start, "end": end, "step": STEP}
-        )["result"]
-        out["annotations"].append({"name": ann["name"], "expr": expr, "result": res})
-    for panel in doc["panels"]:
-        if panel["type"] == "row":
-            continue
-        entry = {
-            "title": panel["title"],
-            "type": panel["type"],
-            "unit": panel.get("fieldConfig", {}).get("defaults", {}).get("unit"),
-            "queries": [],
-        }
-        for target in panel.get("targets", []):
-            expr = substitute(target["expr"], expanded["regex"], start, end)
-            if target.get("instant"):
-                data = api(port, "/api/v1/query", {"query": expr, "time": end})
-            else:
-                data = api(
-                    port,
-                    "/api/v1/query_range",
-                    {"query": expr, "start": start, "end": end, "step": STEP},
-                )
-            entry["queries"].append(
-                {
-                    "refId": target["refId"],
-                    "expr": target["expr"],
-                    "expanded": expr,
-                    "instant": bool(target.get("instant")),
-                    "format": target.get("format", "time_series"),
-                    "legend": target.get("legendFormat", ""),
-                    "resultType": data["resultType"],
-                    "result": data["result"],
-                }
-            )
-        out["panels"].append(entry)
-    return out
+def values(results: dict[str, Any], stem: str, title: str, ref: str = "A") -> dict[float, float]:
+    """{time: value} of the one series of a panel's range query."""
+    query = next(q for q in panel(results, stem, title)["queries"] if q["refId"] == ref)
+    assert len(query["result"]) == 1, (stem, title, ref, query["result"])
+    return {float(t): float(v) for t, v in query["result"][0]["values"]}
 
 
 # ---- the site ------------------------------------------------------------
@@ -347,50 +282,30 @@ def run_dashboard(doc: dict[str, Any], port: int, start: float, end: float) -> d
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     require(is_root(), "needs root (loop devices, namespaces, BPF)")
     require(bcc_importable(), "bcc (Debian python3-bpfcc) is not importable")
-    for cmd in ("prometheus", "prometheus-node-exporter", "iperf3", "fio", "losetup", "ip"):
+    for cmd in ("prometheus", "prometheus-node-exporter", "losetup", "ip", "nice"):
         require(have(cmd), f"{cmd} is not installed")
-    require(have_snmpsim(), "snmpsim is not installed in the virtualenv")
-    require((RECORDINGS / f"{RECORDING}.snmprec").exists(), f"no recording {RECORDING}")
     tmp = tmp_path_factory.mktemp("dashboards")
+    py = sys.executable
     with contextlib.ExitStack() as stack:
-        disks = stack.enter_context(loop_disks(2, size_mb=256))
-        pair = stack.enter_context(veth_pair())
-        sim = stack.enter_context(SnmpSim({RECORDING: RECORDINGS / f"{RECORDING}.snmprec"}))
-        (tmp / "agent").mkdir()
-        (tmp / "agent-ns").mkdir()
-        (tmp / "collector").mkdir()
-        agent = stack.enter_context(running(Agent("blockio:\n  backend: bcc\n", tmp / "agent")))
-        ns_agent = stack.enter_context(
-            running(
-                Agent(
-                    "blockio:\n  enabled: false\nnic:\n  exclude: ''\n",
-                    tmp / "agent-ns",
-                    netns=pair.ns_a,
-                )
-            )
-        )
-        # the relay: a listening socket of the root namespace, served from inside namespace A
-        listener = socket.socket()
-        stack.callback(listener.close)
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(16)
-        relay_port = listener.getsockname()[1]
+        disks = stack.enter_context(loop_disks(DISKS, 128, nomerges=False, fill=True))
+        ns, if_root, _, addr_ns = stack.enter_context(veth_to_namespace())
+        community = tmp / "community"
+        community.write_text("dashdemo\n")
+        community.chmod(0o600)
+        pdu_port = free_port(socket.SOCK_DGRAM)
+        names = "|".join(d.name for d in disks)
         stack.enter_context(
             process(
-                [
-                    "ip",
-                    "netns",
-                    "exec",
-                    pair.ns_a,
-                    sys.executable,
-                    "-c",
-                    RELAY,
-                    str(listener.fileno()),
-                    str(ns_agent.port),
-                ],
-                tmp / "relay.log",
-                pass_fds=(listener.fileno(),),
+                [py, "-m", "collector.demo.pdusim", "--listen", f"127.0.0.1:{pdu_port}",
+                 "--community-file", str(community), "--interfaces", f"^{if_root}$",
+                 "--disks", f"^({names})$", "--cpu-w", "0"],
+                tmp / "pdusim.log",
             )
+        )  # fmt: skip
+        (tmp / "agent").mkdir()
+        (tmp / "collector").mkdir()
+        agent = stack.enter_context(
+            running(Agent(agent_config([d.name for d in disks], if_root), tmp / "agent"))
         )
         node_port = free_port()
         stack.enter_context(
@@ -405,11 +320,14 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             )
         )
         collector = stack.enter_context(
-            running(Collector(collector_config(tmp / "state", sim.endpoint), tmp / "collector"))
+            running(
+                Collector(collector_config(tmp / "state", pdu_port, community), tmp / "collector")
+            )
         )
         prom_port = free_port()
+        url = f"http://127.0.0.1:{prom_port}"
         (tmp / "prometheus.yml").write_text(
-            prometheus_config(agent.port, relay_port, collector.port, node_port)
+            prometheus_config(agent.port, collector.port, node_port)
         )
         prom = stack.enter_context(
             process(
@@ -422,101 +340,65 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 tmp / "prometheus.log",
             )
         )
-        try:
-            wait_for(
-                lambda: len(api(prom_port, "/api/v1/query", {"query": "up == 1"})["result"]) == 4,
-                60,
-                "all four targets up",
+        stack.enter_context(
+            process(
+                ["ip", "netns", "exec", ns, *NICE, py, "-m", "collector.demo", "receive",
+                 addr_ns, str(STREAM_PORT)],
+                tmp / "receiver.log",
             )
+        )  # fmt: skip
+        try:
+
+            def ready() -> bool:
+                up = queries.api(url, "/api/v1/query", {"query": "up == 1"})["result"]
+                watts = queries.api(url, "/api/v1/query", {"query": "site:wattbit_power_watts:sum"})
+                return len(up) == 3 and bool(watts["result"])
+
+            wait_for(ready, 90, "all three targets up and the PDU's watts recorded")
             start = time.time()
             run_api(
-                collector.port,
-                "POST",
-                "/api/v1/runs",
-                {"name": "dash-demo", "labels": {"setup": "loop2-veth"}},
+                collector.port, "POST", "/api/v1/runs", {"name": RUN, "labels": {"setup": "loop4"}}
             )
-            stack.enter_context(
+            time.sleep(IDLE_S)
+            sender = stack.enter_context(
                 process(
-                    ["ip", "netns", "exec", pair.ns_b, "iperf3", "-s", "-1", "-B", pair.addr_b],
-                    tmp / "iperf3-server.log",
+                    # the demo's sender streams until a time.monotonic() instant
+                    [*NICE, py, "-m", "collector.demo", "send", addr_ns, str(STREAM_PORT),
+                     str(time.monotonic() + FULL_S), *(d.device for d in disks)],
+                    tmp / "sender.log",
                 )
-            )
-            time.sleep(0.5)
-            iperf = stack.enter_context(
-                process(
-                    [
-                        "ip",
-                        "netns",
-                        "exec",
-                        pair.ns_a,
-                        "iperf3",
-                        "-c",
-                        pair.addr_b,
-                        "-t",
-                        str(LOAD_SECONDS),
-                        "-b",
-                        "2G",
-                    ],
-                    tmp / "iperf3-client.log",
-                )
-            )
-            fio_cmd = [
-                "fio",
-                "--ioengine=libaio",
-                "--direct=1",
-                "--time_based",
-                f"--runtime={LOAD_SECONDS}",
-                "--bs=4k",
-                "--rw=randrw",
-            ]
-            for i, (disk, iops) in enumerate(zip(disks, (3000, 600), strict=True)):
-                fio_cmd += [
-                    f"--name=d{i}",
-                    f"--filename={disk.device}",
-                    "--iodepth=8",
-                    f"--rate_iops={iops}",
-                ]
-            fio = stack.enter_context(process(fio_cmd, tmp / "fio.log"))
+            )  # fmt: skip
             # writes to the root disk, so a disk on a real controller has traffic too
-            with open(tmp / "vda-writes.bin", "wb") as fh:
+            with open(tmp / "root-disk-writes.bin", "wb") as fh:
                 for _ in range(8):
                     fh.write(os.urandom(1 << 20))
                     fh.flush()
                     os.fsync(fh.fileno())
-            fio.wait(timeout=LOAD_SECONDS + 60)
-            iperf.wait(timeout=60)
-            assert fio.returncode == 0, (tmp / "fio.log").read_text()[-2000:]
-            assert iperf.returncode == 0, (tmp / "iperf3-client.log").read_text()[-2000:]
-            run_api(collector.port, "POST", "/api/v1/runs/dash-demo/stop")
+            sender.wait(timeout=FULL_S + 60)
+            assert sender.returncode == 0, (tmp / "sender.log").read_text()[-2000:]
+            time.sleep(IDLE_S)
+            run_api(collector.port, "POST", f"/api/v1/runs/{RUN}/stop")
             time.sleep(3)  # the stop is scraped and the last rule evaluation done
             end = time.time()
-            out = {}
-            for path in sorted(DASHBOARD_DIR.glob("*.json")):
-                doc = json.loads(path.read_text())
-                out[path.stem] = run_dashboard(doc, prom_port, start, end)
+            out = queries.run_all(url, start, end, STEP, SCRAPE)
             out["_meta"] = {
-                "load_seconds": LOAD_SECONDS,
+                "idle_seconds": IDLE_S,
+                "full_seconds": FULL_S,
                 "host": HOST,
-                "recording": RECORDING,
                 "disks": [d.name for d in disks],
-                "veth": pair.if_a,
+                "veth": if_root,
             }
             assert prom.poll() is None, (tmp / "prometheus.log").read_text()[-3000:]
             return out
         except BaseException:
-            for name in (
-                "prometheus.log",
-                "agent/agent.log",
-                "agent-ns/agent.log",
-                "collector/collector.log",
-                "relay.log",
-            ):
+            for name in ("prometheus.log", "agent/agent.log", "collector/collector.log",
+                         "pdusim.log", "sender.log", "receiver.log"):  # fmt: skip
                 with contextlib.suppress(OSError):
                     print(f"--- {name}\n" + (tmp / name).read_text()[-3000:])
             raise
 
 
-def test_every_panel_query_returns_data(results: dict[str, Any], tmp_path: Path) -> None:
+def test_every_panel_query_returns_data(results: dict[str, Any]) -> None:
     save = os.environ.get("WATTBIT_DASHBOARD_RESULTS")
     if save:
         Path(save).write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
@@ -525,19 +407,21 @@ def test_every_panel_query_returns_data(results: dict[str, Any], tmp_path: Path)
     for stem, dash in results.items():
         if stem.startswith("_"):
             continue
+        for name, vals in dash["variables"].items():
+            assert vals, f"{stem}: variable {name} has no values"
         for ann in dash["annotations"]:
             assert ann["result"], f"{stem}: annotation {ann['name']} returned nothing"
-        for panel in dash["panels"]:
-            for query in panel["queries"]:
+        for p in dash["panels"]:
+            for query in p["queries"]:
                 counted += 1
-                key = (stem, panel["title"], query["refId"])
+                key = (stem, p["title"], query["refId"])
                 if query["result"]:
                     continue
                 if key in ALLOWED_EMPTY:
                     allowed_seen.append(key)
                 else:
                     empty.append(f"{key}: {query['expanded']}")
-    assert counted >= 40, counted
+    assert counted >= 50, counted
     assert not empty, "panel queries without data:\n" + "\n".join(empty)
     # the allow-list holds only real panels
     titles = {
@@ -553,24 +437,54 @@ def test_every_panel_query_returns_data(results: dict[str, Any], tmp_path: Path)
 
 def test_the_figures_are_the_run_we_made(results: dict[str, Any]) -> None:
     """Spot checks that the data is this run's: the veth stream, the loop disks, the run."""
-
-    def series(stem: str, title: str, ref: str = "A") -> list[dict[str, Any]]:
-        panel = next(p for p in results[stem]["panels"] if p["title"] == title)
-        return next(q for q in panel["queries"] if q["refId"] == ref)["result"]
-
     veth = results["_meta"]["veth"]
     tx = [
         s
-        for s in series("network", "Throughput per interface")
+        for s in panel(results, "network", "Throughput per interface")["queries"][0]["result"]
         if s["metric"].get("interface") == veth and s["metric"]["direction"] == "tx"
     ]
-    assert tx and max(float(v) for _, v in tx[0]["values"]) > 0.5e9  # iperf3 at 2 Gbit/s
-    devices = {s["metric"]["device"] for s in series("disks", "IOPS per device")}
+    assert tx and max(float(v) for _, v in tx[0]["values"]) > 0.5e9
+    devices = {
+        s["metric"]["device"]
+        for s in panel(results, "disks", "IOPS per device")["queries"][0]["result"]
+    }
     assert set(results["_meta"]["disks"]) <= devices
-    assert results["streaming"]["variables"]["run"] == ["dash-demo"]
-    assert results["streaming"]["variables"]["host"] == [HOST]
-    jpg = series("streaming", "Joules per gigabit")
-    assert jpg and all(float(v) > 0 for s in jpg for _, v in s["values"])
+    for stem in ("streaming", "wall"):
+        assert results[stem]["variables"]["run"] == [RUN]
+        assert results[stem]["variables"]["host"] == [HOST]
+
+
+def test_the_wall_tells_the_story(results: dict[str, Any]) -> None:
+    """Watts and Gbit/s both move, together: correlation above 0.5 over the window."""
+    title = "Watts against Gbit/s (line: the run's fit)"
+    gbps = values(results, "wall", title, "A")
+    watts = values(results, "wall", title, "B")
+    both = sorted(set(gbps) & set(watts))
+    assert len(both) >= (2 * IDLE_S + FULL_S) // STEP * 3 // 4, len(both)
+    x = [gbps[t] / 1e9 for t in both]
+    y = [watts[t] for t in both]
+    # idle and full: the stream is on or off
+    assert max(x) > 0.5 and min(x) < max(x) / 10, (min(x), max(x))
+    assert max(y) - min(y) >= 2, (min(y), max(y))
+    r = statistics.correlation(x, y)
+    print(f"Gbit/s {min(x):.3f}..{max(x):.3f}, watts {min(y):.0f}..{max(y):.0f}, r = {r:.3f}")
+    assert r > 0.5, f"watts and Gbit/s correlate by {r:.3f} only"
+    # the run's fitted line rises (watts per Gbit/s > 0)
+    fit = values(results, "wall", title, "C")
+    pts = sorted((gbps[t] / 1e9, fit[t]) for t in fit if t in gbps)
+    assert pts[-1][0] - pts[0][0] > 0.5 and pts[-1][1] > pts[0][1], pts[:3] + pts[-3:]
+    # the big numbers vary over the window too, and J/Gbit exists during the stream
+    for big in ("Gbit/s", "Site watts", "Disks busy"):
+        v = values(results, "wall", big).values()
+        assert max(v) > min(v), big
+    jpg = values(results, "wall", "J/Gbit")
+    assert jpg and all(v > 0 for v in jpg.values())
+    # energy in the range: between the least and the most watts times the range
+    energy = panel(results, "streaming", "Energy in the time range (zoom to a run)")
+    site = next(q for q in energy["queries"] if q["refId"] == "B")["result"]
+    joules = float(site[0]["value"][1])
+    seconds = int(results["streaming"]["end"] - results["streaming"]["start"])
+    assert min(y) * seconds * 0.95 <= joules <= max(y) * seconds * 1.05, (joules, min(y), max(y))
 
 
 def test_render_draws_one_png_per_dashboard(results: dict[str, Any], tmp_path: Path) -> None:
@@ -580,10 +494,6 @@ def test_render_draws_one_png_per_dashboard(results: dict[str, Any], tmp_path: P
     assert sorted(p.name for p in pngs) == sorted(
         f"{s}.png" for s in results if not s.startswith("_")
     )
+    assert "wall.png" in {p.name for p in pngs}
     for p in pngs:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
-    if shutil.which("true") and os.environ.get("WATTBIT_DASHBOARD_RESULTS"):
-        render.render_file(
-            Path(os.environ["WATTBIT_DASHBOARD_RESULTS"]),
-            Path(os.environ["WATTBIT_DASHBOARD_RESULTS"]).parent,
-        )

@@ -6,6 +6,9 @@ are exactly 200 W + 25 J/Gbit × its Gbit/s), host ``b`` on PDU ``p2`` (watts on
 its traffic two steps late, with noise), and a switch outlet on ``p2`` feeding no host. Run
 ``before`` is clean; run ``gap`` has a 2-minute scrape gap of host ``a``'s agent and a
 2-minute outage of ``p1`` after which its energy counters restart from zero (a PDU reboot).
+Run ``phased`` is marked in three phase runs (``part_of=phased``): idle, full, idle, with no
+traffic in the idle ones; host ``b``'s watts, two steps late, carry the load into the first
+steps of the second idle phase.
 
 Every expected figure is computed in this file from the model (rates, watts, byte increments)
 with its own arithmetic or numpy, never by the report's code. Tolerances: the data travel
@@ -36,7 +39,13 @@ from tests.support.realparts import have, prometheus_on_blocks
 STEP = 10
 HOUR = 3600
 # Runs and faults, in seconds after T0 (the start of the data).
-RUNS = {"before": (300, 1500), "gap": (1800, 3000)}
+RUNS = {"before": (300, 1500), "gap": (1800, 3000), "phased": (3060, 3540)}
+# Phase runs of "phased": name -> (phase, start, end); no traffic in the idle ones.
+PHASES = {
+    "phased-idle-1": ("idle", 3060, 3180),
+    "phased-load": ("full", 3180, 3420),
+    "phased-idle-2": ("idle", 3420, 3540),
+}
 AGENT_GAP = (2410, 2520)  # agent "a" samples missing at these times (inclusive): 12 scrapes
 PDU_GAP = (2110, 2220)  # p1 samples missing (12 polls); its counters restart from 0 at 2220
 IDLE_A, MARGINAL_A = 200.0, 25.0  # host a: watts = 200 + 25 × Gbit/s exactly
@@ -81,6 +90,10 @@ def make_truth(t0: int) -> Truth:
             level = 0.0 if rnd.random() < 0.2 else round(rnd.uniform(0.5, 9.5), 3)
             r += [level] * rnd.randint(3, 12)
         rate[h] = r[:n]
+        for phase, s, e in PHASES.values():
+            for j in range(n):
+                if phase == "idle" and s < STEP * j <= e:
+                    rate[h][j] = 0.0
     nic: dict[tuple[str, str, str], list[int]] = {}
     for h, share in (("a", (0.6, 0.4)), ("b", (0.55, 0.45))):
         for d, s in zip(("tx", "rx"), share, strict=True):
@@ -159,9 +172,11 @@ def openmetrics(tr: Truth) -> str:
         energy.append(true // COARSE_STEP * COARSE_STEP)
     emit("wattbit_pdu_outlet_energy_joules_total", f"{outlets['p3/1']},{PDU}", "pdu:p3", energy)
 
-    for fam in ("start_time_seconds", "end_time_seconds", "active"):
+    runs = {run: (s, e, "") for run, (s, e) in RUNS.items()}
+    runs |= {run: (s, e, f"part_of=phased,phase={ph}") for run, (ph, s, e) in PHASES.items()}
+    for fam in ("start_time_seconds", "end_time_seconds", "active", "info"):
         out.append(f"# TYPE wattbit_run_{fam} gauge")
-        for run, (s, e) in RUNS.items():
+        for run, (s, e, labels) in runs.items():
             for t in tr.times:
                 rel = t - tr.t0
                 if fam == "start_time_seconds" and rel >= s:
@@ -170,6 +185,8 @@ def openmetrics(tr: Truth) -> str:
                     out.append(f'wattbit_run_end_time_seconds{{run="{run}"}} {tr.t0 + e} {t}')
                 elif fam == "active" and rel >= s:
                     out.append(f'wattbit_run_active{{run="{run}"}} {int(rel <= e)} {t}')
+                elif fam == "info" and rel >= s:
+                    out.append(f'wattbit_run_info{{run="{run}",labels="{labels}"}} 1 {t}')
     out.append("# EOF")
     return "\n".join(out) + "\n"
 
@@ -210,6 +227,7 @@ class Env:
     gap: dict
     explicit: dict
     gap_stdout: str
+    phased: dict
 
 
 @pytest.fixture(scope="module")
@@ -232,12 +250,15 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                 "%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0 + e)),
         )  # fmt: skip
         assert r3.returncode == 0, r3.stderr
+        r4 = wattbit_report("phased", "--prometheus", url, "--out", str(out))
+        assert r4.returncode == 0, r4.stderr
         yield Env(
             url, truth, out,
             json.loads((out / "before.json").read_text()),
             json.loads((out / "gap.json").read_text()),
             json.loads((out / "explicit.json").read_text()),
             r2.stdout,
+            json.loads((out / "phased.json").read_text()),
         )  # fmt: skip
 
 
@@ -484,7 +505,7 @@ def test_outputs_and_schema_keys(env: Env) -> None:
         assert set(KEYS) <= set(scope)
     assert {o["energy_source"] for o in doc["outlets"]} == {"counter", "power"}
     # the keys in the schema's order (tests/unit/test_report_math.py pins every object's list)
-    top = ["schema", "run", "window", "prometheus", "generated_at", "step_seconds",
+    top = ["schema", "run", "window", "phases", "prometheus", "generated_at", "step_seconds",
            "max_lag_seconds", "coverage_threshold", "interfaces_regex", "site", "hosts",
            "components", "outlets", "sources", "warnings", "timings_seconds",
            "prometheus_requests"]  # fmt: skip
@@ -495,6 +516,58 @@ def test_outputs_and_schema_keys(env: Env) -> None:
         assert list(host) == [*site, "interfaces", "outlets", "disks", "disk_summary"]
     for comp in doc["components"].values():
         assert list(comp) == [*site, "bits_from", "bits_hosts", "outlets"]
+
+
+def test_idle_watts_from_the_idle_phases(env: Env) -> None:
+    tr, doc = env.truth, env.phased
+    assert [(p["run"], p["phase"], p["start"] - tr.t0, p["end"] - tr.t0, p["steps"])
+            for p in doc["phases"]] == [
+        ("phased-idle-1", "idle", 3060, 3180, 12),
+        ("phased-load", "full", 3180, 3420, 24),
+        ("phased-idle-2", "idle", 3420, 3540, 12),
+    ]  # fmt: skip
+    assert doc["phases"][0]["labels"] == {"part_of": "phased", "phase": "idle"}
+    assert not env.before["phases"] and not env.explicit["phases"]  # nothing marks those
+    every = ["p1/1", "p1/2", "p2/1", "p2/2", "p3/1"]
+    # the steps wholly inside an idle phase: samples at 3070..3180 and 3430..3540
+    idle = [j for j in window_idx(tr, "phased")
+            if any(ph == "idle" and s < tr.times[j] - tr.t0 <= e
+                   for ph, s, e in PHASES.values())]  # fmt: skip
+    assert len(idle) == 24
+
+    def watts_at(j: int, outlets: list[str]) -> float:
+        return sum(tr.watts[o][j] for o in outlets)
+
+    for scope, outlets, hosts in ((doc["hosts"]["a"], ["p1/1", "p1/2"], ["a"]),
+                                  (doc["hosts"]["b"], ["p2/1"], ["b"]),
+                                  (doc["site"], every, ["a", "b"])):  # fmt: skip
+        assert scope["idle_watts_source"] == "idle_phases" and scope["idle_steps"] == 24
+        want = float(np.median([watts_at(j, outlets) for j in idle]))
+        assert close(scope["idle_watts"], want), (scope["idle_watts"], want)
+        # the marginal cost: the least-squares slope of the line through those idle watts
+        px, py = pairs(*step_series(tr, "phased", hosts, outlets))
+        slope = float(np.sum(px * (py - want)) / np.sum(px * px))
+        assert close(scope["marginal_joules_per_gigabit"], slope, rel=1e-6), slope
+    # host a draws exactly 200 W + 25 J/Gbit: both found exactly
+    a = doc["hosts"]["a"]
+    assert close(a["idle_watts"], IDLE_A) and close(a["marginal_joules_per_gigabit"], MARGINAL_A)
+    assert close(a["r_squared"], 1.0)
+    # b's watts follow its traffic two steps late: the first two steps of the second idle
+    # phase still draw for the load before it, and the median is not pulled by them
+    b_idle = [tr.watts["p2/1"][j] for j in idle]
+    assert max(b_idle) > 160 and doc["hosts"]["b"]["idle_watts"] < 155
+    # the site's figures per phase: means of its per-step Gbit/s and watts
+    load = [j for j in window_idx(tr, "phased") if 3180 < tr.times[j] - tr.t0 <= 3420]
+    gb, _w = step_series(tr, "phased", ["a", "b"], every)
+    steps = window_idx(tr, "phased")
+    full = doc["phases"][1]
+    assert close(full["watts_mean"], float(np.mean([watts_at(j, every) for j in load])))
+    assert close(full["gbit_per_second_mean"],
+                 float(np.mean([gb[steps.index(j)] for j in load])))  # fmt: skip
+    # no traffic in the idle phases but b's management interface: 1500 B/s
+    assert close(doc["phases"][0]["gbit_per_second_mean"], 1500 * 8 / 1e9)
+    md = (env.out / "phased.md").read_text()
+    assert "## Phases" in md and "| phased-load | full |" in md
 
 
 def test_unknown_run_fails_cleanly(env: Env) -> None:

@@ -85,9 +85,9 @@ def test_committed_json_is_what_the_code_generates(tmp_path: Path) -> None:
         )
 
 
-def test_the_four_dashboards_and_their_variables() -> None:
+def test_the_five_dashboards_and_their_variables() -> None:
     docs = dashboards()
-    assert set(docs) == {"streaming", "disks", "power", "network"}
+    assert set(docs) == {"wall", "streaming", "disks", "power", "network"}
     for stem, doc in docs.items():
         assert doc["uid"] == f"wattbit-{stem}"
         names = [v["name"] for v in doc["templating"]["list"]]
@@ -97,6 +97,9 @@ def test_the_four_dashboards_and_their_variables() -> None:
         )
     assert "device" in [v["name"] for v in docs["disks"]["templating"]["list"]]
     assert "device" in [v["name"] for v in docs["streaming"]["templating"]["list"]]
+    for stem in ("streaming", "wall"):
+        run = next(v for v in docs[stem]["templating"]["list"] if v["name"] == "run")
+        assert run["query"]["query"] == generate.RUN_VAR_QUERY and not run["multi"]
 
 
 def test_every_panel_has_a_unit_and_a_prometheus_query() -> None:
@@ -123,8 +126,9 @@ def test_every_metric_is_documented_or_recorded() -> None:
                     f"{stem}: {name} (in {expr}) is in no exporter doc, docs/runs.md or rule"
                 )
     # the parser found what the dashboards are about
-    assert {"site:wattbit_joules_per_gigabit:ratio1m", "wattbit_disk_io_latency_seconds_bucket",
-            "node_cpu_seconds_total", "wattbit_run_active"} <= used  # fmt: skip
+    assert {"site:wattbit_power_watts:sum", "wattbit_disk_io_latency_seconds_bucket",
+            "node_cpu_seconds_total", "wattbit_run_active",
+            "wattbit_nic_bytes_total"} <= used  # fmt: skip
     doc = (ROOT / "docs" / "dashboards.md").read_text()
     for name in EXTERNAL:
         assert name in doc, f"docs/dashboards.md does not document the dependency on {name}"
@@ -150,3 +154,51 @@ def test_provisioning_points_at_the_mounted_json() -> None:
     dash = yaml.safe_load((prov / "dashboards" / "wattbit.yml").read_text())
     assert dash["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards/wattbit"
     assert "/var/lib/grafana/dashboards/wattbit" in (ROOT / "docs" / "dashboards.md").read_text()
+
+
+RANGE = re.compile(r"\[([^\]]*)\]")
+
+
+def test_no_fixed_windows_in_panels() -> None:
+    """Rates over $__rate_interval, totals over $__range: right at any scrape interval."""
+    allowed = {"$__rate_interval", "$__range", "$__range:$__interval"}
+    for stem, doc in dashboards().items():
+        for p in panels(doc):
+            for t in p["targets"]:
+                windows = set(RANGE.findall(QUOTED.sub('""', t["expr"])))
+                assert windows <= allowed, f"{stem}: {p['title']!r} uses {windows - allowed}"
+                assert not re.search(r":rate1m|:ratio1m", t["expr"]), (
+                    f"{stem}: {p['title']!r} reads a 1-minute rule: use $__rate_interval"
+                )
+
+
+def test_the_wall() -> None:
+    doc = dashboards()["wall"]
+    ps = {p["title"]: p for p in panels(doc)}
+    for title in ("Gbit/s", "Site watts", "J/Gbit", "Disks busy"):
+        p = ps[title]
+        assert p["type"] == "stat" and p["options"]["graphMode"] == "area", title
+        assert p["options"]["text"]["valueSize"] >= 60, title
+        assert p["gridPos"]["y"] == 0 and p["gridPos"]["w"] == 6, title
+    xy = next(p for p in panels(doc) if p["type"] == "xychart")
+    # without a pluginVersion Grafana would migrate these options as the pre-11 format
+    assert xy["pluginVersion"] == generate.XYCHART_PLUGIN_VERSION
+    assert xy["options"]["mapping"] == "manual"
+    names = [t["legendFormat"] for t in xy["targets"]]
+    assert names == ["Gbit/s", "watts", "fit"]
+    assert [t["id"] for t in xy["transformations"]] == ["joinByField"]
+    for s in xy["options"]["series"]:
+        assert s["x"]["matcher"] == {"id": "byName", "options": "Gbit/s"}
+        assert s["y"]["matcher"]["options"] in names[1:]
+    assert "@ end()" in xy["targets"][2]["expr"] and "$run" in xy["targets"][2]["expr"]
+    assert any(p["type"] == "bargauge" for p in panels(doc))
+    assert len(panels(doc)) <= 8, "the Wall is read from the back of a room: few panels"
+    compose = (ROOT / "docker-compose.yml").read_text()
+    assert f"grafana/grafana:{generate.XYCHART_PLUGIN_VERSION}" in compose
+
+
+def test_the_datasource_minimum_interval_is_the_scrape_interval() -> None:
+    """$__rate_interval is built from it: it must be the scrape interval Prometheus uses."""
+    ds = yaml.safe_load((ROOT / "dashboards/provisioning/datasources/prometheus.yml").read_text())
+    prom = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    assert ds["datasources"][0]["jsonData"]["timeInterval"] == prom["global"]["scrape_interval"]

@@ -15,7 +15,7 @@ from collector.report import prom as P
 from collector.report.analyse import Result, analyse, compare
 from collector.report.cli import parse_time
 from collector.report.document import COMPARE_KEYS, Scope
-from collector.report.gather import Gathered
+from collector.report.gather import Gathered, find_phases
 from collector.report.render import finite, markdown, num, safe_name, seconds, si, summary_lines
 from collector.report.series import (
     BUSY,
@@ -25,6 +25,7 @@ from collector.report.series import (
     POWER,
     Grid,
     Options,
+    PhaseRun,
     Track,
     Window,
     choose_energy_sources,
@@ -124,16 +125,34 @@ def test_counter_step_detects_coarse_registers() -> None:
     # a 36 kJ register at ~250 W x 10 s bins: mostly still, now and then one step
     inc: list[float | None] = [0.0, 0.0, 36000.0, 0.0, 0.0, 72000.0, None]
     watts: list[float | None] = [250.0] * 7
-    assert C.counter_step(inc, watts) == 36000.0
+    assert C.counter_stalls(inc, watts) and C.counter_step(inc) == 36000.0
     # a fine counter moves every bin: no step to speak of
-    assert C.counter_step([2500.0, 2510.0, None, 2490.0], [250.0] * 4) is None
+    assert not C.counter_stalls([2500.0, 2510.0, None, 2490.0], [250.0] * 4)
     # standing still while the outlet draws nothing is not coarse
-    assert C.counter_step([0.0, 0.0, 2500.0], [0.0, 0.0, 250.0]) is None
-    # never moving while drawing power: useless
-    assert C.counter_step([0.0, 0.0], [250.0, 250.0]) == math.inf
+    assert not C.counter_stalls([0.0, 0.0, 2500.0], [0.0, 0.0, 250.0])
+    # never moving while drawing power: coarse, with no step seen (never an infinite one)
+    assert C.counter_stalls([0.0, 0.0], [250.0, 250.0])
+    assert C.counter_step([0.0, 0.0]) is None and C.counter_step([None]) is None
 
 
 # --- relations ----------------------------------------------------------------------------
+
+
+def test_fit_through_a_measured_intercept() -> None:
+    # through (0, 100): slope = sum x (y - 100) / sum x^2 = (2*60 + 3*90) / 13 = 30
+    fit = C.fit_through([0, 2, 3], [100, 160, 190], 100.0)
+    assert fit is not None and fit.intercept == 100.0 and fit.slope == 30.0
+    assert fit.r_squared == 1.0 and fit.n == 3
+    # residuals 1, -1, 0 around y = 100 + 30 x: r^2 = 1 - 2 / SS_total
+    fit = C.fit_through([0, 2, 0, 3], [101, 160, 99, 190], 100.0)
+    assert fit is not None and fit.slope == 30.0
+    ys = [101, 160, 99, 190]
+    ss_tot = sum((y - sum(ys) / 4) ** 2 for y in ys)
+    assert math.isclose(fit.r_squared, 1 - 2 / ss_tot)
+    assert C.fit_through([0, 0, 0], [1, 2, 3], 1.0) is None  # no traffic: no slope
+    assert C.fit_through([1, 2], [1, 2], 0.0) is None
+    assert C.median([3.0, 1.0, 2.0]) == 2.0 and C.median([4.0, 1.0, 2.0, 3.0]) == 2.5
+    assert C.median([]) is None
 
 
 def test_least_squares_exact_line() -> None:
@@ -325,7 +344,7 @@ def test_formatting() -> None:
 
 # The keys of RUN.json, in the order written (schema wattbit.report/1, docs/report.md). A change
 # to the schema must show here as a diff.
-TOP_KEYS = ["schema", "run", "window", "prometheus", "generated_at", "step_seconds",
+TOP_KEYS = ["schema", "run", "window", "phases", "prometheus", "generated_at", "step_seconds",
             "max_lag_seconds", "coverage_threshold", "interfaces_regex", "site", "hosts",
             "components", "outlets", "sources", "warnings", "timings_seconds",
             "prometheus_requests"]  # fmt: skip
@@ -333,9 +352,10 @@ WINDOW_KEYS = ["start", "end", "start_iso", "end_iso", "duration_seconds", "sour
                "in_progress"]  # fmt: skip
 SCOPE_KEYS = ["duration_seconds", "bytes_tx", "bytes_rx", "gigabits", "gbit_per_second_mean",
               "gbit_per_second_peak", "energy_joules", "energy_source", "watts_mean",
-              "watts_peak", "joules_per_gigabit", "idle_watts", "marginal_joules_per_gigabit",
-              "r_squared", "fit_points", "pearson_r", "lag_seconds", "pearson_r_at_lag",
-              "coverage", "coverage_sources"]  # fmt: skip
+              "watts_peak", "joules_per_gigabit", "idle_watts", "idle_watts_source",
+              "idle_steps", "marginal_joules_per_gigabit", "r_squared", "fit_points",
+              "pearson_r", "lag_seconds", "pearson_r_at_lag", "coverage",
+              "coverage_sources"]  # fmt: skip
 HOST_KEYS = [*SCOPE_KEYS, "interfaces", "outlets", "disks", "disk_summary"]
 COMPONENT_KEYS = [*SCOPE_KEYS, "bits_from", "bits_hosts", "outlets"]
 DISK_BUSY_KEYS = ["busy_seconds", "busy_ratio", "busy_ratio_peak"]
@@ -347,6 +367,8 @@ OUTLET_KEYS = ["pdu", "outlet", "outlet_name", "host", "component", "energy_joul
                "energy_joules_from_watts_bins", "energy_counter_resets", "watts_peak",
                "coverage"]  # fmt: skip
 SOURCE_KEYS = ["coverage", "longest_gap_seconds", "series", "interval_seconds"]
+PHASE_KEYS = ["run", "phase", "labels", "start", "end", "start_iso", "end_iso",
+              "duration_seconds", "steps", "gbit_per_second_mean", "watts_mean"]  # fmt: skip
 COMPARISON_KEYS = ["run", "window", "site", "hosts", "components", "only_in_this",
                    "only_in_other", "report"]  # fmt: skip
 
@@ -423,6 +445,170 @@ def test_analysis_needs_no_prometheus() -> None:
     assert doc.generated_at == "2024-05-01T10:00:00Z" and doc.prometheus_requests == 7
     assert list(doc.timings_seconds) == ["count", "compute", "total"]
     assert "host k: no PDU outlet is mapped to it, so no energy figures" in doc.warnings
+
+
+def test_window_times_are_rfc3339() -> None:
+    # milliseconds go before the Z (2026-11-23T18:24:25Z.543 is no time at all); none on a
+    # whole second; a time a hair before the next second is that second, never ".1000"
+    g = small_window()
+    for start, iso in ((1795458265.543, "2026-11-23T18:24:25.543Z"),
+                       (1795458265.0, "2026-11-23T18:24:25Z"),
+                       (1795458265.9996, "2026-11-23T18:24:26Z")):  # fmt: skip
+        w = Window("t", start, start + 30.0, "run")
+        doc = analyse(replace(g, window=w, grid=Grid.make(w.start, w.end, 10.0)), now=start).doc
+        assert doc.window.start_iso == iso and doc.generated_at == iso
+        assert parse_time(doc.window.start_iso) == round(start, 3)
+
+
+def test_a_counter_that_never_moved_is_not_a_step_of_inf() -> None:
+    # p/1's energy counter stands still for the whole window while the outlet draws 100 W
+    # or more: a register coarser than the window's energy, whose step was never seen
+    g = small_window()
+    tracks = [
+        _counter(ENERGY, t.labels, [5000.0] * 4, g.grid) if t.metric == ENERGY else t
+        for t in g.tracks
+    ]
+    outlets = outlets_of(tracks)
+    coarse = coarse_counters(outlets)
+    assert coarse == {"p/1": None}
+    choose_energy_sources(outlets, set(coarse))
+    doc = analyse(replace(g, tracks=tracks, outlets=outlets, coarse=coarse)).doc
+    warning = next(w for w in doc.warnings if "p/1" in w)
+    assert warning == (
+        "energy counter of outlet p/1 did not move in the window while the outlet drew power, "
+        "too coarse for this window: its host's energy is integrated from watts instead"
+    )
+    assert "inf" not in " ".join(doc.warnings)
+    o = doc.outlets[0]
+    assert o.energy_source == "power" and o.energy_counter_step_joules is None
+    assert o.energy_note == "its counter did not move while the outlet drew power"
+    # from its watts: 100 W held back to the start, then trapezoids to 110 and 120 W
+    assert doc.hosts["h"].energy_joules == 10 * 100 + 10 * 105 + 10 * 115
+
+
+def phased_window(idle_2: tuple[float, float] | None = (1040.0, 1060.0)) -> Gathered:
+    """60 s in six 10 s bins of host h (one NIC, outlet p/1 with watts only) and three phase
+    runs: idle (bins 0-1), full (2-3), idle (4-5; its first bin still carries the load)."""
+    w = Window("ph", 1000.0, 1060.0, "run")
+    grid = Grid.make(w.start, w.end, 10.0)
+    h = {"host": "h", "instance": "h:9731", "job": "wattbit-agent"}
+    p1 = {"pdu": "p", "outlet": "1", "outlet_name": "h-psu", "host": "h", "component": "server"}
+    # 0, 0, 2, 3, 0, 0 Gbit/s: 2.5e9 and 3.75e9 bytes in bins 2 and 3
+    tx = [0.0, 0.0, 0.0, 2.5e9, 6.25e9, 6.25e9, 6.25e9]
+    tracks = [
+        _counter(NIC, {**h, "interface": "eth0", "direction": "tx"}, list(tx), grid),
+        _counter(NIC, {**h, "interface": "eth0", "direction": "rx"}, [0.0] * 7, grid),
+        _watts({**p1, **PDU_TARGET}, [101.0, 99.0, 160.0, 190.0, 125.0, 100.0], grid),
+    ]
+    outlets = outlets_of(tracks)
+    choose_energy_sources(outlets)
+    lab = {"part_of": "ph"}
+    phases = [
+        PhaseRun("ph-idle-1", "idle", 1000.0, 1020.0, {**lab, "phase": "idle"}),
+        PhaseRun("ph-full", "full", 1020.0, 1040.0, {**lab, "phase": "full"}),
+    ]
+    if idle_2 is not None:
+        phases.append(PhaseRun("ph-idle-2", "idle", *idle_2, {**lab, "phase": "idle"}))
+    return Gathered(
+        window=w, options=Options(), grid=grid, tracks=tracks, outlets=outlets, coarse={},
+        interval=10.0, timings={}, started=time.monotonic(), prometheus="http://p.invalid",
+        requests=1, phases=phases,
+    )  # fmt: skip
+
+
+def test_idle_watts_from_idle_phases() -> None:
+    doc = analyse(phased_window()).doc
+    h = doc.hosts["h"]
+    # the median of the idle steps' watts 101, 99, 125, 100: (100 + 101) / 2; the 125 W of
+    # the step after the load does not pull it
+    assert h.idle_watts == 100.5 and h.idle_watts_source == "idle_phases" and h.idle_steps == 4
+    # the line through (0, 100.5): slope = (2 * 59.5 + 3 * 89.5) / (2^2 + 3^2)
+    assert h.marginal_joules_per_gigabit == pytest.approx(387.5 / 13, rel=1e-12)
+    assert h.fit_points == 6 and doc.site.idle_watts == 100.5
+    ph = doc.phases
+    assert [(p.run, p.phase, p.steps) for p in ph] == [
+        ("ph-idle-1", "idle", 2), ("ph-full", "full", 2), ("ph-idle-2", "idle", 2)
+    ]  # fmt: skip
+    assert ph[1].gbit_per_second_mean == 2.5 and ph[1].watts_mean == 175.0
+    assert ph[0].gbit_per_second_mean == 0.0 and ph[2].watts_mean == 112.5
+    assert ph[0].start_iso == "1970-01-01T00:16:40Z" and ph[0].duration_seconds == 20.0
+    j = doc.to_json()
+    assert list(j)[:4] == ["schema", "run", "window", "phases"]
+    assert [list(p) for p in j["phases"]] == [PHASE_KEYS] * 3
+    assert j["phases"][0]["labels"] == {"part_of": "ph", "phase": "idle"}
+    assert not doc.warnings
+    md = markdown(doc, "ph.html")
+    assert "## Phases" in md and "| ph-full | full |" in md
+    site = summary_lines(doc)[1]
+    assert "idle 100 W (idle phases, 4 steps) + 29.8 J/Gbit" in site, site
+
+
+def test_too_few_idle_steps_leave_idle_watts_to_the_fit() -> None:
+    # one idle phase of two steps: not enough to measure idle watts, so the least-squares fit
+    # of the six points gives them, and the report says why
+    doc = analyse(phased_window(idle_2=None)).doc
+    h = doc.hosts["h"]
+    fit = C.least_squares([0, 0, 2, 3, 0, 0], [101, 99, 160, 190, 125, 100])
+    assert fit is not None
+    assert h.idle_watts_source == "fit" and h.idle_steps == 2
+    assert h.idle_watts == pytest.approx(fit.intercept, rel=1e-12)
+    assert h.marginal_joules_per_gigabit == pytest.approx(fit.slope, rel=1e-12)
+    assert doc.warnings == [
+        "the idle phases hold 2 analysis step(s) with watts, fewer than 3: idle watts are the "
+        "fit's intercept instead"
+    ]
+    # without phases the fit is all there is, and nothing needs saying
+    plain = analyse(replace(phased_window(), phases=[])).doc
+    assert plain.hosts["h"].idle_watts_source == "fit" and plain.hosts["h"].idle_steps == 0
+    assert plain.phases == [] and not plain.warnings
+
+
+class _Registry:
+    """What Prometheus answers about the run registry's series, for find_phases."""
+
+    def __init__(self, runs: dict[str, tuple[str, float, float | None]]) -> None:
+        self.runs = runs  # run -> (labels, start, end or None)
+        self.asked: list[tuple[str, float]] = []
+
+    def query(self, expr: str, at: float) -> list[P.Series]:
+        self.asked.append((expr, at))
+        out = []
+        for run, (labels, start, end) in self.runs.items():
+            if "wattbit_run_info" in expr:
+                out.append(P.Series({"run": run, "labels": labels}, [(at, 1.0)]))
+            elif "start_time" in expr:
+                out.append(P.Series({"run": run}, [(at, start)]))
+            elif end is not None:
+                out.append(P.Series({"run": run}, [(at, end)]))
+        return out
+
+
+def test_find_phases_of_a_run() -> None:
+    reg = _Registry({
+        "r": ("", 1000.0, 1100.0),
+        "r-idle": ("part_of=r,phase=idle", 1000.0, 1020.0),
+        "r-full": ("part_of=r,phase=full,streams=4", 1020.0, 1080.0),
+        "r-tail": ("part_of=r,phase=idle", 1080.0, None),  # its end not scraped yet
+        "other-idle": ("part_of=other,phase=idle", 1010.0, 1030.0),
+        "r-unlabelled": ("part_of=r", 1010.0, 1030.0),  # no phase label: not a phase
+        "r-later": ("part_of=r,phase=idle", 1200.0, 1210.0),  # started again since
+    })  # fmt: skip
+    w = Window("r", 1000.0, 1100.0, "run")
+    phases = find_phases(reg, w, 1.0)  # type: ignore[arg-type]
+    assert [(p.run, p.phase, p.start, p.end) for p in phases] == [
+        ("r-idle", "idle", 1000.0, 1020.0),
+        ("r-full", "full", 1020.0, 1080.0),
+        ("r-tail", "idle", 1080.0, 1100.0),
+    ]
+    assert phases[1].labels == {"part_of": "r", "phase": "full", "streams": "4"}
+    assert phases[0].idle and not phases[1].idle
+    # read up to 5 s past the window (3 scrape intervals of 1 s are less): an end comes late
+    assert {at for _, at in reg.asked} == {1105.0}
+    assert all("[110000ms]" in expr for expr, _ in reg.asked)
+    # a --start/--end window takes every phase inside it, whoever's part it is
+    explicit = find_phases(reg, Window("w", 1000.0, 1100.0, "explicit"), 15.0)  # type: ignore[arg-type]
+    assert [p.run for p in explicit] == ["r-idle", "other-idle", "r-full", "r-tail"]
+    assert reg.asked[-1][1] == 1145.0
 
 
 def test_json_keys_keep_the_schema() -> None:
