@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from exporters.pdu.profile import Profile
 from tests.support.env import FIXTURES
 
 
@@ -13,3 +14,11 @@ from tests.support.env import FIXTURES
 def fixtures() -> Path:
     """The tests/fixtures directory."""
     return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def profiles() -> list[Profile]:
+    """Every shipped PDU profile."""
+    from collector.site.profiles import load_profiles
+
+    return load_profiles()

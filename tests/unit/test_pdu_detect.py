@@ -11,7 +11,6 @@ from fractions import Fraction
 
 import pytest
 
-from collector.site.profiles import load_profiles
 from exporters.pdu.decode import decode
 from exporters.pdu.detect import (
     SYS_OBJECT_ID,
@@ -25,7 +24,8 @@ from exporters.pdu.profile import Profile
 from exporters.snmp.oid import under
 from exporters.snmp.types import Value, Walk
 from tests.support.env import require
-from tests.unit.test_pdu_profiles import AVOCENT, RECORDING_PROFILE, read_walk, recording_path
+from tests.support.pdurecordings import read_walk, recording_path
+from tests.unit.test_pdu_profiles import AVOCENT, RECORDING_PROFILE
 
 NET_SNMP_LINUX = "1.3.6.1.4.1.8072.3.2.10"  # what several embedded PDU agents report
 PX3 = "raritan_px3-5493u-k2.snmprec"
@@ -37,12 +37,6 @@ OUTLET_STATE = "1.3.6.1.4.1.13742.6.5.4.3.1.3"
 OUTLET_VALUE = "1.3.6.1.4.1.13742.6.5.4.3.1.4"
 OUTLET_DIGITS = "1.3.6.1.4.1.13742.6.3.5.4.1.7"
 RMS_CURRENT, ACTIVE_POWER = "1", "5"  # SensorTypeEnumeration
-
-
-@pytest.fixture(scope="module")
-def profiles() -> list[Profile]:
-    """Every shipped profile."""
-    return load_profiles()
 
 
 def _recording(name: str) -> Walk:

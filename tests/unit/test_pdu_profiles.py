@@ -8,23 +8,31 @@ Centreon's .robot output are a second, independent opinion.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
 
 from collector.config import ConfigError
-from collector.demo.snmprec import parse_snmprec, read_recording
+from collector.demo.snmprec import parse_snmprec
 from collector.demo.snmpwalk import parse_snmpwalk
 from collector.site.profiles import load_profile, load_profiles
 from exporters.pdu.decode import decode, metered, text_of
-from exporters.pdu.detect import detect_in_walk, family_matches
+from exporters.pdu.detect import family_matches
 from exporters.pdu.profile import Condition, Metric, Profile
-from exporters.pdu.types import OutletReading, Reading
+from exporters.pdu.types import Reading
 from exporters.snmp.oid import under
 from exporters.snmp.types import Value, Walk
-from tests.support.env import FIXTURES, OWN_RECORDINGS, RECORDINGS, require
+from tests.support.env import FIXTURES, RECORDINGS, require
+from tests.support.pdurecordings import (
+    decoded,
+    librenms_sensors,
+    outlet,
+    raw,
+    read_walk,
+    recording,
+    recording_path,
+)
 
 AVOCENT = FIXTURES / "pdu" / "avocent_pm3000.snmprec"
 SYS_OBJECT_ID = "1.3.6.1.2.1.1.2.0"
@@ -82,61 +90,9 @@ RECORDING_PROFILE = {
 }
 
 
-def read_walk(path: Path) -> Walk:
-    """A recording parsed by the matching parser."""
-    return read_recording(path)
-
-
-def recording_path(name: str) -> Path:
-    """Where a recording lives: the shared set, else the project's own."""
-    shared = RECORDINGS / name
-    return (
-        shared if shared.exists() or not (OWN_RECORDINGS / name).exists() else OWN_RECORDINGS / name
-    )
-
-
-def recording(name: str) -> Walk:
-    """One recording (skipped locally / failed in CI when absent)."""
-    path = recording_path(name)
-    require(path.is_file(), f"recording {path} not present")
-    return read_walk(path)
-
-
-def raw(walk: Walk, oid: str) -> int:
-    """The recorded integer at oid."""
-    value = walk[oid]
-    assert isinstance(value.value, int), (oid, value)
-    return value.value
-
-
-def librenms(name: str) -> list[dict]:
-    """LibreNMS's discovered sensors for one recording."""
-    path = RECORDINGS / "expected" / f"{Path(name).stem}.json"
-    require(path.is_file(), f"expected file {path} not present")
-    data = json.loads(path.read_text())
-    return list(data["sensors"]["discovery"]["sensors"])
-
-
-@pytest.fixture(scope="module")
-def profiles() -> list[Profile]:
-    """Every shipped profile."""
-    return load_profiles()
-
-
 def profile_named(profiles: list[Profile], name: str) -> Profile:
     """The shipped profile called name."""
     return next(p for p in profiles if p.name == name)
-
-
-def decoded(profiles: list[Profile], walk: Walk) -> tuple[Profile, Reading]:
-    """Detect the profile as the poller does (family, then signature), then decode."""
-    profile = detect_in_walk(profiles, walk).profile
-    return profile, decode(profile, walk)
-
-
-def outlet(reading: Reading, index: str) -> OutletReading:
-    """The outlet with this row index."""
-    return next(o for o in reading.outlets if o.index == index)
 
 
 def our_outlet_values(profile: Profile, reading: Reading) -> dict[str, float | None]:
@@ -159,7 +115,7 @@ def check_librenms_outlets(
     """Compare every LibreNMS outlet sensor of the given classes with our value; the count."""
     ours = our_outlet_values(profile, reading)
     checked = 0
-    for s in librenms(name):
+    for s in librenms_sensors(name):
         if s["sensor_class"] not in classes:
             continue
         oid = s["sensor_oid"].lstrip(".")
@@ -390,7 +346,7 @@ def test_apc_cpdu_padding_rows(profiles: list[Profile]) -> None:
     assert r.unit_current_amperes is None and r.unit_voltage_volts is None
     assert r.invalid == {"missing": 2}
     assert check_librenms_outlets(name, w, profile, r, {"current", "power"}) == 80
-    unit_power = [s for s in librenms(name) if s["sensor_oid"].endswith("32.2.4.1.4.1")]
+    unit_power = [s for s in librenms_sensors(name) if s["sensor_oid"].endswith("32.2.4.1.4.1")]
     assert r.unit_power_watts == pytest.approx(unit_power[0]["sensor_current"])
 
 
@@ -453,7 +409,7 @@ def test_raritan_px1_never_exports_va_as_watts(profiles: list[Profile]) -> None:
     ours = our_outlet_values(profile, r)
     assert not [
         s
-        for s in librenms(name)
+        for s in librenms_sensors(name)
         if s["sensor_class"] == "power" and s["sensor_oid"].lstrip(".") in ours
     ]
 
@@ -481,7 +437,7 @@ def test_sentry3(profiles: list[Profile]) -> None:
     assert check_librenms_outlets(name, w, profile, r, {"current"}) == 30
     infeed = [
         s["sensor_current"]
-        for s in librenms(name)
+        for s in librenms_sensors(name)
         if s["sensor_oid"].startswith(".1.3.6.1.4.1.1718.3.2.2.1.7.")
     ]
     assert r.unit_current_amperes == pytest.approx(sum(infeed))
@@ -496,7 +452,7 @@ def test_sentry4(profiles: list[Profile]) -> None:
     assert raw(w, E + "1718.4.1.3.3.1.10.1.1") == 8937
     assert r.unit_energy_joules == pytest.approx((893.7 + 2565.9) * KWH)
     assert r.unit_voltage_volts == pytest.approx(207.9)
-    sensors = librenms(name)
+    sensors = librenms_sensors(name)
     lines = [s["sensor_current"] for s in sensors if "4.1.4.3.1.3." in s["sensor_oid"]]
     assert len(lines) == 6 and r.unit_current_amperes == pytest.approx(sum(lines))
     cords = [s["sensor_current"] for s in sensors if "4.1.3.3.1.3." in s["sensor_oid"]]
@@ -559,7 +515,7 @@ def test_vertiv_geist(profiles: list[Profile]) -> None:
     w = recording(name)
     _, r = decoded(profiles, w)
     assert r.outlets == []
-    sensors = {s["sensor_oid"].lstrip("."): s["sensor_current"] for s in librenms(name)}
+    sensors = {s["sensor_oid"].lstrip("."): s["sensor_current"] for s in librenms_sensors(name)}
     assert r.unit_power_watts == pytest.approx(sensors[E + "21239.5.2.3.1.1.9.1"]) == 1017
     assert r.unit_energy_joules == pytest.approx(sensors[E + "21239.5.2.3.1.1.12.1"] * KWH)
     assert r.unit_energy_joules == pytest.approx(8483.906 * KWH)
@@ -587,7 +543,7 @@ def test_tripplite(profiles: list[Profile]) -> None:
     assert [o.name for o in r.outlets] == [renamed.get(n, f"Load {n}") for n in range(1, 25)]
     assert [o.index for o in r.outlets] == [f"1.{n}" for n in range(1, 25)]
     assert not metered(Reading(outlets=r.outlets))  # outlets carry no values
-    sensors = {s["sensor_oid"].lstrip("."): s["sensor_current"] for s in librenms(name)}
+    sensors = {s["sensor_oid"].lstrip("."): s["sensor_current"] for s in librenms_sensors(name)}
     out = E + "850.1.1.3.2.3.2.1.1."
     assert r.unit_power_watts == pytest.approx(sensors[out + "8.1.1"]) == 207
     assert r.unit_current_amperes == pytest.approx(raw(w, out + "5.1.1") / 100) == 1.0

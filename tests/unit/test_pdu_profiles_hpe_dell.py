@@ -10,19 +10,21 @@ data win, and the test says why.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from collector.demo.snmprec import read_recording
-from collector.site.profiles import load_profiles
-from exporters.pdu.decode import decode
 from exporters.pdu.detect import SYS_OBJECT_ID, detect_in_walk
 from exporters.pdu.profile import Profile
-from exporters.pdu.types import OutletReading, Reading
+from exporters.pdu.types import Reading
 from exporters.snmp.types import Value, Walk
-from tests.support.env import OWN_RECORDINGS, require
+from tests.support.pdurecordings import (
+    decoded,
+    librenms_by_oid,
+    librenms_value,
+    outlet,
+    raw,
+    recording,
+)
+from tests.unit.test_pdu_profiles import RECORDING_PROFILE as ALL_RECORDINGS
 
 KWH = 3.6e6  # J per kWh
 CPQ = "1.3.6.1.4.1.232.165."  # CPQPOWER-MIB cpqPower
@@ -36,54 +38,7 @@ P9S18A = "hpe_p9s18a-pdu3-7.4kva-32a.snmprec"
 MM = "hpe_pdu-management-module.snmprec"
 DELL6606 = "dell_rpdu-dell6606.snmprec"
 
-RECORDING_PROFILE = {MAPDU: "hpe_pdu2", P9S18A: "hpe_pdu3", MM: "hpe_pdumm", DELL6606: "dell_rpdu"}
-
-
-@pytest.fixture(scope="module")
-def profiles() -> list[Profile]:
-    """Every shipped profile."""
-    return load_profiles()
-
-
-def recording(name: str) -> Walk:
-    """One of the project's own recordings."""
-    path = OWN_RECORDINGS / name
-    require(path.is_file(), f"recording {path} not present")
-    return read_recording(path)
-
-
-def librenms(name: str) -> dict[str, dict]:
-    """LibreNMS's discovered sensors for one recording, by sensor OID (no leading dot)."""
-    path = OWN_RECORDINGS / "expected" / f"{Path(name).stem}.json"
-    require(path.is_file(), f"expected file {path} not present")
-    sensors = json.loads(path.read_text())["sensors"]["discovery"]["sensors"]
-    return {s["sensor_oid"].lstrip("."): s for s in sensors}
-
-
-def raw(walk: Walk, oid: str) -> int:
-    """The recorded integer at oid."""
-    value = walk[oid]
-    assert isinstance(value.value, int), (oid, value)
-    return value.value
-
-
-def decoded(profiles: list[Profile], walk: Walk) -> tuple[Profile, Reading]:
-    """Detect the profile as the poller does (family, then signature), then decode."""
-    profile = detect_in_walk(profiles, walk).profile
-    return profile, decode(profile, walk)
-
-
-def outlet(reading: Reading, index: str) -> OutletReading:
-    """The outlet with this row index."""
-    return next(o for o in reading.outlets if o.index == index)
-
-
-def librenms_value(walk: Walk, sensor: dict) -> float:
-    """LibreNMS's value, redone from the recording with its own multiplier and divisor."""
-    value = raw(walk, sensor["sensor_oid"].lstrip(".")) * sensor["sensor_multiplier"]
-    value /= sensor["sensor_divisor"]
-    assert value == pytest.approx(sensor["sensor_current"], abs=1e-9), sensor["sensor_oid"]
-    return value
+RECORDING_PROFILE = {n: ALL_RECORDINGS[n] for n in (MAPDU, P9S18A, MM, DELL6606)}
 
 
 def check_librenms_outlets(
@@ -91,7 +46,7 @@ def check_librenms_outlets(
 ) -> int:
     """Compare every LibreNMS sensor on the given outlet columns ({column: field}); the count."""
     checked = 0
-    for oid, sensor in librenms(name).items():
+    for oid, sensor in librenms_by_oid(name).items():
         for column, field in columns.items():
             if oid.startswith(column + "."):
                 index = oid[len(column) + 1 :]
@@ -184,7 +139,7 @@ def test_hpe_pdu2_agrees_with_librenms(profiles: list[Profile]) -> None:
     # on(2): 6 and 7); the off ones read 0 A / 0 W, which wattbit exports as the reading it is.
     assert check_librenms_outlets(MAPDU, w, profile, r, columns) == 4
     assert [o.index for o in r.outlets if o.power_watts] == ["0.6", "0.7"]
-    sensors = librenms(MAPDU)
+    sensors = librenms_by_oid(MAPDU)
     assert r.unit_power_watts == pytest.approx(librenms_value(w, sensors[PDU2 + "2.1.1.5.0"]))
     assert r.unit_current_amperes == pytest.approx(
         librenms_value(w, sensors[PDU2 + "2.2.1.11.0.1"])
@@ -258,7 +213,7 @@ def test_hpe_pdu3_agrees_with_librenms(profiles: list[Profile]) -> None:
     col = PDU3 + "5.1.1."
     columns = {col + "5": "current_amperes", col + "13": "power_watts"}
     assert check_librenms_outlets(P9S18A, w, profile, r, columns) == 48  # 24 outlets, no padding
-    sensors = librenms(P9S18A)
+    sensors = librenms_by_oid(P9S18A)
     # LibreNMS reads pdu3InputPowerWatts with divisor 1 (W), as the data say
     assert sensors[PDU3 + "2.1.1.5.1"]["sensor_divisor"] == 1
     assert r.unit_power_watts == pytest.approx(librenms_value(w, sensors[PDU3 + "2.1.1.5.1"]))
@@ -323,7 +278,7 @@ def test_hpe_breaker_current_is_whole_amps_not_hundredths(profiles: list[Profile
 def test_hpe_pdu_management_module_agrees_with_librenms(profiles: list[Profile]) -> None:
     w = recording(MM)
     _, r = decoded(profiles, w)
-    sensors = librenms(MM)
+    sensors = librenms_by_oid(MM)
     breakers = [s for o, s in sensors.items() if o.startswith(PDUMM + "3.2.1.3.")]
     assert len(breakers) == 12 and {s["sensor_divisor"] for s in breakers} == {1}  # whole A
     assert r.unit_current_amperes == pytest.approx(sum(librenms_value(w, s) for s in breakers))
@@ -376,7 +331,7 @@ def test_dell_rpdu_agrees_with_librenms(profiles: list[Profile]) -> None:
     col = DELL + "130.2.2.1."
     columns = {col + "6": "current_amperes", col + "8": "power_watts"}
     assert check_librenms_outlets(DELL6606, w, profile, r, columns) == 48
-    sensors = librenms(DELL6606)
+    sensors = librenms_by_oid(DELL6606)
     assert r.unit_current_amperes == pytest.approx(librenms_value(w, sensors[DELL + "120.2.1.4.1"]))
     assert r.unit_voltage_volts == pytest.approx(librenms_value(w, sensors[DELL + "120.2.1.5.1"]))
     # LibreNMS's power is the phase's (rPDUPhaseStatusPower, 0.01 kW: 3810 W), another object

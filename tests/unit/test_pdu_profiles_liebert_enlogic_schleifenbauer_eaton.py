@@ -8,21 +8,16 @@ tests/fixtures/pdu/recordings/ (provenance in the README there).
 
 from __future__ import annotations
 
-import json
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 
-from collector.demo.snmprec import read_recording
-from collector.site.profiles import load_profiles
 from exporters.pdu.decode import decode, metered
 from exporters.pdu.detect import SYS_OBJECT_ID, detect_in_walk
 from exporters.pdu.profile import Profile
-from exporters.pdu.types import OutletReading, Reading
 from exporters.snmp.oid import under
 from exporters.snmp.types import Value, Walk
-from tests.support.env import OWN_RECORDINGS, require
+from tests.support.pdurecordings import decoded, librenms_by_oid, outlet, raw, recording
 
 E = "1.3.6.1.4.1."
 KWH = 3_600_000  # J per kWh
@@ -62,52 +57,12 @@ EPDU = E + "534.6.6.6."
 EPDU_OUT = EPDU + "1.2.2.1."  # outletEntry: outlet
 
 
-def recording(name: str) -> Walk:
-    """One of the project's own recordings (skipped locally / failed in CI when absent)."""
-    path = OWN_RECORDINGS / name
-    require(path.is_file(), f"recording {path} not present")
-    return read_recording(path)
-
-
-def raw(walk: Walk, oid: str) -> int:
-    """The recorded integer at oid."""
-    value = walk[oid]
-    assert isinstance(value.value, int), (oid, value)
-    return value.value
-
-
-def librenms(name: str) -> dict[str, dict]:
-    """LibreNMS's discovered sensors for one recording, by OID (no leading dot)."""
-    path = OWN_RECORDINGS / "expected" / f"{Path(name).stem}.json"
-    require(path.is_file(), f"expected file {path} not present")
-    data = json.loads(path.read_text())
-    sensors = data.get("sensors", {}).get("discovery", {}).get("sensors", [])
-    return {s["sensor_oid"].lstrip("."): s for s in sensors}
-
-
 def lnms_value(sensor: dict, walk: Walk) -> float:
     """LibreNMS's value, after checking it is its own arithmetic on the recorded integer."""
     oid = sensor["sensor_oid"].lstrip(".")
     expected = raw(walk, oid) * sensor["sensor_multiplier"] / sensor["sensor_divisor"]
     assert sensor["sensor_current"] == pytest.approx(expected, abs=1e-9), oid
     return float(sensor["sensor_current"])
-
-
-@pytest.fixture(scope="module")
-def profiles() -> list[Profile]:
-    """Every shipped profile."""
-    return load_profiles()
-
-
-def decoded(profiles: list[Profile], walk: Walk) -> tuple[Profile, Reading]:
-    """Detect the profile as the poller does (family, then signature), then decode."""
-    profile = detect_in_walk(profiles, walk).profile
-    return profile, decode(profile, walk)
-
-
-def outlet(reading: Reading, index: str) -> OutletReading:
-    """The outlet with this row index."""
-    return next(o for o in reading.outlets if o.index == index)
 
 
 def rows(walk: Walk, column: str) -> list[str]:
@@ -206,7 +161,7 @@ def test_liebert_mph2(profiles: list[Profile]) -> None:
 def test_liebert_mph2_librenms(profiles: list[Profile]) -> None:
     w = recording(MPH2)
     _, r = decoded(profiles, w)
-    s = librenms(MPH2)
+    s = librenms_by_oid(MPH2)
     checked = 0
     for o in r.outlets:
         # power: the same column (lgpPduRcpEntryPwrOut), the same value
@@ -267,7 +222,7 @@ def test_liebert_mph_branch_monitored(profiles: list[Profile]) -> None:
     # cross-check: the three branches (lgpPduRbEntryEcHundredths) carry the line's current
     branches = [raw(w, RB + f"130.1.{b}") for b in (1, 2, 3)]
     assert sum(branches) / 100 == pytest.approx(r.unit_current_amperes, abs=0.05)
-    s = librenms(MPH)
+    s = librenms_by_oid(MPH)
     assert r.unit_power_watts == lnms_value(s[PS + "65.1.1"], w)
     assert r.unit_voltage_volts == pytest.approx(lnms_value(s[PS_LINE + "19.1.1.1"], w))
     line = s[PS_LINE + "22.1.1.1"]  # LibreNMS: 2045 "A" (raw, its divisor 100 not applied)
@@ -313,7 +268,7 @@ def test_enlogic_en1814(profiles: list[Profile]) -> None:
 def test_enlogic_librenms(profiles: list[Profile]) -> None:
     w = recording(ENLOGIC)
     _, r = decoded(profiles, w)
-    s = librenms(ENLOGIC)
+    s = librenms_by_oid(ENLOGIC)
     currents = [lnms_value(s[ENL + f"3.4.1.5.1.{p}"], w) for p in (1, 2, 3)]
     assert r.unit_current_amperes == pytest.approx(sum(currents))
     assert r.unit_voltage_volts == lnms_value(s[ENL + "3.4.1.6.1.1"], w)
@@ -389,7 +344,7 @@ def test_schleifenbauer_dpm27e(profiles: list[Profile]) -> None:
 def test_schleifenbauer_dpm27e_librenms(profiles: list[Profile]) -> None:
     w = recording(DPM27E)
     _, r = decoded(profiles, w)
-    s = librenms(DPM27E)
+    s = librenms_by_oid(DPM27E)
     for o in r.outlets:
         assert o.current_amperes == pytest.approx(lnms_value(s[SDB_OUT_MT + "5." + o.index], w))
         assert o.voltage_volts == pytest.approx(lnms_value(s[SDB_OUT_MT + "7." + o.index], w))
@@ -424,7 +379,7 @@ def test_schleifenbauer_databus_test(profiles: list[Profile]) -> None:
         "serial": "SVNL00056319",
     }
     assert r.invalid == {"missing": 1}
-    s = librenms(DATABUS)
+    s = librenms_by_oid(DATABUS)
     assert r.unit_current_amperes == pytest.approx(
         sum(lnms_value(s[SDB_IN + "5." + i], w) for i in ins)
     )
@@ -478,7 +433,7 @@ def test_eaton_pdu_mib(profiles: list[Profile]) -> None:
         "firmware": "01.01.01",
         "serial": "ADO3051266",
     }
-    assert librenms(EATON) == {}  # LibreNMS discovers no sensor from it
+    assert librenms_by_oid(EATON) == {}  # LibreNMS discovers no sensor from it
 
 
 def test_eaton_pdu_millivolts_are_refused_not_exported_as_volts(profiles: list[Profile]) -> None:

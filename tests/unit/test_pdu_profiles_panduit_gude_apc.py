@@ -9,20 +9,16 @@ JSON (sensor_current = raw x multiplier / divisor; A, V, W, kWh) is a second opi
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from collector.demo.snmprec import read_recording
-from collector.site.profiles import load_profiles
 from exporters.pdu.decode import decode, metered
 from exporters.pdu.detect import SYS_OBJECT_ID, detect_in_walk, family_matches
 from exporters.pdu.profile import Profile
 from exporters.pdu.types import Reading
 from exporters.snmp.oid import under
 from exporters.snmp.types import Value, Walk
-from tests.support.env import OWN_RECORDINGS, require
+from tests.support.pdurecordings import librenms_sensors, librenms_value, raw, recording
+from tests.unit.test_pdu_profiles import RECORDING_PROFILE
 
 E = "1.3.6.1.4.1."  # enterprises
 WH = 3600.0  # J per Wh
@@ -30,16 +26,19 @@ KWH = 3.6e6  # J per kWh
 
 # recording -> the profile that must read it
 PROFILE_OF = {
-    "panduit_p42d04m.snmprec": "panduit",
-    "panduit_p24d40m.snmprec": "panduit",
-    "panduit_p32g13m.snmprec": "panduit",
-    "gude_epc-1202.snmprec": "gude_epc1202",
-    "gude_epc-8031.snmprec": "gude_epc8031",
-    "apc_epdu1116s.snmprec": "apc_epdu",
-    "rittal_pdu-controller.snmprec": "rittal_cmc3",
-    "tripplite_pdumh20atnet.snmprec": "tripplite",
-    "tripplite_pdumh20atnet-librenms.snmprec": "tripplite",
-    "vertiv_geist-mn03edr1.snmprec": "vertiv_geist",
+    n: RECORDING_PROFILE[n]
+    for n in (
+        "panduit_p42d04m.snmprec",
+        "panduit_p24d40m.snmprec",
+        "panduit_p32g13m.snmprec",
+        "gude_epc-1202.snmprec",
+        "gude_epc-8031.snmprec",
+        "apc_epdu1116s.snmprec",
+        "rittal_pdu-controller.snmprec",
+        "tripplite_pdumh20atnet.snmprec",
+        "tripplite_pdumh20atnet-librenms.snmprec",
+        "vertiv_geist-mn03edr1.snmprec",
+    )
 }
 
 # PANDUIT-MIB pdug5 tables
@@ -57,45 +56,19 @@ ATS_OUT = E + "850.1.1.3.4.3.2.1.1."
 V5_PHASE = E + "21239.5.2.3.2.1."
 
 
-def walk_of(name: str) -> Walk:
-    """One of the project's own recordings (skipped locally / failed in CI when absent)."""
-    path = OWN_RECORDINGS / name
-    require(path.is_file(), f"recording {path} not present")
-    return read_recording(path)
-
-
-def raw(walk: Walk, oid: str) -> int:
-    """The recorded integer at oid."""
-    value = walk[oid]
-    assert isinstance(value.value, int) and not isinstance(value.value, bool), (oid, value)
-    return value.value
-
-
 def librenms(name: str) -> dict[str, float]:
     """LibreNMS's value per sensor OID, redone from the recording: raw x multiplier / divisor."""
-    path = OWN_RECORDINGS / "expected" / f"{Path(name).stem}.json"
-    require(path.is_file(), f"expected file {path} not present")
-    walk = walk_of(name)
-    out: dict[str, float] = {}
-    for s in json.loads(path.read_text())["sensors"]["discovery"]["sensors"]:
-        oid = s["sensor_oid"].lstrip(".")
-        if s["sensor_class"] not in ("current", "voltage", "power", "power_consumed"):
-            continue
-        value = raw(walk, oid) * s["sensor_multiplier"] / s["sensor_divisor"]
-        assert value == pytest.approx(s["sensor_current"], abs=1e-9), oid  # LibreNMS's arithmetic
-        out[oid] = value
-    return out
-
-
-@pytest.fixture(scope="module")
-def profiles() -> list[Profile]:
-    """Every shipped profile."""
-    return load_profiles()
+    walk = recording(name)
+    return {
+        s["sensor_oid"].lstrip("."): librenms_value(walk, s)
+        for s in librenms_sensors(name)
+        if s["sensor_class"] in ("current", "voltage", "power", "power_consumed")
+    }
 
 
 def read(profiles: list[Profile], name: str) -> Reading:
     """Detect as the poller does, check the profile, decode."""
-    walk = walk_of(name)
+    walk = recording(name)
     detection = detect_in_walk(profiles, walk)
     assert detection.profile.name == PROFILE_OF[name], (name, detection.why)
     return decode(detection.profile, walk)
@@ -106,7 +79,7 @@ def read(profiles: list[Profile], name: str) -> Reading:
 
 @pytest.mark.parametrize("name", sorted(PROFILE_OF))
 def test_detected_with_and_without_sys_object_id(profiles: list[Profile], name: str) -> None:
-    walk = walk_of(name)
+    walk = recording(name)
     assert detect_in_walk(profiles, walk).profile.name == PROFILE_OF[name]
     bare = {o: v for o, v in walk.items() if o != SYS_OBJECT_ID}
     assert detect_in_walk(profiles, bare).profile.name == PROFILE_OF[name]
@@ -114,7 +87,7 @@ def test_detected_with_and_without_sys_object_id(profiles: list[Profile], name: 
 
 @pytest.mark.parametrize("name", sorted(PROFILE_OF))
 def test_walk_roots_and_scalars_cover_what_decode_reads(profiles: list[Profile], name: str) -> None:
-    walk = walk_of(name)
+    walk = recording(name)
     profile = detect_in_walk(profiles, walk).profile
     roots, scalars = profile.walk_roots(), set(profile.scalar_oids())
     polled = {o: v for o, v in walk.items() if o in scalars or any(under(o, r) for r in roots)}
@@ -136,7 +109,7 @@ def test_easy_pdu_family_is_longer_than_masterswitch(profiles: list[Profile]) ->
 
 def test_panduit_p42d04m(profiles: list[Profile]) -> None:
     name = "panduit_p42d04m.snmprec"
-    w = walk_of(name)
+    w = recording(name)
     r = read(profiles, name)
     lnms = librenms(name)
     assert r.unit_power_watts == raw(w, PD_INPUT + "5.1") == 956  # pdug5InputPowerWatts, W
@@ -166,7 +139,7 @@ def test_panduit_p42d04m(profiles: list[Profile]) -> None:
 
 def test_panduit_p24d40m(profiles: list[Profile]) -> None:
     name = "panduit_p24d40m.snmprec"
-    w = walk_of(name)
+    w = recording(name)
     r = read(profiles, name)
     lnms = librenms(name)
     assert r.unit_power_watts == raw(w, PD_INPUT + "5.1") == 50
@@ -184,7 +157,7 @@ def test_panduit_p24d40m(profiles: list[Profile]) -> None:
 
 
 def test_panduit_voltage_without_a_live_group_is_missing(profiles: list[Profile]) -> None:
-    w = walk_of("panduit_p24d40m.snmprec")
+    w = recording("panduit_p24d40m.snmprec")
     w[PD_GROUP + "3.1.1"] = Value("Integer32", 0)  # group 1 padding too: no group to read
     panduit = next(p for p in profiles if p.name == "panduit")
     r = decode(panduit, w)
@@ -194,7 +167,7 @@ def test_panduit_voltage_without_a_live_group_is_missing(profiles: list[Profile]
 
 def test_panduit_p32g13m_outlets_and_padding(profiles: list[Profile]) -> None:
     name = "panduit_p32g13m.snmprec"
-    w = walk_of(name)
+    w = recording(name)
     r = read(profiles, name)
     # row 1.33: empty name, pdug5OutletType 0 (no such enum), rating 0 -- padding, skipped
     assert raw(w, PD_OUTLET + "3.1.33") == 0 and raw(w, PD_OUTLET + "4.1.33") == 0
@@ -227,7 +200,7 @@ def test_panduit_p32g13m_outlets_and_padding(profiles: list[Profile]) -> None:
     ],
 )
 def test_gude(profiles: list[Profile], name: str, model: str, expect: tuple) -> None:
-    w = walk_of(name)
+    w = recording(name)
     r = read(profiles, name)
     lnms = librenms(name)
     chan = f"{E}28507.{model}.1.5.1.2.1."  # epcNNNNPowerEntry, INDEX channel
@@ -250,7 +223,7 @@ def test_gude(profiles: list[Profile], name: str, model: str, expect: tuple) -> 
 
 
 def test_gude_inactive_channel_gives_no_values(profiles: list[Profile]) -> None:
-    w = walk_of("gude_epc-1202.snmprec")
+    w = recording("gude_epc-1202.snmprec")
     w[E + "28507.43.1.5.1.2.1.2.1"] = Value("Integer32", 0)  # epc1202ChanStatus: not active
     gude = next(p for p in profiles if p.name == "gude_epc1202")
     r = decode(gude, w)
@@ -263,7 +236,7 @@ def test_gude_inactive_channel_gives_no_values(profiles: list[Profile]) -> None:
 
 def test_apc_epdu1116s(profiles: list[Profile]) -> None:
     name = "apc_epdu1116s.snmprec"
-    w = walk_of(name)
+    w = recording(name)
     r = read(profiles, name)
     lnms = librenms(name)
     # no ePDUDeviceStatus power/energy columns in this capture: the phase rows are summed
@@ -292,7 +265,7 @@ def test_apc_epdu1116s(profiles: list[Profile]) -> None:
 
 
 def test_apc_epdu_device_row_wins_and_minus_one_falls_back(profiles: list[Profile]) -> None:
-    w = walk_of("apc_epdu1116s.snmprec")
+    w = recording("apc_epdu1116s.snmprec")
     epdu = next(p for p in profiles if p.name == "apc_epdu")
     w[EPDU_DEVICE + "7.1"] = Value("Integer32", 250)  # ePDUDeviceStatusActivePower, W
     w[EPDU_DEVICE + "11.1"] = Value("Integer32", 400000)  # ePDUDeviceStatusEnergy, Wh
@@ -320,7 +293,7 @@ def _cmc(w: Walk, var: str) -> tuple[str, int, int]:
 
 def test_rittal_pdu_controller(profiles: list[Profile]) -> None:
     name = "rittal_pdu-controller.snmprec"
-    w = walk_of(name)
+    w = recording(name)
     r = read(profiles, name)
     lnms = librenms(name)
     assert _cmc(w, "12") == ("Total.Power.Active.Value", 1, 2742)  # scale *1: W
@@ -350,7 +323,7 @@ def test_rittal_pdu_controller(profiles: list[Profile]) -> None:
 
 def test_rittal_other_scale_or_no_value_is_not_read(profiles: list[Profile]) -> None:
     rittal = next(p for p in profiles if p.name == "rittal_cmc3")
-    w = walk_of("rittal_pdu-controller.snmprec")
+    w = recording("rittal_pdu-controller.snmprec")
     w[CMC_VAR + "7.2.12"] = Value("Integer32", -10)  # power declared in tenths: not ours
     w[CMC_VAR + "14.2.26"] = Value("Integer32", 22)  # cmcIIIVarQuality okNoValue
     r = decode(rittal, w)
@@ -364,7 +337,7 @@ def test_rittal_other_scale_or_no_value_is_not_read(profiles: list[Profile]) -> 
 
 def test_tripplite_pdumh20atnet_librenms(profiles: list[Profile]) -> None:
     name = "tripplite_pdumh20atnet-librenms.snmprec"
-    w = walk_of(name)
+    w = recording(name)
     r = read(profiles, name)
     lnms = librenms(name)
     assert not any(o.startswith(E + "850.1.1.3.2.") for o in w)  # no tlpPdu rows at all
@@ -379,7 +352,7 @@ def test_tripplite_pdumh20atnet_librenms(profiles: list[Profile]) -> None:
 
 
 def test_tripplite_pdumh20atnet_full_walk(profiles: list[Profile]) -> None:
-    w = walk_of("tripplite_pdumh20atnet.snmprec")
+    w = recording("tripplite_pdumh20atnet.snmprec")
     r = read(profiles, "tripplite_pdumh20atnet.snmprec")
     # PowerAlert 15.5: no tlpAtsOutputActivePower; tlpAtsOutputCalculatedPowerKW (0.01 kW) is
     assert ATS_OUT + "8.1.1" not in w
@@ -395,7 +368,7 @@ def test_tripplite_pdumh20atnet_full_walk(profiles: list[Profile]) -> None:
 
 def test_vertiv_mn03edr1_power_and_energy_from_phases(profiles: list[Profile]) -> None:
     name = "vertiv_geist-mn03edr1.snmprec"
-    w = walk_of(name)
+    w = recording(name)
     r = read(profiles, name)
     lnms = librenms(name)
     assert not any(o.startswith(E + "21239.5.2.3.1.") for o in w)  # no pduTable
@@ -420,9 +393,7 @@ def test_vertiv_mn03edr1_power_and_energy_from_phases(profiles: list[Profile]) -
 
 
 def test_ap7902b_legacy_watts_are_a_nominal_estimate() -> None:
-    path = OWN_RECORDINGS / "apc_ap7902b.snmprec"
-    require(path.is_file(), f"recording {path} not present")
-    w = read_recording(path)
+    w = recording("apc_ap7902b.snmprec")
     ident = E + "318.1.1.12.1."  # rPDUIdent
     # rPDUIdentDevicePowerWatts = rPDUIdentDeviceLinetoLineVoltage (a configured nominal 120 V)
     # x rPDU2PhaseStatusCurrent (1.6 A) x rPDUIdentDevicePowerFactor (configured 1000/1000)
