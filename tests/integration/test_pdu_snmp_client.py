@@ -371,10 +371,8 @@ def test_timeout_on_a_slow_agent() -> None:
                     await client.walk(target, f"{OUTLET_TABLE}.1.7")
                 return info.value
 
-        start = time.monotonic()
         exc = run(go())
-        assert exc.reason == "timeout"
-        assert time.monotonic() - start < 0.5 + 3.0
+        assert exc.reason == "timeout"  # had it waited for the 1.5 s answer, the walk succeeded
 
 
 @pytest.mark.parametrize("fault", ["tooBig", "garbage", "silent"])
@@ -413,21 +411,20 @@ def test_an_agent_that_died_fails_and_keeps_its_bulk_size() -> None:
     """A PDU that answered and then went away (its port now closed): refused, no halving."""
     require(APC.exists(), f"PDU recordings missing in {RECORDINGS}")
 
-    async def go() -> tuple[SnmpError, dict[tuple[str, int], int], float]:
+    async def go() -> tuple[SnmpError, dict[tuple[str, int], int]]:
         async with SnmpClient() as client:
             with RawAgent(APC, "public") as agent:
                 # a timeout long enough that only a refusal can end the second walk in time
                 target = v2c(agent, "public", timeout=10.0, retries=0)
                 assert len(await client.walk(target, OUTLET_TABLE)) > 200
-            start = time.monotonic()
             with pytest.raises(SnmpError) as info:
                 await client.walk(target, OUTLET_TABLE)
-            return info.value, dict(client.bulk_sizes), time.monotonic() - start
+            return info.value, dict(client.bulk_sizes)
 
-    exc, sizes, elapsed = run(go())
+    exc, sizes = run(go())
+    # refused, not timeout: the kernel's answer ended it, no timeout was waited out
     assert exc.reason == "refused"  # the kernel answers for the dead agent's port
     assert sizes == {}
-    assert elapsed < 10.0  # refused at once: no timeout was waited out
 
 
 @pytest.mark.parametrize(("fault", "reason"), [("tooBig", "too_big"), ("garbage", "garbage")])
