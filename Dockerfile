@@ -1,22 +1,37 @@
 # wattbit: the host agent (`wattbit agent`) and the site collector (`wattbit collector`).
 # One image for both; docker-compose.yml picks the command. Pinned base image.
 #
-# bcc comes from Debian (python3-bpfcc, never PyPI's unrelated "bcc"): the virtualenv is made
-# with --system-site-packages so it sees it, as scripts/bootstrap.sh does on a host. bcc
-# compiles the agent's BPF program at start against the *host's* kernel headers, which
-# docker-compose mounts (/lib/modules, /usr/src), so no headers are baked in here.
+# The agent's default blockio backend (core) is a CO-RE BPF object compiled once, in the
+# build stage below, with Debian's clang; at run time libbpf1 relocates it against the host
+# kernel's BTF (/sys/kernel/btf/vmlinux, visible in a privileged container): no LLVM, no
+# headers in the image. bcc stays as the fallback for kernels without BTF: it comes from Debian
+# (python3-bpfcc, never PyPI's unrelated "bcc"), the virtualenv is made with
+# --system-site-packages so it sees it, and it compiles at start against the *host's* kernel
+# headers, which docker-compose mounts (/lib/modules, /usr/src).
+FROM debian:12.8-slim AS bpf
+ARG DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends clang libbpf-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY scripts/build-bpf.sh scripts/
+COPY exporters/blockio/wattbit_buckets.h exporters/blockio/
+COPY exporters/blockio/core/blockio.bpf.c exporters/blockio/core/blockio_types.h exporters/blockio/core/
+RUN bash scripts/build-bpf.sh
+
 FROM debian:12.8-slim
 
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      python3 python3-venv python3-bpfcc ethtool iproute2 smartmontools ca-certificates \
+      python3 python3-venv python3-bpfcc libbpf1 ethtool iproute2 smartmontools ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/wattbit
 COPY pyproject.toml README.md ./
 COPY collector ./collector
 COPY exporters ./exporters
+COPY --from=bpf /src/exporters/blockio/core/blockio.bpf.o ./exporters/blockio/core/
 RUN python3 -m venv --system-site-packages /opt/wattbit/.venv \
  && /opt/wattbit/.venv/bin/pip install --no-cache-dir . \
  && mkdir -p /var/lib/wattbit /etc/wattbit

@@ -6,10 +6,11 @@ cd "$(dirname "$0")/.."
 
 # Debian packages. python3-bpfcc is bcc (never PyPI's unrelated "bcc"); prometheus brings
 # promtool; bpftrace is the comparison point in bench/blockio_overhead; smartmontools is the
-# smartctl the agent's smart exporter runs.
+# smartctl the agent's smart exporter runs; clang and libbpf-dev compile the core blockio
+# program once here (scripts/build-bpf.sh), libbpf1 loads it at run time.
 PKGS=(python3-bpfcc bpftrace prometheus fio python3-venv python3-dev iproute2 kmod openssl ethtool iperf3
       util-linux bpftool snmp chromium fonts-liberation prometheus-alertmanager fuse3 libfuse2
-      prometheus-node-exporter docker-compose smartmontools)
+      prometheus-node-exporter docker-compose smartmontools clang libbpf-dev libbpf1)
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -56,6 +57,8 @@ fi
 if [ ! -d /sys/kernel/debug/tracing ] && ! mountpoint -q /sys/kernel/debug; then
   mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null || true
 fi
+
+bash scripts/build-bpf.sh
 
 # The virtualenv sees system site-packages so that Debian's bcc is importable.
 if [ ! -x .venv/bin/python ]; then

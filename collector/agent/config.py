@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
 from collector.config import Duration, ProcessConfig, Regex, Strict
 from exporters.blockio.exporter import DEFAULT_EXCLUDE
+from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, MAX_LAT_BOUNDS
 from exporters.nic.exporter import DEFAULT_EXCLUDE as NIC_EXCLUDE
 
 
@@ -15,10 +18,26 @@ class BlockioConfig(Strict):
     """The blockio exporter's settings."""
 
     enabled: bool = True
-    backend: Literal["auto", "bcc", "diskstats"] = "auto"
+    backend: Literal["auto", "core", "bcc", "diskstats"] = "auto"
     exclude: Regex = DEFAULT_EXCLUDE
     max_inflight: int = Field(default=65536, ge=1024, le=1 << 22)
     topology_refresh: Duration = 60.0
+    # Latency histogram bounds in seconds (the series budget: docs/exporters/blockio.md).
+    latency_buckets: list[float] = Field(default_factory=lambda: list(DEFAULT_LAT_BOUNDS_SECONDS))
+    size_histogram: bool = False  # wattbit_disk_io_size_bytes: 19 more series per (disk, op)
+
+    @field_validator("latency_buckets")
+    @classmethod
+    def _buckets(cls, v: list[float]) -> list[float]:
+        if not 1 <= len(v) <= MAX_LAT_BOUNDS:
+            raise ValueError(f"must list 1 to {MAX_LAT_BOUNDS} bounds")
+        # Whole nanoseconds (what the kernel's clock counts), finite, increasing.
+        if not all(math.isfinite(b) and 1e-9 <= b <= 3600 for b in v):
+            raise ValueError("every bound must be between 1ns and 3600 seconds")
+        ns = [round(b * 1e9) for b in v]
+        if any(a >= b for a, b in itertools.pairwise(ns)):
+            raise ValueError("bounds must increase (by at least 1ns)")
+        return v
 
 
 class NicConfig(Strict):

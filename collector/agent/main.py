@@ -53,10 +53,14 @@ def build_exporters(
                     topology_refresh=cfg.blockio.topology_refresh,
                     sys_root=sys_root,
                     proc_root=proc_root,
+                    latency_buckets=cfg.blockio.latency_buckets,
+                    size_histogram=cfg.blockio.size_histogram,
                 )
             )
         except BackendUnavailable as exc:
-            raise StartupError(f"blockio: backend 'bcc' was requested but {exc.detail}") from exc
+            raise StartupError(
+                f"blockio: backend '{cfg.blockio.backend}' was requested but {exc.detail}"
+            ) from exc
     if cfg.nic.enabled:
         exporters.append(
             NicExporter(

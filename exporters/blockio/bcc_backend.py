@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import logging
 import os
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import devt
+from .bpfshared import DevNames, fdinfo, kernel_at_least, prog_stats, sum_percpu
 from .diskstats import DiskstatsBackend
 from .model import (
-    LAT_SLOTS,
-    LAT_UNIT_NS,
+    DEFAULT_LAT_BOUNDS_SECONDS,
     OPS,
     SIZE_SLOTS,
     SIZE_UNIT,
@@ -22,23 +21,12 @@ from .model import (
     DeviceStats,
     OpStats,
 )
-from .topology import devt_names
 
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "blockio.c"
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
-_U64 = (1 << 64) - 1
-
-
-def _fdinfo(fd: int) -> dict[str, int]:
-    out = {}
-    for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines():
-        key, _, value = line.partition(":")
-        with contextlib.suppress(ValueError):
-            out[key.strip()] = int(value.strip())
-    return out
 
 
 def _tracefs_ready() -> bool:
@@ -69,21 +57,27 @@ def percpu_stats_safe(release: str | None = None) -> bool:
     # Before 6.1 (bpf_mem_alloc) the verifier accepts them with a WARN_ONCE, a panic under
     # panic_on_warn, and PREEMPT_RT refuses them: blockio.c then keeps its shared,
     # preallocated statistics map. A backport we cannot see only costs the speed-up.
-    release = os.uname().release if release is None else release
-    try:
-        major, minor = (int(part) for part in release.split("-")[0].split(".")[:2])
-    except ValueError:
-        return False
-    return (major, minor) >= (6, 1)
+    return kernel_at_least(6, 1, release)
 
 
-def cflags(max_inflight: int, percpu_stats: bool | None = None) -> list[str]:
+def lat_slot_macro(bounds_seconds: Sequence[float]) -> str:
+    """LAT_SLOT(v) for blockio.c: how many bounds lie below v ns (Prometheus' le: the slot
+    whose bound is the first >= v), as a sum of comparisons."""
+    terms = " + ".join(f"((v) > {round(b * 1e9)}ULL)" for b in bounds_seconds)
+    return f"-DLAT_SLOT(v)=({terms})"
+
+
+def cflags(
+    max_inflight: int,
+    percpu_stats: bool | None = None,
+    lat_bounds_seconds: Sequence[float] = DEFAULT_LAT_BOUNDS_SECONDS,
+) -> list[str]:
     """The compile flags that size blockio.c's maps and histograms (and pick the stats map)."""
     flags = [
         f"-I{HERE}",
-        f"-DLAT_SLOTS={LAT_SLOTS}",
+        f"-DLAT_SLOTS={len(lat_bounds_seconds) + 1}",
+        lat_slot_macro(lat_bounds_seconds),
         f"-DSIZE_SLOTS={SIZE_SLOTS}",
-        f"-DLAT_UNIT_NS={LAT_UNIT_NS}ULL",
         f"-DSIZE_UNIT={SIZE_UNIT}ULL",
         f"-DMAX_INFLIGHT={max_inflight}",
         "-DMAX_STATS=8192",
@@ -100,20 +94,6 @@ def _stat_fields(leaf: Any) -> dict[str, int]:
     return out
 
 
-def _sum_percpu(percpu: Any, words: int) -> list[int]:
-    """Sum the per-CPU copies of one stat_val word by word, modulo 2^64 as atomics would wrap.
-
-    The copies lie one after the other (every field is a u64), so a strided memoryview hands
-    each word's column of CPUs to sum() in C. Measured at 128 CPUs: 0.09 ms per (dev, op)
-    with a typical dozen non-zero words, 0.16-0.2 ms with all 48 non-zero (17-40 ms for 192
-    entries); summing ctypes attributes CPU by CPU takes 0.8 ms, big-integer lane tricks
-    ~0.16 ms. numpy is not a dependency. At 2 CPUs, read() of 192 entries takes 3.4 ms
-    (1.5 ms with the former shared map).
-    """
-    flat = memoryview(percpu).cast("B").cast("Q")
-    return [sum(flat[i::words]) & _U64 for i in range(words)]
-
-
 class BccBackend:
     """Per-request latency, size, I/Os, bytes and errors from the block-layer tracepoints."""
 
@@ -124,6 +104,8 @@ class BccBackend:
         max_inflight: int = 65536,
         sys_root: Path = Path("/sys"),
         proc_root: Path = Path("/proc"),
+        lat_bounds_seconds: Sequence[float] = DEFAULT_LAT_BOUNDS_SECONDS,
+        size_histogram: bool = False,
     ) -> None:
         if os.geteuid() != 0:
             raise BackendUnavailable("not root", "loading BPF programs needs root (CAP_BPF)")
@@ -137,7 +119,10 @@ class BccBackend:
                 "virtualenv with --system-site-packages",
             ) from exc
         try:
-            self.bpf: Any = BPF(src_file=str(SOURCE).encode(), cflags=cflags(max_inflight))
+            self.bpf: Any = BPF(
+                src_file=str(SOURCE).encode(),
+                cflags=cflags(max_inflight, lat_bounds_seconds=lat_bounds_seconds),
+            )
         except Exception as exc:
             # bcc prints the compiler's errors on stderr; the exception says which step failed.
             raise BackendUnavailable(
@@ -145,26 +130,21 @@ class BccBackend:
                 f"compiling or loading {SOURCE.name} failed ({exc}); are kernel headers "
                 f"present at /lib/modules/{os.uname().release}/build?",
             ) from exc
-        self.sys_root = sys_root
-        self._names: dict[tuple[int, int], str] = {}
+        self.lat_slots = len(lat_bounds_seconds) + 1
+        self.size_histogram = size_histogram
+        self._name = DevNames(sys_root)
         self.diskstats = DiskstatsBackend(proc_root)
 
-    def _name(self, dev: int) -> str:
-        key = devt.decode(dev)
-        name = self._names.get(key)
-        if name is None:
-            self._names = devt_names(self.sys_root)  # a device appeared: re-read the index
-            name = self._names.get(key, f"{key[0]}:{key[1]}")
-        return name
+    def _fds(self) -> list[tuple[str, int]]:
+        out = []
+        for fn_name, fn in self.bpf.funcs.items():
+            name = fn_name.decode() if isinstance(fn_name, bytes) else str(fn_name)
+            out.append((name.rsplit("__", 1)[-1].removeprefix("block_rq_"), fn.fd))
+        return out
 
     def missed_events(self) -> dict[str, int]:
         """Events each program skipped because another BPF program ran on the CPU."""
-        out = {}
-        for fn_name, fn in self.bpf.funcs.items():
-            name = fn_name.decode() if isinstance(fn_name, bytes) else str(fn_name)
-            event = name.rsplit("__", 1)[-1].removeprefix("block_rq_")
-            out[event] = _fdinfo(fn.fd).get("recursion_misses", 0)
-        return out
+        return {event: fdinfo(fd).get("recursion_misses", 0) for event, fd in self._fds()}
 
     def read(self) -> dict[str, DeviceStats]:
         """Cumulative per-device statistics since the program was loaded."""
@@ -177,15 +157,15 @@ class BccBackend:
         for key, percpu in table.items():
             if key.op >= len(OPS):
                 continue
-            val = _sum_percpu(percpu, fields["_words"])
-            dev = out.setdefault(self._name(key.dev), DeviceStats())
+            val = sum_percpu(percpu, fields["_words"])
+            dev = out.setdefault(self._name(key.dev), DeviceStats(clock="device"))
             dev.ops[OPS[key.op]] = OpStats(
                 ios=val[fields["ios"]],
                 bytes=val[fields["bytes"]],
                 errors=val[fields["errors"]],
-                lat_slots=val[lat : lat + LAT_SLOTS],
+                lat_slots=val[lat : lat + self.lat_slots],
                 lat_sum_seconds=val[fields["lat_sum_ns"]] / 1e9,
-                size_slots=val[size : size + SIZE_SLOTS],
+                size_slots=val[size : size + SIZE_SLOTS] if self.size_histogram else None,
                 size_sum_bytes=val[fields["size_sum"]],
             )
         # Busy time and in-flight from the kernel's accounting (see blockio.c for why).
@@ -195,14 +175,9 @@ class BccBackend:
             dev.inflight = kernel.inflight
         return out
 
-    def prog_stats(self) -> dict[str, tuple[int, int]]:
-        """run_time_ns and run_cnt of each program (counted with kernel.bpf_stats_enabled=1)."""
-        stats: dict[str, tuple[int, int]] = {}
-        for fn_name, fn in self.bpf.funcs.items():
-            info = _fdinfo(fn.fd)
-            name = fn_name.decode() if isinstance(fn_name, bytes) else str(fn_name)
-            stats[name] = (info.get("run_time_ns", 0), info.get("run_cnt", 0))
-        return stats
+    def prog_stats(self) -> dict[str, tuple[int, int]] | None:
+        """run_time_ns and run_cnt of each program, when the kernel counts them."""
+        return prog_stats(self._fds())
 
     def close(self) -> None:
         """Detach the programs and free the maps."""

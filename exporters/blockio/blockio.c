@@ -2,7 +2,9 @@
  *
  * Loaded by exporters/blockio/bcc_backend.py with cflags:
  *   -DLAT_SLOTS, -DSIZE_SLOTS     number of histogram slots (last one is the overflow, +Inf)
- *   -DLAT_UNIT_NS, -DSIZE_UNIT    first bucket bound (1 us, 512 bytes)
+ *   -DLAT_SLOT(v)                 the latency slot of v ns: the configured bounds below v,
+ *                                 a sum of comparisons (branch-free, no table in memory)
+ *   -DSIZE_UNIT                   first size bucket bound (512 bytes)
  *   -DMAX_INFLIGHT                size of the LRU start map
  *   -DMAX_STATS                   size of the statistics map
  *   -DPERCPU_STATS                per-CPU statistics (kernel >= 6.1, see the map below)
@@ -101,6 +103,8 @@ BPF_HASH(stats, struct stat_key, struct stat_val, MAX_STATS);
 #define STAT_ADD(field, n) __sync_fetch_and_add(&(field), (n))
 #endif
 
+BPF_ARRAY(zeroes, struct stat_val, 1);
+
 /* rwbs is filled by blk_fill_rwbs() (block/blktrace.c): an optional leading 'F' for
  * REQ_PREFLUSH, then the op letter (W, D, R, F for REQ_OP_FLUSH, N for everything else).
  * 'N' (write-zeroes, zone management, driver passthrough) is not counted: /proc/diskstats
@@ -171,13 +175,18 @@ TRACEPOINT_PROBE(block, block_rq_complete)
 	struct stat_val *s = stats.lookup(&sk);
 
 	if (!s) {
-		/* Only the first completion of a (dev, op) gets here. Measured: -17 ns per
-		 * completion against lookup_or_try_init(), whose 384-byte zero value argument is
-		 * written to the stack (48 stores) on every call, hit or miss. Another CPU may
-		 * insert first: insert() then fails and the lookup finds its entry. */
-		struct stat_val zero = {};
+		/* Only the first completion of a (dev, op) gets here. The zeros come from a
+		 * one-entry array, not the stack: with many latency bounds LAT_SLOT's comparisons
+		 * spill registers, and a 384-byte stat_val on the stack then passes the 512-byte
+		 * limit. (Measured before: -17 ns per completion against lookup_or_try_init(),
+		 * which writes its zero argument to the stack on every call, hit or miss.) Another
+		 * CPU may insert first: insert() then fails and the lookup finds its entry. */
+		u32 z = 0;
+		struct stat_val *zero = zeroes.lookup(&z);
 
-		stats.insert(&sk, &zero);
+		if (!zero)
+			return 0;
+		stats.insert(&sk, zero);
 		s = stats.lookup(&sk);
 		if (!s)
 			return 0;
@@ -204,11 +213,10 @@ TRACEPOINT_PROBE(block, block_rq_complete)
 		return 0;
 
 	u64 lat = now - ts;
-	/* Measured: a division-free wb_slot (exact: k = floor(log2(lat-1)) - 9, plus one if lat
-	 * exceeds 1000 << k; checked against wb_slot on 2.9e8 values) saved nothing measurable
-	 * (-1.5 ns per completion, within noise): the 64-bit divide is cheap on current CPUs. So
-	 * the one implementation of the convention, the one tests/unit/test_buckets.py pins, stays. */
-	unsigned int ls = wb_slot(lat, LAT_UNIT_NS, LAT_SLOTS);
+	/* The configured bounds (blockio.latency_buckets) as compiled into LAT_SLOT by
+	 * bcc_backend.lat_slot_macro(); tests/unit/test_buckets.py pins it against the core
+	 * program's binary search and Prometheus' le. */
+	unsigned int ls = LAT_SLOT(lat);
 	unsigned int ss = wb_slot(bytes, SIZE_UNIT, SIZE_SLOTS);
 
 	if (ls < LAT_SLOTS)

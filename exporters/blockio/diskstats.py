@@ -93,6 +93,7 @@ class DiskstatsBackend:
     """Reads /proc/diskstats on every scrape."""
 
     name = "diskstats"
+    size_histogram = False
 
     def __init__(self, proc_root: Path = Path("/proc")) -> None:
         self.path = proc_root / "diskstats"
@@ -104,6 +105,10 @@ class DiskstatsBackend:
 
     def missed_events(self) -> dict[str, int] | None:
         """No BPF programs: nothing to miss (and no such metric)."""
+        return None
+
+    def prog_stats(self) -> dict[str, tuple[int, int]] | None:
+        """No BPF programs: no run time to report."""
         return None
 
     def close(self) -> None:

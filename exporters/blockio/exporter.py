@@ -6,7 +6,7 @@ import functools
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from prometheus_client.core import (
@@ -22,7 +22,7 @@ from exporters.base import Exporter
 
 from .diskstats import DiskstatsBackend
 from .model import (
-    LAT_BOUNDS_SECONDS,
+    DEFAULT_LAT_BOUNDS_SECONDS,
     OPS,
     SIZE_BOUNDS_BYTES,
     Backend,
@@ -37,27 +37,47 @@ log = logging.getLogger(__name__)
 # streams from, and their idle series only cost.
 DEFAULT_EXCLUDE = r"^(ram|zram|fd|sr)\d+$"
 
-_LAT_LE = (*(floatToGoString(b) for b in LAT_BOUNDS_SECONDS), "+Inf")
 _SIZE_LE = (*(floatToGoString(b) for b in SIZE_BOUNDS_BYTES), "+Inf")
 
 
-def open_backend(
-    choice: str, max_inflight: int, sys_root: Path, proc_root: Path
-) -> tuple[Backend, str]:
-    """The backend to run and why: bcc when it loads, else diskstats with the reason."""
-    if choice in ("auto", "bcc"):
-        try:
-            from .bcc_backend import BccBackend
+def le_labels(bounds: Sequence[float]) -> tuple[str, ...]:
+    """The le label values of histogram bounds, +Inf last, as Go's client formats them."""
+    return (*(floatToGoString(b) for b in bounds), "+Inf")
 
-            return BccBackend(max_inflight, sys_root, proc_root), ""
+
+def open_backend(
+    choice: str,
+    max_inflight: int,
+    sys_root: Path,
+    proc_root: Path,
+    lat_bounds: Sequence[float] = DEFAULT_LAT_BOUNDS_SECONDS,
+    size_histogram: bool = False,
+) -> tuple[Backend, str]:
+    """The backend to run and why not a better one: core (CO-RE, libbpf) where the kernel has
+    BTF, else bcc, else /proc/diskstats; the reason is the first failure's short label."""
+    if choice == "diskstats":
+        return DiskstatsBackend(proc_root), "configured"
+    reason = ""
+    if choice in ("auto", "core"):
+        try:
+            from .core.backend import CoreBackend
+
+            return CoreBackend(lat_bounds, size_histogram, sys_root, proc_root), ""
         except BackendUnavailable as exc:
-            if choice == "bcc":
+            if choice == "core":
                 raise
-            log.warning(
-                "blockio: eBPF unavailable, falling back to /proc/diskstats: %s", exc.detail
-            )
-            return DiskstatsBackend(proc_root), exc.reason
-    return DiskstatsBackend(proc_root), "configured"
+            log.warning("blockio: core backend unavailable, trying bcc: %s", exc.detail)
+            reason = exc.reason
+    try:
+        from .bcc_backend import BccBackend
+
+        backend = BccBackend(max_inflight, sys_root, proc_root, lat_bounds, size_histogram)
+        return backend, reason
+    except BackendUnavailable as exc:
+        if choice == "bcc":
+            raise
+        log.warning("blockio: eBPF unavailable, falling back to /proc/diskstats: %s", exc.detail)
+        return DiskstatsBackend(proc_root), reason or exc.reason
 
 
 @functools.lru_cache(maxsize=4096)
@@ -124,8 +144,13 @@ class BlockioExporter(Exporter):
         sys_root: Path = Path("/sys"),
         proc_root: Path = Path("/proc"),
         clock: Callable[[], float] = time.monotonic,
+        latency_buckets: Sequence[float] = DEFAULT_LAT_BOUNDS_SECONDS,
+        size_histogram: bool = False,
     ) -> None:
-        self.backend, self.reason = open_backend(backend, max_inflight, sys_root, proc_root)
+        self.backend, self.reason = open_backend(
+            backend, max_inflight, sys_root, proc_root, latency_buckets, size_histogram
+        )
+        self.lat_le = le_labels(latency_buckets)
         self.exclude = re.compile(exclude)
         self.topology = TopologyCache(sys_root, topology_refresh, clock)
         # Devices still without a size after a fresh read (e.g. gone): don't re-read for them
@@ -158,7 +183,14 @@ class BlockioExporter(Exporter):
         devices = {
             name: dev for name, dev in stats.items() if self._included(name, infos.get(name))
         }
-        yield from render(devices, self.backend.name, self.reason, self.backend.missed_events())
+        yield from render(
+            devices,
+            self.backend.name,
+            self.reason,
+            self.backend.missed_events(),
+            lat_le=self.lat_le,
+            prog_stats=self.backend.prog_stats(),
+        )
         yield disk_info_metric(
             info
             for name, info in infos.items()
@@ -173,12 +205,27 @@ def render(
     backend: str,
     reason: str,
     missed: dict[str, int] | None = None,
+    lat_le: tuple[str, ...] = le_labels(DEFAULT_LAT_BOUNDS_SECONDS),
+    prog_stats: dict[str, tuple[int, int]] | None = None,
 ) -> Iterator[Metric]:
     """The metric families of a set of device statistics (pure: used by tests and bench)."""
     labels = ["device", "op"]
     lat = HistogramMetricFamily(
         "wattbit_disk_io_latency_seconds",
-        "Block I/O latency from issue to the device until completion.",
+        "Block I/O latency until completion, from issue to the device or, where "
+        "wattbit_disk_io_latency_clock_info says clock=queue, from queueing.",
+        labels=labels,
+    )
+    clock = GaugeMetricFamily(
+        "wattbit_disk_io_latency_clock_info",
+        "What the device's latency histogram measures: device (issue to the device until "
+        "completion) or queue (queueing until completion, as iostat's await).",
+        labels=["device", "clock"],
+    )
+    untimed = CounterMetricFamily(
+        "wattbit_disk_io_untimed",
+        "Completions counted but not in the latency histogram (no timestamp of the "
+        "device's clock); only where some were.",
         labels=labels,
     )
     size = HistogramMetricFamily(
@@ -212,6 +259,8 @@ def render(
         dev = devices[name]
         busy.add_metric([name], dev.busy_seconds)
         inflight.add_metric([name], float(dev.inflight))
+        if dev.clock is not None:
+            clock.add_metric([name, dev.clock], 1.0)
         for op in OPS:
             s = dev.ops.get(op)
             # An op a device never did has no series: 48 disks x 4 ops of zeros cost
@@ -226,16 +275,41 @@ def render(
             if s.time_seconds is not None:
                 io_time.add_metric(lv, s.time_seconds)
             if s.lat_slots is not None:
-                _add_histogram(lat, name, op, s.lat_slots, _LAT_LE, s.lat_sum_seconds)
+                _add_histogram(lat, name, op, s.lat_slots, lat_le, s.lat_sum_seconds)
+            if s.untimed:
+                untimed.add_metric(lv, float(s.untimed))
             if s.size_slots is not None:
                 _add_histogram(size, name, op, s.size_slots, _SIZE_LE, float(s.size_sum_bytes))
     backend_info = GaugeMetricFamily(
         "wattbit_blockio_backend_info",
-        "The blockio backend in use (bcc or diskstats) and why eBPF is not used, if it is not.",
+        "The blockio backend in use (core, bcc or diskstats) and why not a better one.",
         labels=["backend", "reason"],
     )
     backend_info.add_metric([backend, reason], 1.0)
-    yield from (lat, size, nbytes, ios, errors, busy, inflight, backend_info)
+    yield from (lat, nbytes, ios, errors, busy, inflight, backend_info)
+    if size.samples:
+        yield size
+    if clock.samples:
+        yield clock
+    if untimed.samples:
+        yield untimed
+    if prog_stats is not None:
+        run_time = CounterMetricFamily(
+            "wattbit_blockio_bpf_run_seconds",
+            "Kernel time spent in the agent's BPF program (counted while "
+            "kernel.bpf_stats_enabled=1).",
+            labels=["program"],
+        )
+        runs = CounterMetricFamily(
+            "wattbit_blockio_bpf_runs",
+            "Runs of the agent's BPF program (counted while kernel.bpf_stats_enabled=1).",
+            labels=["program"],
+        )
+        for prog in sorted(prog_stats):
+            ns, count = prog_stats[prog]
+            run_time.add_metric([prog], ns / 1e9)
+            runs.add_metric([prog], float(count))
+        yield from (run_time, runs)
     if missed is not None:
         m = CounterMetricFamily(
             "wattbit_blockio_bpf_missed_events",

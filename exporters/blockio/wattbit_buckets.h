@@ -36,4 +36,22 @@ static __always_inline unsigned int wb_slot(unsigned long long value, unsigned l
 	return k < nslots - 1 ? k : nslots - 1;
 }
 
+/* The slot of value among up to 32 sorted upper bounds (unused ones ~0): how many bounds lie
+ * below value, i.e. the slot whose le is the first bound >= value; 32 means +Inf. A fixed
+ * five-step binary search (the verifier sees no loop once unrolled); the core program's
+ * configurable latency buckets. */
+static __always_inline unsigned int wb_bound_slot(const volatile unsigned long long *bounds,
+						  unsigned long long value)
+{
+	unsigned int lo = 0;
+
+#pragma unroll
+	for (unsigned int step = 16; step > 0; step >>= 1)
+		if (bounds[(lo + step - 1) & 31] < value)
+			lo += step;
+	if (bounds[lo & 31] < value)
+		lo++;
+	return lo;
+}
+
 #endif

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from tests.support.env import require
 from tests.support.realparts import (
     Agent,
     LoopDisk,
+    bcc_importable,
     diskstats,
     fio,
     have,
@@ -95,3 +97,112 @@ def test_configured_diskstats_backend(world_readable_tmp: Path) -> None:
             _check_counts(agent, disk)
         finally:
             agent.stop()
+
+
+def _private_mounts(*mounts: str) -> list[str]:
+    """A command prefix: a private mount namespace with an empty tmpfs over each path (the
+    kernel's BTF, the kernel headers), so the agent meets a machine without them."""
+    script = " && ".join(f"mount -t tmpfs -o size=64k none {m}" for m in mounts)
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script + ' && exec "$@"',
+        "sh",
+    ]
+
+
+def _headers() -> str:
+    return f"/lib/modules/{os.uname().release}"
+
+
+def _need_namespaces() -> None:
+    require(is_root() and have("fio") and have("unshare"), "needs root, fio and unshare")
+    require(Path("/sys/kernel/btf/vmlinux").exists(), "this kernel has no BTF to hide")
+
+
+def test_without_btf_the_agent_falls_back_to_bcc(world_readable_tmp: Path) -> None:
+    """Forced, not assumed: the kernel's BTF hidden, core cannot load; bcc (kernel headers)
+    takes over and times the I/O, and the info series says why not core."""
+    _need_namespaces()
+    require(bcc_importable(), "bcc (python3-bpfcc) is not importable")
+    with loop_disks(1) as (disk,):
+        agent = Agent(
+            "blockio:\n  backend: auto\n",
+            world_readable_tmp,
+            prefix=_private_mounts("/sys/kernel/btf"),
+        )
+        try:
+            agent.wait_ready()
+            s0 = agent.scrape()
+            assert (
+                sample(s0, "wattbit_blockio_backend_info", backend="bcc", reason="no kernel BTF")
+                == 1.0
+            )
+            fio(
+                [
+                    "--name=r",
+                    f"--filename={disk.device}",
+                    "--rw=randread",
+                    "--bs=4k",
+                    "--direct=1",
+                    "--ioengine=psync",
+                    f"--io_size={READS * 4096}",
+                ]
+            )
+            s1 = agent.scrape()
+            assert (
+                sample(s1, "wattbit_disk_io_latency_seconds_count", device=disk.name, op="read")
+                - sample(s0, "wattbit_disk_io_latency_seconds_count", device=disk.name, op="read")
+                >= READS * 0.99
+            )
+        finally:
+            agent.stop()
+        assert "core backend unavailable, trying bcc" in agent.log.read_text()
+
+
+def test_without_btf_and_headers_the_agent_falls_back_to_diskstats(
+    world_readable_tmp: Path,
+) -> None:
+    """Both eBPF backends forced to fail (no BTF for core, no kernel headers for bcc):
+    /proc/diskstats, exact counts, the first reason."""
+    _need_namespaces()
+    with loop_disks(1) as (disk,):
+        agent = Agent(
+            "blockio:\n  backend: auto\n",
+            world_readable_tmp,
+            prefix=_private_mounts("/sys/kernel/btf", _headers()),
+        )
+        try:
+            agent.wait_ready()
+            s = agent.scrape()
+            assert (
+                sample(
+                    s, "wattbit_blockio_backend_info", backend="diskstats", reason="no kernel BTF"
+                )
+                == 1.0
+            )
+            _check_counts(agent, disk)
+        finally:
+            agent.stop()
+        log = agent.log.read_text()
+        assert "core backend unavailable" in log and "falling back to /proc/diskstats" in log
+
+
+def test_core_requested_without_btf_exits_1(world_readable_tmp: Path) -> None:
+    _need_namespaces()
+    agent = Agent(
+        "blockio:\n  backend: core\n",
+        world_readable_tmp,
+        prefix=_private_mounts("/sys/kernel/btf"),
+    )
+    try:
+        assert agent.proc.wait(timeout=60) == 1
+    finally:
+        agent.stop()
+    assert "backend 'core' was requested but /sys/kernel/btf/vmlinux is missing" in (
+        agent.log.read_text()
+    )

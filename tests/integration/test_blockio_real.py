@@ -1,4 +1,5 @@
-"""The blockio exporter on real loop devices, cross-checked against /proc/diskstats and fio."""
+"""The blockio exporter on real loop devices, cross-checked against /proc/diskstats and fio,
+with each eBPF backend: core (CO-RE, libbpf) and bcc."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from exporters.blockio.core.backend import OBJECT as CORE_OBJECT
 from tests.support.env import require
 from tests.support.realparts import (
     Agent,
@@ -45,12 +47,28 @@ def disks() -> Iterator[list[LoopDisk]]:
         yield d
 
 
-@pytest.fixture
-def bcc_agent(tmp_path: Path) -> Iterator[Agent]:
+# Power-of-two bounds from 1 us (the log2 buckets the fio comparison below reasons with), and
+# the size histogram on: these tests check it too.
+CONFIG = """\
+blockio:
+  backend: {backend}
+  size_histogram: true
+  latency_buckets: [{bounds}]
+"""
+BOUNDS = ", ".join(f"{2**k}e-6" for k in range(25))
+
+
+@pytest.fixture(params=["core", "bcc"])
+def bcc_agent(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Agent]:
+    """An agent on the named eBPF backend (the name is historical: both backends run)."""
     _need_real_parts()
-    require(bcc_importable(), "bcc (python3-bpfcc) is not importable")
-    # backend: bcc, not auto: if eBPF cannot load, this test must fail, not silently fall back.
-    agent = Agent("blockio:\n  backend: bcc\n", tmp_path)
+    if request.param == "bcc":
+        require(bcc_importable(), "bcc (python3-bpfcc) is not importable")
+    else:
+        require(CORE_OBJECT.exists(), f"{CORE_OBJECT} is not built (scripts/build-bpf.sh)")
+    # The backend by name, not auto: if it cannot load, the test must fail, not fall back.
+    agent = Agent(CONFIG.format(backend=request.param, bounds=BOUNDS), tmp_path)
+    agent.backend = request.param  # type: ignore[attr-defined]
     try:
         agent.wait_ready()
         yield agent
@@ -86,7 +104,8 @@ def test_counts_bytes_busy_and_latency_match_the_kernel_and_fio(
     disks: list[LoopDisk], bcc_agent: Agent
 ) -> None:
     s0, k0 = bcc_agent.scrape(), diskstats()
-    assert sample(s0, "wattbit_blockio_backend_info", backend="bcc", reason="") == 1.0
+    core = bcc_agent.backend == "core"  # type: ignore[attr-defined]
+    assert sample(s0, "wattbit_blockio_backend_info", backend=bcc_agent.backend, reason="") == 1.0  # type: ignore[attr-defined]
     reads = _fio_jobs(disks, "randread", READS)
     writes = _fio_jobs(disks, "randwrite", WRITES)
     s1, k1 = bcc_agent.scrape(), diskstats()
@@ -106,6 +125,17 @@ def test_counts_bytes_busy_and_latency_match_the_kernel_and_fio(
             nbytes = delta("wattbit_disk_io_bytes_total")
             assert fio_job["total_ios"] == n, "fio itself did not do the I/Os we asked for"
             assert kd[ios_f] == n, f"{d.name} {op}: kernel completed {kd[ios_f]}, not {n}"
+            if core:
+                # tp_btf runs the program directly (no perf buffer to drop from, and only the
+                # program itself can keep it from running on a CPU): exact, and every request
+                # carries a kernel timestamp, so every one is timed.
+                assert ios == n, f"{d.name} {op}: {ios} vs {n}"
+                assert count == n, f"{d.name} {op}: timed {count} of {n}"
+                assert nbytes == kd[sectors_f] * 512 == n * BS
+                assert delta("wattbit_disk_io_size_bytes_sum") == n * BS
+                mean = delta("wattbit_disk_io_latency_seconds_sum") / count
+                assert 0 < mean < 1.0
+                continue
             # Completions the kernel skipped (another BPF program on the CPU) are reported;
             # the deficit, if any, must be no more than what the agent says it missed.
             missed = sample(s1, "wattbit_blockio_bpf_missed_events_total", event="complete")
@@ -139,6 +169,13 @@ def test_counts_bytes_busy_and_latency_match_the_kernel_and_fio(
         assert busy <= 1.05 * runtime + 0.01, f"{d.name}: {busy} vs {runtime}"
         assert sample(s1, "wattbit_disk_inflight_requests", device=d.name) == 0
         assert sample(s1, "wattbit_disk_io_errors_total", device=d.name, op="write") == 0
+        # Loop devices keep queue statistics (wbt), so requests carry the device clock.
+        clocks = [k for k in s1 if k[0] == "wattbit_disk_io_latency_clock_info"]
+        assert sample(s1, "wattbit_disk_io_latency_clock_info", device=d.name, clock="device") == 1
+        assert not any(
+            dict(lab).get("device") == d.name and dict(lab)["clock"] != "device"
+            for _, lab in clocks
+        )
 
 
 def test_latency_median_matches_fio(disks: list[LoopDisk], bcc_agent: Agent) -> None:

@@ -61,6 +61,7 @@ class Agent:
         user: str | None = None,
         netns: str | None = None,
         env: dict[str, str] | None = None,
+        prefix: list[str] | None = None,
     ) -> None:
         self.port = free_port()
         cfg = tmp / f"{self.command}.yml"
@@ -74,6 +75,8 @@ class Agent:
         self.netns = netns
         if netns:
             cmd = ["ip", "netns", "exec", netns, *cmd]
+        if prefix:  # e.g. a private mount namespace hiding the kernel's BTF
+            cmd = [*prefix, *cmd]
         self.log = tmp / f"{self.command}.log"
         self._log = open(self.log, "wb")  # noqa: SIM115 - closed in stop()
         env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))

@@ -8,18 +8,36 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporters.blockio.exporter import render
-from exporters.blockio.model import LAT_SLOTS, SIZE_SLOTS, DeviceStats, OpStats
+from exporters.blockio.exporter import le_labels, render
+from exporters.blockio.model import (
+    DEFAULT_LAT_BOUNDS_SECONDS,
+    SIZE_SLOTS,
+    DeviceStats,
+    OpStats,
+)
 from tests.support.env import FIXTURES, require
 from tests.support.realparts import have, parse_samples, sample
 
 GOLDEN = FIXTURES / "metrics" / "blockio_render.prom"
 
 
-def _text(devices: dict[str, DeviceStats], backend: str = "bcc", reason: str = "") -> str:
+def _text(
+    devices: dict[str, DeviceStats],
+    backend: str = "core",
+    reason: str = "",
+    prog_stats: dict[str, tuple[int, int]] | None = None,
+) -> str:
     class One:
         def collect(self):  # type: ignore[no-untyped-def]
-            return list(render(devices, backend, reason, {"issue": 0, "complete": 2}))
+            return list(
+                render(
+                    devices,
+                    backend,
+                    reason,
+                    {"issue": 0, "complete": 2},
+                    prog_stats=prog_stats,
+                )
+            )
 
     r = CollectorRegistry(auto_describe=False)
     r.register(One())
@@ -27,8 +45,9 @@ def _text(devices: dict[str, DeviceStats], backend: str = "bcc", reason: str = "
 
 
 def _devices() -> dict[str, DeviceStats]:
-    lat = [0] * LAT_SLOTS
-    lat[0], lat[2], lat[LAT_SLOTS - 1] = 3, 5, 1  # <=1us, (2,4]us, > 16.8 s
+    n = len(DEFAULT_LAT_BOUNDS_SECONDS) + 1
+    lat = [0] * n
+    lat[0], lat[2], lat[n - 1] = 3, 5, 1  # <=10us, (20,50]us, > 1 s
     size = [0] * SIZE_SLOTS
     size[3] = 9  # 4 KiB
     read = OpStats(
@@ -39,10 +58,14 @@ def _devices() -> dict[str, DeviceStats]:
         lat_sum_seconds=20.000017,
         size_slots=size,
         size_sum_bytes=9 * 4096,
+        untimed=2,
     )
     return {
         "nvme0n1": DeviceStats(
-            ops={"read": read, "write": OpStats(errors=0)}, busy_seconds=1.5, inflight=2
+            ops={"read": read, "write": OpStats(errors=0)},
+            busy_seconds=1.5,
+            inflight=2,
+            clock="device",
         ),
     }
 
@@ -50,10 +73,10 @@ def _devices() -> dict[str, DeviceStats]:
 def test_histogram_is_cumulative_with_inf_count_and_sum() -> None:
     s = parse_samples(_text(_devices()))
     b = "wattbit_disk_io_latency_seconds_bucket"
-    assert sample(s, b, device="nvme0n1", op="read", le="1e-06") == 3
-    assert sample(s, b, device="nvme0n1", op="read", le="2e-06") == 3
-    assert sample(s, b, device="nvme0n1", op="read", le="4e-06") == 8
-    assert sample(s, b, device="nvme0n1", op="read", le="16.777216") == 8
+    assert sample(s, b, device="nvme0n1", op="read", le="1e-05") == 3
+    assert sample(s, b, device="nvme0n1", op="read", le="2e-05") == 3
+    assert sample(s, b, device="nvme0n1", op="read", le="5e-05") == 8
+    assert sample(s, b, device="nvme0n1", op="read", le="1.0") == 8
     assert sample(s, b, device="nvme0n1", op="read", le="+Inf") == 9
     assert sample(s, "wattbit_disk_io_latency_seconds_count", device="nvme0n1", op="read") == 9
     assert sample(s, "wattbit_disk_io_latency_seconds_sum", device="nvme0n1", op="read") == (
@@ -67,6 +90,41 @@ def test_histogram_is_cumulative_with_inf_count_and_sum() -> None:
     # An op with no traffic has no series at all.
     assert not any(dict(k[1]).get("op") == "write" for k in s)
     assert sample(s, "wattbit_blockio_bpf_missed_events_total", event="complete") == 2
+    assert sample(s, "wattbit_disk_io_latency_clock_info", device="nvme0n1", clock="device") == 1
+    assert sample(s, "wattbit_disk_io_untimed_total", device="nvme0n1", op="read") == 2
+    # bpf_stats off: no run-time series at all (not zeros that look like a free program).
+    assert not any(k[0].startswith("wattbit_blockio_bpf_run") for k in s)
+
+
+def test_bpf_run_time_when_the_kernel_counts_it() -> None:
+    s = parse_samples(_text(_devices(), prog_stats={"complete": (1_190_000, 10_000)}))
+    assert sample(s, "wattbit_blockio_bpf_run_seconds_total", program="complete") == 0.00119
+    assert sample(s, "wattbit_blockio_bpf_runs_total", program="complete") == 10_000
+
+
+def test_size_histogram_only_when_filled() -> None:
+    devices = _devices()
+    devices["nvme0n1"].ops["read"].size_slots = None  # blockio.size_histogram: false
+    assert "wattbit_disk_io_size_bytes" not in _text(devices)
+
+
+def test_configured_bounds_are_the_le_labels() -> None:
+    dev = DeviceStats(ops={"read": OpStats(ios=3, lat_slots=[1, 1, 1])}, clock="queue")
+
+    class One:
+        def collect(self):  # type: ignore[no-untyped-def]
+            return list(render({"sda": dev}, "core", "", lat_le=le_labels([0.001, 0.25])))
+
+    r = CollectorRegistry(auto_describe=False)
+    r.register(One())
+    s = parse_samples(generate_latest(r).decode())
+    b = "wattbit_disk_io_latency_seconds_bucket"
+    assert [sample(s, b, device="sda", op="read", le=le) for le in ("0.001", "0.25", "+Inf")] == [
+        1,
+        2,
+        3,
+    ]
+    assert sample(s, "wattbit_disk_io_latency_clock_info", device="sda", clock="queue") == 1
 
 
 def test_fallback_has_no_histograms_or_errors() -> None:

@@ -16,6 +16,8 @@ def test_defaults_without_a_file() -> None:
     cfg = load_model(AgentConfig, None)
     assert cfg.listen == ":9731"
     assert cfg.blockio.backend == "auto"
+    assert cfg.blockio.size_histogram is False
+    assert len(cfg.blockio.latency_buckets) == 16  # the series budget: docs/exporters/blockio.md
     assert (cfg.smart.enabled, cfg.smart.interval, cfg.smart.timeout) == (True, 300.0, 30.0)
     assert (cfg.smart.devices, cfg.smart.concurrency) == ("auto", 4)
     assert parse_listen(cfg.listen, 9731) == ("0.0.0.0", 9731)
@@ -24,11 +26,28 @@ def test_defaults_without_a_file() -> None:
 @pytest.mark.parametrize(
     ("text", "key", "reason"),
     [
-        ("blockio:\n  backend: ebpf\n", "blockio.backend", "'auto', 'bcc' or 'diskstats'"),
+        ("blockio:\n  backend: ebpf\n", "blockio.backend", "'auto', 'core', 'bcc' or 'diskstats'"),
         ("blockio:\n  exclud: x\n", "blockio.exclud", "unknown key"),
         ("blockio:\n  exclude: '(['\n", "blockio.exclude", "regular expression"),
         ("blockio:\n  max_inflight: 10\n", "blockio.max_inflight", "greater than or equal"),
         ("blockio:\n  topology_refresh: soon\n", "blockio.topology_refresh", "duration"),
+        ("blockio:\n  latency_buckets: []\n", "blockio.latency_buckets", "1 to 32 bounds"),
+        ("blockio:\n  latency_buckets: [0.1, 0.01]\n", "blockio.latency_buckets", "increase"),
+        (
+            "blockio:\n  latency_buckets: [1e-3, 1.0000000001e-3]\n",
+            "blockio.latency_buckets",
+            "1ns",
+        ),
+        ("blockio:\n  latency_buckets: [.nan]\n", "blockio.latency_buckets", "between 1ns"),
+        ("blockio:\n  latency_buckets: [-1]\n", "blockio.latency_buckets", "between 1ns"),
+        ("blockio:\n  latency_buckets: [.inf]\n", "blockio.latency_buckets", "between 1ns"),
+        (
+            "blockio:\n  latency_buckets: [" + ", ".join(f"{k}e-3" for k in range(1, 34)) + "]\n",
+            "blockio.latency_buckets",
+            "1 to 32 bounds",
+        ),
+        ("blockio:\n  latency_buckets: 0.1\n", "blockio.latency_buckets", "list"),
+        ("blockio:\n  size_histogram: sometimes\n", "blockio.size_histogram", "bool"),
         ("smart:\n  interval: 5s\n", "smart.interval", "at least 10s"),
         ("smart:\n  interval: .nan\n", "smart.interval", "finite"),
         ("smart:\n  timeout: 0\n", "smart.timeout", "greater than 0"),

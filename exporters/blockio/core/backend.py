@@ -1,0 +1,222 @@
+"""The core backend: blockio.bpf.o (compiled once at install) loaded through libbpf, CO-RE
+against the running kernel's BTF; no LLVM and no kernel headers at run time."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import struct
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..bpfshared import DevNames, fdinfo, kernel_at_least, prog_stats, sum_percpu
+from ..diskstats import DiskstatsBackend
+from ..model import (
+    MAX_LAT_BOUNDS,
+    OPS,
+    SIZE_SLOTS,
+    BackendUnavailable,
+    DeviceStats,
+    OpStats,
+)
+from . import libbpf
+
+log = logging.getLogger(__name__)
+
+HERE = Path(__file__).resolve().parent
+OBJECT = HERE / "blockio.bpf.o"  # built by scripts/build-bpf.sh (make bootstrap)
+BTF = Path("/sys/kernel/btf/vmlinux")
+
+# struct stat_val in blockio.bpf.c, in u64 words.
+_LAT_SLOTS = MAX_LAT_BOUNDS + 1
+IOS, BYTES, ERRORS, UNTIMED, LSUM_DEV, LSUM_Q, SSUM = range(7)
+LAT_DEV = 7
+LAT_Q = LAT_DEV + _LAT_SLOTS
+SIZE = LAT_Q + _LAT_SLOTS
+WORDS = SIZE + SIZE_SLOTS
+_KEY = struct.Struct("=II")  # struct stat_key: dev, op
+_CFG = struct.Struct(f"={MAX_LAT_BOUNDS}QQ")  # the .rodata config: bounds, size_histogram
+_NO_BOUND = (1 << 64) - 1
+_PREALLOC_ENTRIES = 1024  # before 6.1: 256 disks x 4 ops, preallocated per CPU
+
+
+def _ns(bounds_seconds: Sequence[float]) -> list[int]:
+    return [round(b * 1e9) for b in bounds_seconds]
+
+
+class CoreBackend:
+    """Per-request latency (the kernel's own timestamps), I/Os, bytes and errors, from one
+    program at tp_btf/block_rq_complete."""
+
+    name = "core"
+
+    def __init__(
+        self,
+        lat_bounds_seconds: Sequence[float],
+        size_histogram: bool = False,
+        sys_root: Path = Path("/sys"),
+        proc_root: Path = Path("/proc"),
+        obj_path: Path = OBJECT,
+        btf_path: Path = BTF,
+    ) -> None:
+        if os.geteuid() != 0:
+            raise BackendUnavailable("not root", "loading BPF programs needs root (CAP_BPF)")
+        if not btf_path.exists():
+            raise BackendUnavailable(
+                "no kernel BTF", f"{btf_path} is missing (a kernel built without BTF)"
+            )
+        if not obj_path.exists():
+            raise BackendUnavailable(
+                "not built", f"{obj_path} is missing: build it with scripts/build-bpf.sh"
+            )
+        bounds = _ns(lat_bounds_seconds)
+        if not 0 < len(bounds) <= MAX_LAT_BOUNDS or bounds != sorted(set(bounds)):
+            raise ValueError(f"latency bounds: 1 to {MAX_LAT_BOUNDS} distinct, increasing")
+        try:
+            libbpf.lib()
+        except OSError as exc:
+            raise BackendUnavailable("no libbpf", f"cannot load libbpf.so.1 ({exc})") from exc
+        self.nbounds = len(bounds)
+        self.size_histogram = size_histogram
+        self.obj = self._load(obj_path, bounds, size_histogram)
+        self.ncpus = libbpf.possible_cpus()
+        self._stats = self.obj.map("stats")
+        self._complete = self.obj.program("complete")
+        self._issue = self.obj.program("issue")
+        try:
+            self._complete.attach()
+        except OSError as exc:
+            self.obj.close()
+            raise BackendUnavailable(
+                "attach failed", f"attaching tp_btf/block_rq_complete failed ({exc})"
+            ) from exc
+        self._names = DevNames(sys_root)
+        self.diskstats = DiskstatsBackend(proc_root)
+        # The clock each device's histogram is in, fixed at its first timed request (a
+        # device's series must not change meaning between scrapes).
+        self.clocks: dict[int, str] = {}
+        self._pick = self._words()
+
+    def _load(self, obj_path: Path, bounds: list[int], size_histogram: bool) -> libbpf.Object:
+        try:
+            obj = libbpf.Object(obj_path)
+        except OSError as exc:
+            raise BackendUnavailable("bpf load failed", f"opening {obj_path}: {exc}") from exc
+        try:
+            rodata = obj.map(".rodata").initial_value()
+            if len(rodata) != _CFG.size:
+                raise BackendUnavailable(
+                    "bpf load failed", f"{obj_path.name}: .rodata is not the expected config"
+                )
+            padded = bounds + [_NO_BOUND] * (MAX_LAT_BOUNDS - len(bounds))
+            ctypes.memmove(rodata, _CFG.pack(*padded, int(size_histogram)), _CFG.size)
+            if not kernel_at_least(6, 1):
+                # Run-time allocated maps in tracing programs are safe only since 6.1
+                # (bpf_mem_alloc): before, preallocate a smaller map instead.
+                stats = obj.map("stats")
+                stats.set_flags(0)
+                stats.set_max_entries(_PREALLOC_ENTRIES)
+            obj.program("empty").set_autoload(False)
+            obj.load()
+        except BackendUnavailable:
+            obj.close()
+            raise
+        except OSError as exc:
+            obj.close()
+            tail = libbpf.last_messages()
+            raise BackendUnavailable(
+                "bpf load failed", f"loading {obj_path.name} failed ({exc}); libbpf said:\n{tail}"
+            ) from exc
+        return obj
+
+    def _words(self) -> list[int]:
+        """The value words read() sums: counters, both clocks' used slots, sizes if on."""
+        n = self.nbounds + 1
+        pick = [IOS, BYTES, ERRORS, UNTIMED, LSUM_DEV, LSUM_Q, SSUM]
+        pick += range(LAT_DEV, LAT_DEV + n)
+        pick += range(LAT_Q, LAT_Q + n)
+        if self.size_histogram:
+            pick += range(SIZE, SIZE + SIZE_SLOTS)
+        return pick
+
+    def _raw(self) -> dict[tuple[int, int], list[int]]:
+        """(dev, op) -> summed words in _pick order, with one batch lookup."""
+        out = {}
+        value_size = WORDS * 8 * self.ncpus
+        for key, value in self._stats.lookup_batch(_KEY.size, value_size):
+            dev, op = _KEY.unpack(key)
+            out[(dev, op)] = sum_percpu(value, WORDS, self._pick)
+        return out
+
+    def read(self) -> dict[str, DeviceStats]:
+        """Cumulative per-device statistics since the program was loaded."""
+        n = self.nbounds + 1
+        lat_dev = slice(7, 7 + n)
+        lat_q = slice(7 + n, 7 + 2 * n)
+        size = slice(7 + 2 * n, 7 + 2 * n + SIZE_SLOTS)
+        raw = self._raw()
+        by_dev: dict[int, dict[int, list[int]]] = {}
+        for (dev, op), val in raw.items():
+            if op < len(OPS):
+                by_dev.setdefault(dev, {})[op] = val
+        out: dict[str, DeviceStats] = {}
+        untimed_seen = False
+        for dev, ops in by_dev.items():
+            clock = self.clocks.get(dev)
+            if clock is None:
+                if any(sum(v[lat_dev]) for v in ops.values()):
+                    clock = self.clocks[dev] = "device"
+                elif any(sum(v[lat_q]) for v in ops.values()):
+                    clock = self.clocks[dev] = "queue"
+            stats = out.setdefault(self._names(dev), DeviceStats())
+            stats.clock = clock
+            for op, v in ops.items():
+                dev_slots, q_slots = v[lat_dev], v[lat_q]
+                if clock == "queue":
+                    slots, lsum, other = q_slots, v[LSUM_Q], sum(dev_slots)
+                else:
+                    slots, lsum, other = dev_slots, v[LSUM_DEV], sum(q_slots)
+                untimed = v[UNTIMED] + other
+                untimed_seen |= v[UNTIMED] > 0
+                stats.ops[OPS[op]] = OpStats(
+                    ios=v[IOS],
+                    bytes=v[BYTES],
+                    errors=v[ERRORS],
+                    lat_slots=slots if clock else None,
+                    lat_sum_seconds=lsum / 1e9,
+                    untimed=untimed,
+                    size_slots=v[size] if self.size_histogram else None,
+                    size_sum_bytes=v[SSUM],
+                )
+        if untimed_seen and not self._issue.attached:
+            # Some requests carry no kernel timestamp (iostats off on a queue that keeps no
+            # statistics): time those at issue, with a map, from now on.
+            try:
+                self._issue.attach()
+                log.info("blockio: timing requests without kernel timestamps at issue")
+            except OSError as exc:
+                log.warning("blockio: cannot attach the issue-side program: %s", exc)
+        for name, kernel in self.diskstats.read().items():
+            d = out.setdefault(name, DeviceStats())
+            d.busy_seconds = kernel.busy_seconds
+            d.inflight = kernel.inflight
+        return out
+
+    def _programs(self) -> list[tuple[str, int]]:
+        progs = [("complete", self._complete.fd)]
+        if self._issue.attached:
+            progs.append(("issue", self._issue.fd))
+        return progs
+
+    def missed_events(self) -> dict[str, int]:
+        """Events each program skipped because another BPF program ran on the CPU."""
+        return {name: fdinfo(fd).get("recursion_misses", 0) for name, fd in self._programs()}
+
+    def prog_stats(self) -> dict[str, tuple[int, int]] | None:
+        """run_time_ns and run_cnt of each attached program, when the kernel counts them."""
+        return prog_stats(self._programs())
+
+    def close(self) -> None:
+        """Detach the programs and free the maps."""
+        self.obj.close()

@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: GPL-2.0
+/* wattbit blockio, core backend: per-device, per-op block I/O statistics from the kernel's
+ * own request timestamps, in one program at block_rq_complete and no per-request map.
+ *
+ * Why: the bcc program (../blockio.c) times requests with an LRU map, an insert at issue and a
+ * lookup + delete at completion, often on another CPU: ~760 ns per I/O. The kernel already
+ * stamps every request (block/blk-mq.c):
+ *   rq->start_time_ns     at allocation, when iostats are on (RQF_IO_STAT) or the request goes
+ *                         through an I/O scheduler: queue + device time, what /proc/diskstats
+ *                         and iostat's await measure;
+ *   rq->io_start_time_ns  in blk_mq_start_request(), right after the block_rq_issue
+ *                         tracepoint, when the queue keeps statistics (QUEUE_FLAG_STATS: wbt,
+ *                         blk-iolatency, hybrid polling): device time, what the bcc program
+ *                         measures. Both are 0 when not taken (blk_mq_rq_ctx_init()).
+ * Prior art: bcc's tools/biolatpcts.py reads the same fields from a raw tracepoint.
+ *
+ * Per request, the device time is used where the request carries it, else the queue + device
+ * time; the two clocks count into separate histograms and userspace exports one clock per
+ * device (block_core.py), so dashboards never mix them. Where neither stamp exists (iostats
+ * off and no statistics on the queue), userspace attaches `issue` below, which times those
+ * requests only, with a map keyed by the request's address (unique while in flight).
+ *
+ * Counts, bytes and errors are taken on every completion, as /proc/diskstats counts them; the
+ * latency only on the last part of a request (nr_bytes covers what is left of it).
+ */
+#include "blockio_types.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "wattbit_buckets.h"
+
+#define OP_READ 0
+#define OP_WRITE 1
+#define OP_FLUSH 2
+#define OP_DISCARD 3
+#define NOPS 4
+
+/* Latency bounds: up to LAT_MAX_BOUNDS, set by userspace before load (.rodata: the verifier
+ * sees them as constants, and drops the size histogram's code when it is off). Unused
+ * entries are ~0, so the binary search needs no length. The one variable in .rodata, so
+ * backend.py finds it at offset 0 without parsing BTF (it checks the section's size). */
+#define LAT_MAX_BOUNDS 32
+#define LAT_SLOTS (LAT_MAX_BOUNDS + 1)
+#define SIZE_SLOTS 17		/* 512 B * 2^k, k = 0..15, then +Inf: ../wattbit_buckets.h */
+#define SIZE_UNIT 512
+#define CLOCK_DEVICE 0
+#define CLOCK_QUEUE 1
+
+const volatile struct {
+	u64 lat_bounds_ns[LAT_MAX_BOUNDS];
+	u64 size_histogram;
+} cfg = {};
+
+struct stat_key {
+	u32 dev;
+	u32 op;
+};
+
+/* Keep in step with block_core.py's StatVal. */
+struct stat_val {
+	u64 ios;
+	u64 bytes;
+	u64 errors;
+	u64 untimed;			/* last parts with no timestamp to time them by */
+	u64 lat_sum_ns[2];		/* by clock: device, queue */
+	u64 size_sum;
+	u64 lat[2][LAT_SLOTS];		/* per-slot (not cumulative) counts, by clock */
+	u64 size[SIZE_SLOTS];
+};
+
+/* A first entry's zeros (.bss: a stat_val is too big for the 512-byte stack). */
+struct stat_val zero_val = {};
+
+/* Per-CPU, updated with plain adds: tracing programs do not nest on a CPU and run with
+ * preemption off. BPF_F_NO_PREALLOC: memory only for the (dev, op) pairs that do I/O, not
+ * max_entries x CPUs up front; tracing programs may use such maps since 6.1 (bpf_mem_alloc),
+ * so block_core.py preallocates a smaller map on older kernels. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096);
+	__type(key, struct stat_key);
+	__type(value, struct stat_val);
+} stats SEC(".maps");
+
+/* Issue times of requests without a kernel timestamp; only filled while `issue` is attached. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64);
+	__type(value, u64);
+} start SEC(".maps");
+
+/* The op the way blk_fill_rwbs() (../blockio.c's rwbs_op) names it, so both backends count
+ * the same: secure erase is a discard ('D'); write-zeroes, zone management and passthrough
+ * ('N') are not counted. */
+static __always_inline u32 req_op(u32 cmd_flags)
+{
+	u32 op = cmd_flags & 0xff;	/* REQ_OP_MASK: REQ_OP_BITS is 8 */
+
+	if (op <= 3)
+		return op;		/* REQ_OP_READ, WRITE, FLUSH, DISCARD are 0..3 */
+	if (op == 5)
+		return OP_DISCARD;	/* REQ_OP_SECURE_ERASE */
+	return NOPS;
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(issue, struct request *rq)
+{
+	/* Only requests the kernel will not stamp: no start_time_ns now, and io_start_time_ns
+	 * is taken after this tracepoint only where the queue keeps statistics, in which case
+	 * completion prefers it and deletes this entry. */
+	if (rq->start_time_ns)
+		return 0;
+	u64 key = (u64)rq;
+	u64 now = bpf_ktime_get_ns();
+
+	bpf_map_update_elem(&start, &key, &now, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
+{
+	u32 op = req_op(rq->cmd_flags);
+
+	if (op >= NOPS)
+		return 0;
+	struct gendisk *disk = rq->q->disk;
+
+	if (!disk)
+		return 0;
+	/* The kernel's internal MKDEV (major << 20 | minor), as the block tracepoints report it. */
+	struct stat_key sk = { .dev = ((u32)disk->major << 20) | (u32)disk->first_minor, .op = op };
+	struct stat_val *s = bpf_map_lookup_elem(&stats, &sk);
+
+	if (!s) {
+		/* Only a (dev, op)'s first completion gets here. */
+		bpf_map_update_elem(&stats, &sk, &zero_val, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(&stats, &sk);
+		if (!s)
+			return 0;
+	}
+	s->ios += 1;
+	s->bytes += nr_bytes;
+	if (error)
+		s->errors += 1;
+	if (nr_bytes < rq->__data_len)
+		return 0;		/* a partial completion: the request goes on */
+
+	u64 ts = rq->io_start_time_ns;
+	u32 clock = CLOCK_DEVICE;
+
+	if (!ts) {
+		ts = rq->start_time_ns;
+		clock = CLOCK_QUEUE;
+		if (!ts) {
+			u64 key = (u64)rq;
+			u64 *t = bpf_map_lookup_elem(&start, &key);
+
+			if (t) {
+				ts = *t;
+				clock = CLOCK_DEVICE;
+				bpf_map_delete_elem(&start, &key);
+			}
+		}
+	}
+	u64 now = bpf_ktime_get_ns();
+
+	if (!ts || ts > now) {
+		s->untimed += 1;
+		return 0;
+	}
+	u64 lat = now - ts;
+
+	u32 slot = wb_bound_slot(cfg.lat_bounds_ns, lat);
+
+	/* Always true; says so to the verifier, which loses the bound through the search. */
+	if (slot >= LAT_SLOTS)
+		slot = LAT_SLOTS - 1;
+	s->lat[clock][slot] += 1;
+	s->lat_sum_ns[clock] += lat;
+	if (cfg.size_histogram) {
+		u32 ss = wb_slot(nr_bytes, SIZE_UNIT, SIZE_SLOTS);
+
+		if (ss >= SIZE_SLOTS)
+			ss = SIZE_SLOTS - 1;
+		s->size[ss] += 1;
+		s->size_sum += nr_bytes;
+	}
+	return 0;
+}
+
+/* The floor of tracing at all: bench/blockio_overhead.py attaches this alone to measure what
+ * an empty program on the same attach point costs. */
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(empty, struct request *rq)
+{
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

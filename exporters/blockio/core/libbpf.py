@@ -1,0 +1,293 @@
+"""A thin typed binding over the system's libbpf (Debian's libbpf1) through ctypes.
+
+Why ctypes and not a Python package: no maintained binding serves. bcc loads only what it
+compiles itself (LLVM at run time, kernel headers: the cost this replaces); PyPI's `libbpf`
+names are unmaintained or unrelated, and pybpfmaps reads maps only. libbpf's C API is small and
+stable (libbpf 1.x keeps its ABI: https://github.com/libbpf/libbpf#bpfbtf-uapi-sync), so the
+dozen calls the agent needs are declared here, each with its argument and result types.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_c_p = ctypes.c_void_p
+# libbpf_print_fn_t: int (*)(enum libbpf_print_level level, const char *fmt, va_list args)
+_PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+
+
+class LibbpfError(OSError):
+    """A libbpf call failed; errno is the kernel's or libbpf's error number."""
+
+
+class _BatchOpts(ctypes.Structure):
+    # struct bpf_map_batch_opts (bpf/bpf.h): sz, elem_flags, flags.
+    _fields_ = [
+        ("sz", ctypes.c_size_t),
+        ("elem_flags", ctypes.c_uint64),
+        ("flags", ctypes.c_uint64),
+    ]
+
+
+def _load() -> ctypes.CDLL:
+    name = ctypes.util.find_library("bpf") or "libbpf.so.1"
+    lib = ctypes.CDLL(name, use_errno=True)
+    sig: dict[str, tuple[object, list[object]]] = {
+        "libbpf_set_print": (_c_p, [_PRINT_FN]),
+        "libbpf_num_possible_cpus": (ctypes.c_int, []),
+        "bpf_object__open_file": (_c_p, [ctypes.c_char_p, _c_p]),
+        "bpf_object__load": (ctypes.c_int, [_c_p]),
+        "bpf_object__close": (None, [_c_p]),
+        "bpf_object__next_map": (_c_p, [_c_p, _c_p]),
+        "bpf_object__find_program_by_name": (_c_p, [_c_p, ctypes.c_char_p]),
+        "bpf_map__name": (ctypes.c_char_p, [_c_p]),
+        "bpf_map__fd": (ctypes.c_int, [_c_p]),
+        "bpf_map__value_size": (ctypes.c_uint32, [_c_p]),
+        "bpf_map__initial_value": (_c_p, [_c_p, ctypes.POINTER(ctypes.c_size_t)]),
+        "bpf_map__set_max_entries": (ctypes.c_int, [_c_p, ctypes.c_uint32]),
+        "bpf_map__set_map_flags": (ctypes.c_int, [_c_p, ctypes.c_uint32]),
+        "bpf_program__set_autoload": (ctypes.c_int, [_c_p, ctypes.c_bool]),
+        "bpf_program__attach": (_c_p, [_c_p]),
+        "bpf_program__fd": (ctypes.c_int, [_c_p]),
+        "bpf_link__destroy": (ctypes.c_int, [_c_p]),
+        "bpf_map_lookup_batch": (
+            ctypes.c_int,
+            [ctypes.c_int, _c_p, _c_p, _c_p, _c_p, ctypes.POINTER(ctypes.c_uint32), _c_p],
+        ),
+        "bpf_map_get_next_key": (ctypes.c_int, [ctypes.c_int, _c_p, _c_p]),
+        "bpf_map_lookup_elem": (ctypes.c_int, [ctypes.c_int, _c_p, _c_p]),
+    }
+    for fn, (restype, argtypes) in sig.items():
+        f = getattr(lib, fn)
+        f.restype = restype
+        f.argtypes = argtypes
+    return lib
+
+
+_lib: ctypes.CDLL | None = None
+_log_lines: list[str] = []
+
+
+def _vsnprintf() -> Any:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    fn = libc.vsnprintf
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
+    return fn
+
+
+@_PRINT_FN
+def _print(level: int, fmt: bytes, args: int) -> int:
+    # libbpf's messages (the verifier log on a failed load among them) go to our log, not to
+    # the agent's stderr; the last ones are kept for the error that follows.
+    buf = ctypes.create_string_buffer(4096)
+    _VSNPRINTF(buf, len(buf), fmt, args)
+    line = buf.value.decode(errors="replace").rstrip("\n")
+    _log_lines.append(line)
+    del _log_lines[:-40]
+    if level == 0:  # LIBBPF_WARN
+        log.debug("libbpf: %s", line)
+    return 0
+
+
+_VSNPRINTF = _vsnprintf()
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded libbpf, its messages routed to the log; raises OSError where there is none."""
+    global _lib
+    if _lib is None:
+        _lib = _load()
+        _lib.libbpf_set_print(_print)
+    return _lib
+
+
+def last_messages(n: int = 12) -> str:
+    """libbpf's last messages (the end of a verifier log after a failed load)."""
+    return "\n".join(_log_lines[-n:])
+
+
+def _check(rc: int, what: str) -> int:
+    if rc < 0:
+        code = -rc if rc < 0 else ctypes.get_errno()
+        raise LibbpfError(code, f"{what}: {os.strerror(code)}")
+    return rc
+
+
+def _check_ptr(ptr: int | None, what: str) -> int:
+    if not ptr:
+        code = ctypes.get_errno() or errno.EINVAL
+        raise LibbpfError(code, f"{what}: {os.strerror(code)}")
+    return ptr
+
+
+class Map:
+    """One map of a loaded object."""
+
+    def __init__(self, ptr: int) -> None:
+        self._ptr = ptr
+        self.name = (lib().bpf_map__name(ptr) or b"").decode()
+
+    @property
+    def fd(self) -> int:
+        """The map's file descriptor (after load)."""
+        return int(lib().bpf_map__fd(self._ptr))
+
+    def initial_value(self) -> ctypes.Array[ctypes.c_char]:
+        """The writable initial contents of a global-data map (.rodata, .bss) before load."""
+        size = ctypes.c_size_t()
+        ptr = _check_ptr(lib().bpf_map__initial_value(self._ptr, ctypes.byref(size)), self.name)
+        return (ctypes.c_char * size.value).from_address(ptr)
+
+    def set_max_entries(self, n: int) -> None:
+        """Size the map (before load)."""
+        _check(lib().bpf_map__set_max_entries(self._ptr, n), f"{self.name}: max_entries")
+
+    def set_flags(self, flags: int) -> None:
+        """Set the map's creation flags (before load)."""
+        _check(lib().bpf_map__set_map_flags(self._ptr, flags), f"{self.name}: map_flags")
+
+    def lookup_batch(
+        self, key_size: int, value_size: int, chunk: int = 256
+    ) -> Iterator[tuple[bytes, memoryview]]:
+        """Every (key, value) in a few syscalls (BPF_MAP_LOOKUP_BATCH, kernel 5.6+).
+
+        value_size is the size of the value as the syscall returns it (times the possible CPUs
+        for a per-CPU map). Falls back to get_next_key + lookup per entry where the kernel or
+        the map type has no batch operation (EINVAL/ENOTSUPP).
+        """
+        fd = self.fd
+        keys = ctypes.create_string_buffer(key_size * chunk)
+        values = ctypes.create_string_buffer(value_size * chunk)
+        in_b = ctypes.create_string_buffer(key_size)
+        out_b = ctypes.create_string_buffer(key_size)
+        opts = _BatchOpts(ctypes.sizeof(_BatchOpts), 0, 0)
+        first = True
+        while True:
+            count = ctypes.c_uint32(chunk)
+            rc = lib().bpf_map_lookup_batch(
+                fd,
+                None if first else in_b,
+                out_b,
+                keys,
+                values,
+                ctypes.byref(count),
+                ctypes.byref(opts),
+            )
+            err = -rc if rc < 0 else 0
+            if err in (errno.EINVAL, 524, errno.EOPNOTSUPP) and first and count.value == 0:
+                yield from self._lookup_each(key_size, value_size)  # 524: ENOTSUPP
+                return
+            if err not in (0, errno.ENOENT):
+                raise LibbpfError(err, f"{self.name}: lookup_batch: {os.strerror(err)}")
+            kv, vv = memoryview(keys), memoryview(values)
+            for i in range(count.value):
+                yield (
+                    bytes(kv[i * key_size : (i + 1) * key_size]),
+                    vv[i * value_size : (i + 1) * value_size],
+                )
+            if err == errno.ENOENT:  # the last batch
+                return
+            ctypes.memmove(in_b, out_b, key_size)
+            first = False
+
+    def _lookup_each(self, key_size: int, value_size: int) -> Iterator[tuple[bytes, memoryview]]:
+        fd = self.fd
+        key = ctypes.create_string_buffer(key_size)
+        nxt = ctypes.create_string_buffer(key_size)
+        value = ctypes.create_string_buffer(value_size)
+        prev = None
+        while lib().bpf_map_get_next_key(fd, prev, nxt) == 0:
+            ctypes.memmove(key, nxt, key_size)
+            prev = key
+            if lib().bpf_map_lookup_elem(fd, key, value) == 0:
+                yield bytes(key.raw), memoryview(bytes(value.raw))
+
+
+class Program:
+    """One program of a loaded object."""
+
+    def __init__(self, ptr: int, name: str) -> None:
+        self._ptr = ptr
+        self.name = name
+        self._link: int | None = None
+
+    @property
+    def fd(self) -> int:
+        """The program's file descriptor (after load)."""
+        return int(lib().bpf_program__fd(self._ptr))
+
+    @property
+    def attached(self) -> bool:
+        """Whether attach() holds a link."""
+        return self._link is not None
+
+    def set_autoload(self, on: bool) -> None:
+        """Whether load() loads this program (before load)."""
+        _check(lib().bpf_program__set_autoload(self._ptr, on), f"{self.name}: autoload")
+
+    def attach(self) -> None:
+        """Attach at the program's own section (tp_btf/...)."""
+        if self._link is None:
+            self._link = _check_ptr(lib().bpf_program__attach(self._ptr), f"attach {self.name}")
+
+    def detach(self) -> None:
+        """Destroy the link (the program stays loaded)."""
+        if self._link is not None:
+            lib().bpf_link__destroy(self._link)
+            self._link = None
+
+
+class Object:
+    """A BPF object file: open, adjust maps and globals, load, attach; close() frees it all."""
+
+    def __init__(self, path: Path) -> None:
+        self._ptr = _check_ptr(lib().bpf_object__open_file(str(path).encode(), None), str(path))
+        self.programs: dict[str, Program] = {}
+
+    def maps(self) -> Iterator[Map]:
+        """The object's maps, global-data maps (.rodata, .bss) included."""
+        m = lib().bpf_object__next_map(self._ptr, None)
+        while m:
+            yield Map(m)
+            m = lib().bpf_object__next_map(self._ptr, m)
+
+    def map(self, name: str) -> Map:
+        """The map called name, or the global-data map whose name ends with it (".rodata")."""
+        for m in self.maps():
+            if m.name == name or (name.startswith(".") and m.name.endswith(name)):
+                return m
+        raise KeyError(name)
+
+    def program(self, name: str) -> Program:
+        """The program called name."""
+        if name not in self.programs:
+            ptr = _check_ptr(lib().bpf_object__find_program_by_name(self._ptr, name.encode()), name)
+            self.programs[name] = Program(ptr, name)
+        return self.programs[name]
+
+    def load(self) -> None:
+        """Relocate against the kernel's BTF, verify and load every autoloaded program."""
+        _check(lib().bpf_object__load(self._ptr), "load")
+
+    def close(self) -> None:
+        """Detach every program and free the object (its maps and programs)."""
+        for p in self.programs.values():
+            p.detach()
+        if self._ptr:
+            lib().bpf_object__close(self._ptr)
+            self._ptr = 0
+
+
+def possible_cpus() -> int:
+    """The number of possible CPUs: per-CPU map values come in this many copies."""
+    return _check(lib().libbpf_num_possible_cpus(), "possible cpus")
