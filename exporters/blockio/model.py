@@ -18,9 +18,10 @@ LAT_SLOTS = 26
 # blockio.md): 48 disks doing reads and writes export 48 x (4 + 2 x (16 + 3 + 3)) = 2,304
 # series, under 2,500. Configurable (blockio.latency_buckets), up to MAX_LAT_BOUNDS.
 DEFAULT_LAT_BOUNDS_SECONDS: tuple[float, ...] = (
-    *(m * 10.0**e for e in range(-5, 0) for m in (1, 2, 5)),
+    10e-6, 20e-6, 50e-6, 100e-6, 200e-6, 500e-6,
+    1e-3, 2e-3, 5e-3, 10e-3, 20e-3, 50e-3, 100e-3, 200e-3, 500e-3,
     1.0,
-)
+)  # fmt: skip
 MAX_LAT_BOUNDS = 32  # LAT_MAX_BOUNDS in core/blockio.bpf.c
 # Size buckets: upper bounds 512 B * 2^k for k = 0..15 (512 B .. 16 MiB), then +Inf.
 SIZE_UNIT = 512

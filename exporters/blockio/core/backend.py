@@ -36,7 +36,8 @@ LAT_Q = LAT_DEV + _LAT_SLOTS
 SIZE = LAT_Q + _LAT_SLOTS
 WORDS = SIZE + SIZE_SLOTS
 _KEY = struct.Struct("=II")  # struct stat_key: dev, op
-_CFG = struct.Struct(f"={MAX_LAT_BOUNDS}QQ")  # the .rodata config: bounds, size_histogram
+_CFG = struct.Struct(f"={MAX_LAT_BOUNDS}QQQ")  # the .rodata cfg: bounds, size_histogram, stamps
+STAMP_DEVICE, STAMP_QUEUE = 1, 2
 _NO_BOUND = (1 << 64) - 1
 _PREALLOC_ENTRIES = 1024  # before 6.1: 256 disks x 4 ops, preallocated per CPU
 
@@ -59,7 +60,10 @@ class CoreBackend:
         proc_root: Path = Path("/proc"),
         obj_path: Path = OBJECT,
         btf_path: Path = BTF,
+        stamps: int = STAMP_DEVICE | STAMP_QUEUE,
     ) -> None:
+        """stamps: the kernel timestamps to use; tests clear bits to exercise the queue clock
+        and the issue-side timing on devices that carry both."""
         if os.geteuid() != 0:
             raise BackendUnavailable("not root", "loading BPF programs needs root (CAP_BPF)")
         if not btf_path.exists():
@@ -79,7 +83,7 @@ class CoreBackend:
             raise BackendUnavailable("no libbpf", f"cannot load libbpf.so.1 ({exc})") from exc
         self.nbounds = len(bounds)
         self.size_histogram = size_histogram
-        self.obj = self._load(obj_path, bounds, size_histogram)
+        self.obj = self._load(obj_path, bounds, size_histogram, stamps)
         self.ncpus = libbpf.possible_cpus()
         self._stats = self.obj.map("stats")
         self._complete = self.obj.program("complete")
@@ -98,7 +102,9 @@ class CoreBackend:
         self.clocks: dict[int, str] = {}
         self._pick = self._words()
 
-    def _load(self, obj_path: Path, bounds: list[int], size_histogram: bool) -> libbpf.Object:
+    def _load(
+        self, obj_path: Path, bounds: list[int], size_histogram: bool, stamps: int
+    ) -> libbpf.Object:
         try:
             obj = libbpf.Object(obj_path)
         except OSError as exc:
@@ -110,7 +116,7 @@ class CoreBackend:
                     "bpf load failed", f"{obj_path.name}: .rodata is not the expected config"
                 )
             padded = bounds + [_NO_BOUND] * (MAX_LAT_BOUNDS - len(bounds))
-            ctypes.memmove(rodata, _CFG.pack(*padded, int(size_histogram)), _CFG.size)
+            ctypes.memmove(rodata, _CFG.pack(*padded, int(size_histogram), stamps), _CFG.size)
             if not kernel_at_least(6, 1):
                 # Run-time allocated maps in tracing programs are safe only since 6.1
                 # (bpf_mem_alloc): before, preallocate a smaller map instead.

@@ -52,9 +52,17 @@ struct request_queue {
 	struct gendisk *disk;
 } __attribute__((preserve_access_index));
 
+/* Bit numbers of rq->rq_flags (include/linux/blk-mq.h), an enum in BTF since 6.8; relocated
+ * by name, so the values here are only what clang needs to compile. */
+enum rqf_flags {
+	__RQF_IO_STAT = 8,
+	__RQF_STATS = 11,
+};
+
 struct request {
 	struct request_queue *q;
 	unsigned int cmd_flags;
+	unsigned int rq_flags;
 	unsigned int __data_len;
 	u64 start_time_ns;
 	u64 io_start_time_ns;

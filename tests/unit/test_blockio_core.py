@@ -1,0 +1,119 @@
+"""The core backend's decisions without a kernel: why it cannot load, and the per-device
+clock (fixed once chosen, the other clock counted as untimed, never mixed in)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exporters.blockio.core import backend as core
+from exporters.blockio.core.backend import CoreBackend
+from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, BackendUnavailable
+
+N = len(DEFAULT_LAT_BOUNDS_SECONDS) + 1
+
+
+def _unavailable(tmp_path: Path, **kw: object) -> BackendUnavailable:
+    args: dict[str, object] = {
+        "obj_path": tmp_path / "blockio.bpf.o",
+        "btf_path": tmp_path / "vmlinux",
+    }
+    args.update(kw)
+    with pytest.raises(BackendUnavailable) as err:
+        CoreBackend(DEFAULT_LAT_BOUNDS_SECONDS, **args)  # type: ignore[arg-type]
+    return err.value
+
+
+def test_reasons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(core.os, "geteuid", lambda: 0)
+    assert _unavailable(tmp_path).reason == "no kernel BTF"
+    (tmp_path / "vmlinux").write_bytes(b"")
+    err = _unavailable(tmp_path)
+    assert err.reason == "not built" and "scripts/build-bpf.sh" in err.detail
+    monkeypatch.setattr(core.os, "geteuid", lambda: 1000)
+    assert _unavailable(tmp_path).reason == "not root"
+
+
+@pytest.mark.parametrize("bounds", [[], [0.1, 0.01], [0.001, 0.001], [1e-3] * 40])
+def test_bad_bounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bounds: list[float]) -> None:
+    monkeypatch.setattr(core.os, "geteuid", lambda: 0)
+    (tmp_path / "vmlinux").write_bytes(b"")
+    (tmp_path / "blockio.bpf.o").write_bytes(b"")
+    with pytest.raises(ValueError, match="latency bounds"):
+        CoreBackend(bounds, obj_path=tmp_path / "blockio.bpf.o", btf_path=tmp_path / "vmlinux")
+
+
+def _value(dev_slots: list[int], q_slots: list[int], untimed: int = 0) -> list[int]:
+    ios = sum(dev_slots) + sum(q_slots) + untimed
+    head = [ios, ios * 4096, 0, untimed, sum(dev_slots) * 1000, sum(q_slots) * 2000, 0]
+    return head + dev_slots + q_slots
+
+
+class _Fake(CoreBackend):
+    """read()'s bookkeeping over given map contents (no object, no kernel)."""
+
+    def __init__(self) -> None:  # no super().__init__: nothing to load
+        self.nbounds = N - 1
+        self.size_histogram = False
+        self.clocks = {}
+        self.rows: dict[tuple[int, int], list[int]] = {}
+        self._names = lambda dev: f"d{dev}"  # type: ignore[assignment,method-assign]
+        self.attached: list[str] = []
+
+        class _Issue:
+            attached = False
+
+            def attach(inner) -> None:
+                inner.attached = True
+                self.attached.append("issue")
+
+        class _Diskstats:
+            def read(self) -> dict:  # type: ignore[type-arg]
+                return {}
+
+        self._issue = _Issue()  # type: ignore[assignment]
+        self.diskstats = _Diskstats()  # type: ignore[assignment]
+
+    def _raw(self) -> dict[tuple[int, int], list[int]]:
+        return self.rows
+
+
+def _slots(**at: int) -> list[int]:
+    out = [0] * N
+    for k, v in at.items():
+        out[int(k[1:])] = v
+    return out
+
+
+def test_clock_is_chosen_once_and_never_mixed() -> None:
+    b = _Fake()
+    b.rows = {(1, 0): _value(_slots(s3=5), _slots())}
+    d = b.read()["d1"]
+    assert d.clock == "device" and d.ops["read"].lat_slots == _slots(s3=5)
+    # Later the queue loses its statistics: queue-clock requests appear. The device stays on
+    # the device clock; the others are counted untimed, not added to the histogram.
+    b.rows = {(1, 0): _value(_slots(s3=5), _slots(s4=7))}
+    d = b.read()["d1"]
+    assert d.clock == "device"
+    assert d.ops["read"].lat_slots == _slots(s3=5)
+    assert d.ops["read"].untimed == 7
+    assert d.ops["read"].lat_sum_seconds == pytest.approx(5e-6)
+
+
+def test_queue_clock_device_and_untimed_attach_the_issue_program() -> None:
+    b = _Fake()
+    b.rows = {(2, 1): _value(_slots(), _slots(s0=3)), (3, 0): _value(_slots(), _slots(), 4)}
+    out = b.read()
+    assert out["d2"].clock == "queue" and out["d2"].ops["write"].lat_slots == _slots(s0=3)
+    assert out["d3"].clock is None and out["d3"].ops["read"].lat_slots is None
+    assert out["d3"].ops["read"].untimed == 4
+    assert b.attached == ["issue"]
+    b.read()
+    assert b.attached == ["issue"]  # once
+
+
+def test_ops_beyond_the_four_are_ignored() -> None:
+    b = _Fake()
+    b.rows = {(1, 7): _value(_slots(s0=1), _slots())}
+    assert b.read() == {}
