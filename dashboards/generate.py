@@ -92,6 +92,25 @@ DISK_INFO = f'wattbit_disk_info{{{H}, parent="", controller!=""}}'
 DISK_BUSY = (
     f"clamp_max(max by (host, device) (rate(wattbit_disk_busy_seconds_total{{{HD}}}{RI})), 1)"
 )
+# What each disk's latency histogram measures (docs/exporters/blockio.md): clock="device", from
+# the issue to the device until completion, or clock="queue", from queueing until completion
+# (iostat's await). The two never go into one figure: the heatmap shows one clock at a time
+# ($clock), the ranking compares a disk only with its host's disks of the same clock.
+CLOCK_DESC = (
+    "device: from the issue to the device until completion; queue: from queueing until "
+    "completion, as iostat's await"
+)
+
+
+def with_clock(expr: str, sel: str) -> str:
+    """expr (series with host and device labels) with its disk's `clock` label: one series of
+    value 1 per disk, its clock series or, for agents that export none, its wattbit_disk_info
+    series (no clock label: such disks are kept, without a clock)."""
+    return (
+        f"{expr} * on (host, device) group_left (clock) ("
+        f"max by (host, device, clock) (wattbit_disk_io_latency_clock_info{{{sel}}})"
+        f" or on (host, device) max by (host, device) (wattbit_disk_info{{{sel}}}))"
+    )
 
 
 def energy(watts: str) -> str:
@@ -177,6 +196,9 @@ def var(name: str, label: str, query: str) -> QueryVariable:
 
 HOST_VAR_QUERY = "label_values(wattbit_exporter_up, host)"
 DEVICE_VAR_QUERY = 'label_values(wattbit_disk_info{host=~"$host", parent=""}, device)'
+CLOCK_VAR_QUERY = (
+    'label_values(wattbit_disk_io_latency_clock_info{host=~"$host", device=~"$device"}, clock)'
+)
 INTERFACE_VAR_QUERY = 'label_values(wattbit_nic_info{host=~"$host"}, interface)'
 RUN_VAR_QUERY = "label_values(wattbit_run_info, run)"
 
@@ -386,13 +408,21 @@ def disks() -> Dashboard:
         "Per-disk latency, throughput, IOPS, bandwidth per controller and NUMA node, outliers.",
     )
     d = d.with_variable(var("device", "Device", DEVICE_VAR_QUERY))
+    # one clock at a time: Grafana picks the first ("device") until another is chosen
+    d = d.with_variable(
+        var("clock", "Latency clock", CLOCK_VAR_QUERY).multi(False).include_all(False)
+    )
     bucket = f"rate(wattbit_disk_io_latency_seconds_bucket{{{HD}}}{RI})"
+    on_clock = f'max by (host, device) (wattbit_disk_io_latency_clock_info{{{HD}, clock="$clock"}})'
     d = d.with_row(Row("Latency"))
     d = d.with_panel(
         heatmap.Panel()
         .title("I/O latency heatmap")
         .description(
-            "Issue-to-completion latency of the selected devices, all ops (eBPF histogram)."
+            "Latency until completion of the selected devices whose histogram runs on the "
+            f"clock picked in Latency clock ({CLOCK_DESC}), all ops (eBPF histogram). One "
+            "clock at a time: the two measure different spans. Disks of agents that export no "
+            "wattbit_disk_io_latency_clock_info are not in it."
         )
         .datasource(DS)
         .unit("s")
@@ -401,38 +431,44 @@ def disks() -> Dashboard:
         .calculate(False)
         .y_axis(heatmap.YAxisConfig().unit("s"))
         .cell_values(heatmap.CellValues().unit("reqps"))
-        .with_target(q(f"sum by (le) ({bucket})", "{{le}}", fmt="heatmap"))
+        .with_target(
+            q(
+                f"sum by (le) ({bucket} * on (host, device) group_left () {on_clock})",
+                "{{le}}",
+                fmt="heatmap",
+            )
+        )
     )
+    quantiles = [
+        (
+            with_clock(f"histogram_quantile({phi}, sum by (host, device, op, le) ({bucket}))", HD),
+            f"p{name} {{{{host}}}} {{{{device}}}} {{{{op}}}} {{{{clock}}}}",
+        )
+        for phi, name in (("0.5", "50"), ("0.99", "99"))
+    ]
     d = d.with_panel(
         ts(
             "Latency p50 / p99 per op",
             "s",
-            letters(
-                [
-                    (
-                        f"histogram_quantile(0.5, sum by (host, device, op, le) ({bucket}))",
-                        "p50 {{host}} {{device}} {{op}}",
-                    ),
-                    (
-                        f"histogram_quantile(0.99, sum by (host, device, op, le) ({bucket}))",
-                        "p99 {{host}} {{device}} {{op}}",
-                    ),
-                ]
-            ),
+            letters(quantiles),
+            f"Per device and op; the legend ends with the device's latency clock ({CLOCK_DESC}).",
             h=9,
         )
     )
     # "> 0" drops the NaN of disks without I/O in the range, which would make the median NaN
-    p99_range = (
+    p99_range = with_clock(
         "(histogram_quantile(0.99, sum by (host, device, le) "
-        f"(rate(wattbit_disk_io_latency_seconds_bucket{{{H}}}[$__range]))) > 0)"
+        f"(rate(wattbit_disk_io_latency_seconds_bucket{{{H}}}[$__range]))) > 0)",
+        H,
     )
     d = d.with_panel(
         table.Panel()
-        .title("Devices ranked by p99 latency relative to their host's median")
+        .title("Devices ranked by p99 latency relative to their host's median, per clock")
         .description(
             "Each disk's p99 over the time range divided by the median p99 of the same host's "
-            "disks: 100 % is typical, a slow or failing drive stands out at the top."
+            f"disks on the same latency clock ({CLOCK_DESC}): 100 % is typical, a slow or "
+            "failing drive stands out at the top. Disks of agents that export no clock are "
+            "compared among themselves (empty clock)."
         )
         .datasource(DS)
         .unit("percentunit")
@@ -440,8 +476,8 @@ def disks() -> Dashboard:
         .height(7)
         .with_target(
             qi(
-                f"sort_desc({p99_range} / on (host) group_left () "
-                f"quantile by (host) (0.5, {p99_range}))"
+                f"sort_desc(({p99_range}) / on (host, clock) group_left () "
+                f"quantile by (host, clock) (0.5, {p99_range}))"
             )
         )
         .with_transformation(
@@ -449,7 +485,7 @@ def disks() -> Dashboard:
                 id_val="organize",
                 options={
                     "excludeByName": {"Time": True},
-                    "renameByName": {"Value": "p99 / host median"},
+                    "renameByName": {"Value": "p99 / median of host and clock"},
                 },
             )
         )

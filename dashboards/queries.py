@@ -8,9 +8,10 @@ data source's minimum interval, jsonData.timeInterval, being the scrape interval
 * `label_values(SELECTOR, LABEL)` variables: `/api/v1/label/LABEL/values?match[]=SELECTOR`
   over the window, after substituting the variables before them (host before device); a
   multi-value variable inside a regex matcher becomes `(v1|v2|...)`, each value regex-escaped
-  (Grafana's regex formatting of a multi-value variable); a single-value variable (`run`)
-  takes the run that started last in the window, unless the caller pins it (render.py
-  --run pins the run it draws);
+  (Grafana's regex formatting of a multi-value variable); a single-value variable takes one
+  value: `run` the run that started last in the window, unless the caller pins it (render.py
+  --run pins the run it draws), any other (the Disks dashboard's latency `clock`) its first
+  value in alphabetical order, the one Grafana selects when nothing was chosen;
 * `$__interval` = the step (at least the scrape interval); `$__rate_interval` =
   max(`$__interval` + scrape interval, 4 x scrape interval) (Grafana's definition);
 * `$__range` = the window's length in whole seconds with an `s`, `$__range_s` the number;
@@ -143,8 +144,8 @@ def expand_variables(
                 {"match[]": selector, "start": start, "end": end},
             )
         )
-        if got and not var.get("multi") and var["name"] == "run":
-            got = newest_run(url, got, end)
+        if got and not var.get("multi"):
+            got = newest_run(url, got, end) if var["name"] == "run" else got[:1]
         values[var["name"]] = got
         variables[var["name"]] = regex_value(got) if got else "$^"
     return {"regex": variables, "values": values}

@@ -4,11 +4,14 @@
     python alerts/tests/gen_disk_slow_peers.py --check    # exit 1 if it is out of date
 
 Each case is one `promtool test rules` test group: 48 NVMe disks of one host (nvme0n1 ...
-nvme47n1), each with its wattbit_disk_info series and, per op, the latency histogram's _sum and
-_count and the size histogram's _sum, as Prometheus stores them after scraping
-(job, instance, host). Counters grow by the same amount every minute (or change their pace once,
-at DRIFT_AT), so every 5m window holds whole minutes and the expected values are exact: they are
-written below from the scenario's figures, not copied from a run.
+nvme47n1), each with its wattbit_disk_info series, its wattbit_disk_io_latency_clock_info series
+(clock="device", every disk's latency histogram on the same clock) and, per op, the latency
+histogram's _sum and _count and the bytes counter wattbit_disk_io_bytes_total, as Prometheus
+stores them after scraping (job, instance, host). Every completion is timed here, so the bytes
+counter counts the same requests as the histogram. Counters grow by the same amount every
+minute (or change their pace once, at DRIFT_AT), so every 5m window holds whole minutes and the
+expected values are exact: they are written below from the scenario's figures, not copied from
+a run.
 
 The peers of every case: writes 6000/min (100/s) of 128 KiB at 0.5 ms; where a case has reads
 too, reads 3000/min (50/s) of 16 KiB at 0.5 ms. By Little's law a disk's mean queue of an op is
@@ -33,6 +36,7 @@ DISKS = [f"nvme{i}n1" for i in range(48)]
 MINUTES = 60  # samples at 0m ... 60m
 DRIFT_AT = 20  # a drifting disk takes its new pace from the sample after this minute
 LABELS = 'job="wattbit-agent",instance="mover01:9731",host="mover01"'
+CLOCK = "device"  # the clock of every disk's latency histogram (peers never mix clocks)
 KIB = 1024
 
 
@@ -90,6 +94,12 @@ def series_for(case: Case) -> list[tuple[str, str]]:
                 f"1x{MINUTES}",
             )
         )
+        out.append(
+            (
+                f'wattbit_disk_io_latency_clock_info{{{LABELS},device="{dev}",clock="{CLOCK}"}}',
+                f"1x{MINUTES}",
+            )
+        )
         for op in case.ops:
             base = WRITE if op == "write" else READ
             load = case.special.get((dev, op), base)
@@ -98,12 +108,12 @@ def series_for(case: Case) -> list[tuple[str, str]]:
             lat2 = Decimal(later.latency) * later.per_min if later else None
             cnt = Decimal(load.per_min)
             cnt2 = Decimal(later.per_min) if later else None
-            size = Decimal(load.size * load.per_min)
-            size2 = Decimal(later.size * later.per_min) if later else None
+            nbytes = Decimal(load.size * load.per_min)
+            nbytes2 = Decimal(later.size * later.per_min) if later else None
             sel = f'{{{LABELS},device="{dev}",op="{op}"}}'
             out.append((f"wattbit_disk_io_latency_seconds_sum{sel}", counter(lat, lat2)))
             out.append((f"wattbit_disk_io_latency_seconds_count{sel}", counter(cnt, cnt2)))
-            out.append((f"wattbit_disk_io_size_bytes_sum{sel}", counter(size, size2)))
+            out.append((f"wattbit_disk_io_bytes_total{sel}", counter(nbytes, nbytes2)))
     return out
 
 
@@ -120,7 +130,7 @@ def slow(
             ),
             "description": (
                 f"Mean {op} latency of {dev} on mover01 over 5m is {latency}, {lat_ratio} times "
-                "the median of the host's disks of the same kind, at "
+                "the median of the host's disks of the same kind and latency clock, at "
                 f"{load} times their median load (requests/s or bytes/s; less counts as the "
                 f"same): {value} times their latency per unit of load (threshold 4 times, and "
                 "above 1ms), for 10m."
