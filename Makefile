@@ -26,6 +26,7 @@ demo: bootstrap
 
 bench: bootstrap
 	$(PY) bench/agent_scrape.py
+	$(PY) bench/blockio_read.py
 	$(PY) bench/blockio_overhead.py
 
 clean:

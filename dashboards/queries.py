@@ -17,6 +17,11 @@ data source's minimum interval, jsonData.timeInterval, being the scrape interval
 * `$__range` = the window's length in whole seconds with an `s`, `$__range_s` the number;
 * range queries (`range: true`) go to `/api/v1/query_range` over the window at the step;
   instant queries to `/api/v1/query` at the window's end.
+
+`extra`: query parameters sent with every request besides these, for a store that takes
+them: VictoriaMetrics' `extra_label=site=a` (only one site's series, as a Grafana data source
+with that custom query parameter sees them) and `nocache=1` (points where asked, not moved to
+multiples of the step): docs/longterm-store.md.
 """
 
 from __future__ import annotations
@@ -37,9 +42,16 @@ DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def api(url: str, path: str, params: dict[str, Any], timeout: float = 60.0) -> Any:
-    """GET an API path of the Prometheus at `url`; its `data`."""
-    full = url.rstrip("/") + path + "?" + urllib.parse.urlencode(params, doseq=True)
+def api(
+    url: str,
+    path: str,
+    params: dict[str, Any],
+    timeout: float = 60.0,
+    extra: dict[str, str] | None = None,
+) -> Any:
+    """GET an API path of the Prometheus at `url` (with the `extra` parameters); its `data`."""
+    query = urllib.parse.urlencode({**(extra or {}), **params}, doseq=True)
+    full = url.rstrip("/") + path + "?" + query
     with urllib.request.urlopen(full, timeout=timeout) as resp:
         doc = json.load(resp)
     if doc.get("status") != "success":
@@ -107,9 +119,13 @@ def substitute(expr: str, variables: dict[str, str], fixed: dict[str, str]) -> s
     return expr
 
 
-def newest_run(url: str, runs: list[str], end: float) -> list[str]:
+def newest_run(
+    url: str, runs: list[str], end: float, extra: dict[str, str] | None = None
+) -> list[str]:
     """Of `runs`, the one that started last before `end` (a single-value variable's pick)."""
-    res = api(url, "/api/v1/query", {"query": "wattbit_run_start_time_seconds", "time": end})
+    res = api(
+        url, "/api/v1/query", {"query": "wattbit_run_start_time_seconds", "time": end}, extra=extra
+    )
     starts = {s["metric"].get("run"): float(s["value"][1]) for s in res["result"]}
     known = [r for r in runs if r in starts]
     return [max(known, key=lambda r: starts[r])] if known else runs[-1:]
@@ -122,6 +138,7 @@ def expand_variables(
     end: float,
     fixed: dict[str, str],
     pinned: dict[str, list[str]] | None = None,
+    extra: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     variables: dict[str, str] = {}
     values: dict[str, list[str]] = {}
@@ -142,10 +159,11 @@ def expand_variables(
                 url,
                 f"/api/v1/label/{m.group(2)}/values",
                 {"match[]": selector, "start": start, "end": end},
+                extra=extra,
             )
         )
         if got and not var.get("multi"):
-            got = newest_run(url, got, end) if var["name"] == "run" else got[:1]
+            got = newest_run(url, got, end, extra) if var["name"] == "run" else got[:1]
         values[var["name"]] = got
         variables[var["name"]] = regex_value(got) if got else "$^"
     return {"regex": variables, "values": values}
@@ -159,14 +177,15 @@ def run_dashboard(
     step: float,
     scrape: float,
     pinned: dict[str, list[str]] | None = None,
+    extra: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Every panel query and annotation of one dashboard over [start, end].
 
     `pinned`: variables given values (e.g. {"run": ["demo-stream"]}) instead of asking
-    Prometheus for them.
+    Prometheus for them; `extra`: query parameters for every request (module docstring).
     """
     fixed = builtins(start, end, step, scrape)
-    expanded = expand_variables(doc, url, start, end, fixed, pinned)
+    expanded = expand_variables(doc, url, start, end, fixed, pinned, extra)
     out: dict[str, Any] = {
         "uid": doc["uid"],
         "title": doc["title"],
@@ -184,7 +203,7 @@ def run_dashboard(
         if "expr" not in ann:
             continue
         expr = substitute(ann["expr"], expanded["regex"], fixed)
-        res = api(url, "/api/v1/query_range", {"query": expr, **rng})["result"]
+        res = api(url, "/api/v1/query_range", {"query": expr, **rng}, extra=extra)["result"]
         out["annotations"].append({"name": ann["name"], "expr": expr, "result": res})
     for panel in doc["panels"]:
         if panel["type"] == "row":
@@ -202,9 +221,9 @@ def run_dashboard(
         for target in panel.get("targets", []):
             expr = substitute(target["expr"], expanded["regex"], fixed)
             if target.get("instant"):
-                data = api(url, "/api/v1/query", {"query": expr, "time": end})
+                data = api(url, "/api/v1/query", {"query": expr, "time": end}, extra=extra)
             else:
-                data = api(url, "/api/v1/query_range", {"query": expr, **rng})
+                data = api(url, "/api/v1/query_range", {"query": expr, **rng}, extra=extra)
             entry["queries"].append(
                 {
                     "refId": target["refId"],
@@ -234,6 +253,7 @@ def run_all(
     scrape: float | None = None,
     json_dir: Path = JSON_DIR,
     pinned: dict[str, list[str]] | None = None,
+    extra: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """{dashboard file stem: run_dashboard(...)} for every dashboard in json_dir.
 
@@ -243,6 +263,8 @@ def run_all(
     scrape = scrape if scrape is not None else scrape_interval(url)
     step = step if step is not None else default_step(start, end, scrape)
     return {
-        p.stem: run_dashboard(json.loads(p.read_text()), url, start, end, step, scrape, pinned)
+        p.stem: run_dashboard(
+            json.loads(p.read_text()), url, start, end, step, scrape, pinned, extra
+        )
         for p in sorted(json_dir.glob("*.json"))
     }

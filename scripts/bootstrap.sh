@@ -7,10 +7,13 @@ cd "$(dirname "$0")/.."
 # Debian packages. python3-bpfcc is bcc (never PyPI's unrelated "bcc"); prometheus brings
 # promtool; bpftrace is the comparison point in bench/blockio_overhead; smartmontools is the
 # smartctl the agent's smart exporter runs; clang and libbpf-dev compile the core blockio
-# program once here (scripts/build-bpf.sh), libbpf1 loads it at run time.
+# program once here (scripts/build-bpf.sh), libbpf1 loads it at run time. victoria-metrics
+# (with vmagent and vmalert) is the long-term store the sites remote-write to
+# (docs/longterm-store.md): the fleet and sharding tests start its binaries on free ports with
+# their own data directories; the package's own service is not used by anything here.
 PKGS=(python3-bpfcc bpftrace prometheus fio python3-venv python3-dev iproute2 kmod openssl ethtool iperf3
       util-linux bpftool snmp chromium fonts-liberation prometheus-alertmanager fuse3 libfuse2
-      prometheus-node-exporter docker-compose smartmontools clang libbpf-dev libbpf1)
+      prometheus-node-exporter docker-compose smartmontools clang libbpf-dev libbpf1 victoria-metrics)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -191,6 +191,7 @@ def analyse(g: Gathered, now: float | None = None) -> Result:
         max_lag_seconds=lag_steps * grid.step,
         coverage_threshold=opts.coverage_threshold,
         interfaces_regex=opts.interfaces,
+        match=dict(opts.match),
         site=site,
         hosts=host_docs,
         components=comp_docs,

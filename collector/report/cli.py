@@ -91,10 +91,31 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )  # fmt: skip
     p.add_argument("--interfaces", metavar="REGEX", help="count only these interfaces' bytes")
     p.add_argument(
+        "--match", action="append", default=[], metavar="LABEL=VALUE",
+        help="read only series with this label (repeatable), e.g. site=lab-a: one site's "
+        "series in a store shared by several (docs/longterm-store.md)",
+    )  # fmt: skip
+    p.add_argument(
         "--timeout", type=duration_arg, default=120.0, metavar="DURATION",
         help="per-request timeout (default 120s)",
     )  # fmt: skip
     p.set_defaults(func=run)
+
+
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def parse_match(items: list[str]) -> dict[str, str]:
+    """``--match LABEL=VALUE`` options as {label: value}; ValueError naming what is wrong."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not LABEL_NAME.fullmatch(name) or name == "__name__":
+            raise ValueError(f"--match {item!r}: give LABEL=VALUE (a label name, then =)")
+        if out.get(name, value) != value:
+            raise ValueError(f"--match: {name} given twice with different values")
+        out[name] = value
+    return out
 
 
 def _credentials(args: argparse.Namespace) -> dict[str, str]:
@@ -153,11 +174,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"wattbit report: --interfaces: {exc}", file=sys.stderr)
             return 2
     try:
+        match = parse_match(getattr(args, "match", None) or [])
+    except ValueError as exc:
+        print(f"wattbit report: {exc}", file=sys.stderr)
+        return 2
+    try:
         prom = Prometheus(args.prometheus, timeout=args.timeout, **_credentials(args))
     except (ValueError, PromError) as exc:
         print(f"wattbit report: {exc}", file=sys.stderr)
         return 2
-    opts = Options(step=args.step, max_lag=args.max_lag, interfaces=args.interfaces)
+    opts = Options(step=args.step, max_lag=args.max_lag, interfaces=args.interfaces, match=match)
     try:
         now = time.time()
         if args.start is not None:
@@ -174,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
             )
             window = Window(name, round(start, 3), round(end, 3), "explicit")
         else:
-            window = find_run(prom, args.run, now)
+            window = find_run(prom, args.run, now, match)
             window = Window(
                 window.name, round(window.start, 3), round(window.end, 3), window.source,
                 window.in_progress,
@@ -182,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
         result = analyse(gather(prom, window, opts))
         other = None
         if args.compare:
-            ow = find_run(prom, args.compare, now)
+            ow = find_run(prom, args.compare, now, match)
             ow = Window(ow.name, round(ow.start, 3), round(ow.end, 3), ow.source, ow.in_progress)
             other = analyse(gather(prom, ow, opts))
             result = replace(

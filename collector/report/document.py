@@ -366,6 +366,7 @@ class Report:
     max_lag_seconds: float
     coverage_threshold: float
     interfaces_regex: str | None
+    match: dict[str, str]  # --match: labels every series read had
     site: Scope
     hosts: dict[str, HostScope]
     components: dict[str, ComponentScope]
@@ -390,6 +391,7 @@ class Report:
             "max_lag_seconds": self.max_lag_seconds,
             "coverage_threshold": self.coverage_threshold,
             "interfaces_regex": self.interfaces_regex,
+            "match": dict(self.match),
             "site": self.site.to_json(),
             "hosts": {h: d.to_json() for h, d in self.hosts.items()},
             "components": {c: d.to_json() for c, d in self.components.items()},

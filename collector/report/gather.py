@@ -55,10 +55,16 @@ LOOKBACKS = (86400.0, 7 * 86400.0, 31 * 86400.0, 366 * 86400.0)
 # --- finding a run ------------------------------------------------------------------------
 
 
-def find_run(prom: Prometheus, run: str, now: float | None = None) -> Window:
-    """The window of the latest run called ``run``, from the run registry's series."""
+def find_run(
+    prom: Prometheus, run: str, now: float | None = None, match: dict[str, str] | None = None
+) -> Window:
+    """The window of the latest run called ``run``, from the run registry's series.
+
+    ``match``: labels every series read must have (``--match``), e.g. one site's in a store
+    that holds several.
+    """
     now = time.time() if now is None else now
-    sel = {"run": run}
+    sel = {**(match or {}), "run": run}
     start: float | None = None
     for lb in LOOKBACKS:
         res = prom.query(f"max_over_time({selector(RUN_START, sel)}[{duration(lb)}])", now)
@@ -83,7 +89,9 @@ def find_run(prom: Prometheus, run: str, now: float | None = None) -> Window:
     raise ReportError(f"run {run!r} started at {start:.0f} but has no end; pass --start/--end")
 
 
-def find_phases(prom: Prometheus, window: Window, interval: float) -> list[PhaseRun]:
+def find_phases(
+    prom: Prometheus, window: Window, interval: float, match: dict[str, str] | None = None
+) -> list[PhaseRun]:
     """The runs marked as phases of ``window``, in the order they started.
 
     A phase is a run labelled ``phase=KIND``; of a run's report, those also labelled
@@ -97,7 +105,7 @@ def find_phases(prom: Prometheus, window: Window, interval: float) -> list[Phase
     at = window.end + margin
     span = duration(window.duration + 2.0 * margin)
     info, starts, ends = (
-        prom.query(f"max_over_time({metric}[{span}])", at)
+        prom.query(f"max_over_time({selector(metric, match)}[{span}])", at)
         for metric in (RUN_INFO, RUN_START, RUN_END)
     )
     start_of = {s.labels.get("run", ""): s.samples[-1][1] for s in starts if s.samples}
@@ -152,7 +160,7 @@ def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gat
     finally:
         g.pool.shutdown(wait=False)
     t0 = time.monotonic()
-    phases = find_phases(prom, window, g.interval)
+    phases = find_phases(prom, window, g.interval, opts.match)
     g.timings["phases"] = time.monotonic() - t0
     return Gathered(
         window=window,
@@ -183,10 +191,10 @@ class _Gatherer:
         self.interval = 0.0
 
     def sel(self, metric: str, labels: dict[str, str] | None = None) -> str:
-        """Selector of a metric, with the interface filter on NIC series."""
+        """Selector of a metric, with --match's labels and the interface filter on NIC series."""
         if metric == NIC and self.opts.interfaces and labels is None:
-            return selector(metric, None, interface=self.opts.interfaces)
-        return selector(metric, labels)
+            return selector(metric, self.opts.match, interface=self.opts.interfaces)
+        return selector(metric, {**self.opts.match, **(labels or {})})
 
     def _map(self, fn: Callable[..., Any], items: Iterable[Any]) -> list[Any]:
         return list(self.pool.map(fn, items))
@@ -311,7 +319,7 @@ class _Gatherer:
         """Raw samples of one track in ``(start - step, end]`` (the step before is the base)."""
         chunk = max(60.0, 20_000 * (tr.interval or grid.step))
         res = self.prom.raw(
-            selector(tr.metric, tr.labels), grid.start - grid.step, grid.end, chunk_seconds=chunk
+            self.sel(tr.metric, tr.labels), grid.start - grid.step, grid.end, chunk_seconds=chunk
         )
         return [p for p in res[0].samples if math.isfinite(p[1])] if res else []
 

@@ -12,6 +12,7 @@ import base64
 import json
 import math
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -21,6 +22,16 @@ from typing import Any
 
 # Prometheus answers "exceeded maximum resolution of 11,000 points per timeseries" above this.
 MAX_POINTS = 11_000
+# Evaluate at the times asked, on the samples there are. Without nocache=1 VictoriaMetrics
+# moves an instant query less than 30 s old (-search.latencyOffset) 30 s back, and the points
+# of a range query of more than 50 to multiples of the step (for its cache): a run that just
+# ended would be read 30 s early, and the bins would not be where the report cut them.
+# latency_offset=0 (VictoriaMetrics 1.88 on; 1.79 ignores it) stops it answering a range
+# query's newest points with older values. Prometheus, Thanos and Mimir ignore both.
+# docs/longterm-store.md, "VictoriaMetrics 1.79: what differs from Prometheus".
+AS_ASKED = {"nocache": "1", "latency_offset": "0"}
+# 11 points where range selectors include their left end (Prometheus 2), 10 where they do not.
+RANGE_PROBE = "count_over_time(vector(1)[10s:1s])"
 
 LabelKey = tuple[tuple[str, str], ...]
 
@@ -155,17 +166,31 @@ class Prometheus:
     def closed_ranges(self) -> bool:
         """True when range selectors include their left end (Prometheus 2; 3 made them open).
 
-        Unknown servers (no buildinfo endpoint) are taken as closed: the report then asks for
-        ranges 1 ms shorter, which is exact for both kinds at Prometheus' millisecond precision.
+        Asked of the server itself first: ``count_over_time(vector(1)[10s:1s])`` at a whole
+        second counts 11 points where ranges are closed, 10 where they are open (Prometheus 3,
+        VictoriaMetrics). A version says less: VictoriaMetrics' buildinfo has none (1.79) or
+        a made-up "2.24.0" (1.96 on), and its ranges are open. A server that answers neither
+        is taken as closed: the report then asks for ranges 1 ms shorter, which is exact for
+        closed ranges and loses only a sample exactly 1 ms inside an open one.
         """
         if self._closed_ranges is None:
-            try:
-                version = str(self._call("/api/v1/status/buildinfo").get("version", ""))
-            except PromError:
-                version = ""
-            m = re.match(r"(\d+)\.", version)
-            self._closed_ranges = not (m and int(m.group(1)) >= 3)
+            self._closed_ranges = self._probe_ranges()
         return self._closed_ranges
+
+    def _probe_ranges(self) -> bool:
+        try:
+            res = self.query(RANGE_PROBE, float(math.floor(time.time())))
+            points = res[0].samples[-1][1] if len(res) == 1 and res[0].samples else None
+        except PromError:
+            points = None
+        if points in (10.0, 11.0):
+            return points == 11.0
+        try:
+            version = str(self._call("/api/v1/status/buildinfo").get("version", ""))
+        except PromError:
+            version = ""
+        m = re.match(r"(\d+)\.", version)
+        return not (m and int(m.group(1)) >= 3)
 
     def range_for(self, seconds: float) -> str:
         """A range selector duration meaning exactly ``(t - seconds, t]`` on this server."""
@@ -177,7 +202,7 @@ class Prometheus:
 
     def query(self, expr: str, at: float) -> list[Series]:
         """Instant query at ``at``: a vector (one sample each) or a matrix (raw samples)."""
-        data = self._call("/api/v1/query", {"query": expr, "time": _ts(at)})
+        data = self._call("/api/v1/query", {"query": expr, "time": _ts(at), **AS_ASKED})
         return _parse(data)
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
@@ -199,6 +224,7 @@ class Prometheus:
                     "start": _ts(start + first * step),
                     "end": _ts(start + last * step),
                     "step": repr(float(step)),
+                    **AS_ASKED,
                 },
             )
             _merge(out, _parse(data))

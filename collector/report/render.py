@@ -65,6 +65,13 @@ def seconds(v: Any) -> str:
     return f"{h}h {m:02d}m {sec:02d}s" if h else f"{m}m {sec:02d}s" if m else f"{sec}s"
 
 
+def matched(match: dict[str, str]) -> str:
+    """`` (series with site="a")`` for --match's labels, nothing without."""
+    if not match:
+        return ""
+    return " (series with " + ", ".join(f'{k}="{v}"' for k, v in sorted(match.items())) + ")"
+
+
 def safe_name(name: str) -> str:
     """A run name usable as a file name."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "report"
@@ -270,7 +277,7 @@ def summary_lines(doc: Report) -> list[str]:
     w = doc.window
     lines = [
         f"run {doc.run}: {w.start_iso} → {w.end_iso} ({seconds(w.duration_seconds)}"
-        f"), step {num(doc.step_seconds)} s"
+        f"), step {num(doc.step_seconds)} s{matched(doc.match)}"
     ]
     for label, d in scope_rows(doc):
         parts = []
@@ -329,7 +336,7 @@ def markdown(doc: Report, html_name: str) -> str:
         "",
         f"Window {w.start_iso} → {w.end_iso} ({seconds(w.duration_seconds)}, from "
         f"{'the run registry' if w.source == 'run' else '--start/--end'}), analysis step "
-        f"{num(doc.step_seconds)} s, Prometheus {doc.prometheus}. "
+        f"{num(doc.step_seconds)} s, Prometheus {doc.prometheus}{matched(doc.match)}. "
         f"Charts: [{html_name}]({html_name}).",
         "",
     ]
@@ -586,7 +593,8 @@ def html_report(result: Result, other: Result | None = None) -> str:
         f"<title>wattbit report: {e(doc.run)}</title><style>{CSS}</style></head><body>",
         f"<h1>wattbit report: {e(doc.run)}</h1>",
         f"<p>{e(w.start_iso)} → {e(w.end_iso)} ({e(seconds(w.duration_seconds))}); "
-        f"analysis step {e(num(doc.step_seconds))} s; Prometheus {e(doc.prometheus)}</p>",
+        f"analysis step {e(num(doc.step_seconds))} s; Prometheus {e(doc.prometheus)}"
+        f"{e(matched(doc.match))}</p>",
     ]
     if doc.warnings:
         out.append(

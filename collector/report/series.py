@@ -45,6 +45,8 @@ class Options:
     step: float | None = None  # analysis step in seconds; default: chosen from the data
     max_lag: float = 120.0  # lag search range in seconds, either way
     interfaces: str | None = None  # regex on the `interface` label (default: all exported)
+    # exact label matchers on every series read (--match): one site's series in a shared store
+    match: dict[str, str] = field(default_factory=dict)
     coverage_threshold: float = 0.95
     max_bins: int = 10_000
     workers: int = 4

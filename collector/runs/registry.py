@@ -250,6 +250,16 @@ def _read_nofollow(path: Path) -> bytes:
         return f.read()
 
 
+def _ms(t: float) -> float:
+    """A run's time, to the millisecond: a short decimal that every store keeps exactly.
+
+    VictoriaMetrics keeps a value as a decimal of about 15 significant digits: a time with
+    microseconds came back ~2 µs off, and a report from it rounded a run's end to another
+    millisecond than the site's Prometheus (docs/longterm-store.md).
+    """
+    return round(t, 3)
+
+
 class RunRegistry(Exporter):
     """Thread-safe registry of runs, persisted to a JSON file; also a metric source."""
 
@@ -351,7 +361,7 @@ class RunRegistry(Exporter):
             current = self._runs.get(name)
             if current is not None and current.active:
                 raise RunError(409, f"run {name!r} is already active (since {_iso(current.start)})")
-            now = self._clock()
+            now = _ms(self._clock())
             run = Run(name=name, start=now, labels=clean)
             self._commit(self._pruned({**self._runs, name: run}, now))
         log.info("run %s started%s", name, f" ({render_labels(clean)})" if clean else "")
@@ -369,7 +379,7 @@ class RunRegistry(Exporter):
                 raise RunError(404, f"no run named {name!r}")
             if not current.active:
                 raise RunError(409, f"run {name!r} is not active (it ended {_iso(current.end)})")
-            now = self._clock()
+            now = _ms(self._clock())
             end = max(now, current.start)  # a clock stepped back must not end it before it began
             run = Run(name=name, start=current.start, end=end, labels=current.labels)
             self._commit(self._pruned({**self._runs, name: run}, now))

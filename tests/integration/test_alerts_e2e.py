@@ -37,10 +37,10 @@ from typing import Any
 import pytest
 import yaml
 
+from exporters.blockio.core.backend import OBJECT as CORE_OBJECT
 from tests.support.env import ROOT, require
 from tests.support.realparts import (
     Agent,
-    bcc_importable,
     free_port,
     have,
     is_root,
@@ -172,7 +172,7 @@ def test_disk_slow_and_errors_reach_the_webhook() -> None:
     require(is_root(), "needs root for loop devices, FUSE and BPF")
     for tool in ("fio", "losetup", "prometheus", "prometheus-alertmanager"):
         require(have(tool), f"{tool} is not installed")
-    require(bcc_importable(), "bcc (python3-bpfcc) is not importable")
+    require(CORE_OBJECT.exists(), f"{CORE_OBJECT} is not built (scripts/build-bpf.sh)")
     require(_fuse_available(), "fusepy + libfuse2 + /dev/fuse + fusermount needed")
     from tests.support.fusedelay import mounted
 
@@ -225,7 +225,7 @@ def test_disk_slow_and_errors_reach_the_webhook() -> None:
         # The agent sees only these four (other tests may use loop devices at the same time).
         exclude = "^(?!(" + "|".join(names) + ")$)"
         agent = Agent(
-            f"blockio:\n  backend: bcc\n  exclude: '{exclude}'\nnic:\n  enabled: false\n", tmp
+            f"blockio:\n  backend: core\n  exclude: '{exclude}'\nnic:\n  enabled: false\n", tmp
         )
         procs.append(agent.proc)
         stoppers.append(agent.stop)

@@ -36,19 +36,15 @@ def world_readable_tmp() -> Iterator[Path]:
     d.rmdir()
 
 
+def _reads(disk: LoopDisk) -> None:
+    """READS 4k random reads, one at a time."""
+    args = [f"--filename={disk.device}", "--rw=randread", "--bs=4k", "--direct=1"]
+    fio(["--name=r", *args, "--ioengine=psync", f"--io_size={READS * 4096}"])
+
+
 def _check_counts(agent: Agent, disk: LoopDisk) -> None:
     s0, k0 = agent.scrape(), diskstats()[disk.name]
-    fio(
-        [
-            "--name=r",
-            f"--filename={disk.device}",
-            "--rw=randread",
-            "--bs=4k",
-            "--direct=1",
-            "--ioengine=psync",
-            f"--io_size={READS * 4096}",
-        ]
-    )
+    _reads(disk)
     s1, k1 = agent.scrape(), diskstats()[disk.name]
 
     def delta(metric: str, **labels: str) -> float:
@@ -142,17 +138,7 @@ def test_without_btf_the_agent_falls_back_to_bcc(world_readable_tmp: Path) -> No
                 sample(s0, "wattbit_blockio_backend_info", backend="bcc", reason="no kernel BTF")
                 == 1.0
             )
-            fio(
-                [
-                    "--name=r",
-                    f"--filename={disk.device}",
-                    "--rw=randread",
-                    "--bs=4k",
-                    "--direct=1",
-                    "--ioengine=psync",
-                    f"--io_size={READS * 4096}",
-                ]
-            )
+            _reads(disk)
             s1 = agent.scrape()
             assert (
                 sample(s1, "wattbit_disk_io_latency_seconds_count", device=disk.name, op="read")

@@ -5,7 +5,9 @@ every bind-mounted path and secret file exists, `promtool check config` on the P
 configuration the stack mounts (its container paths mapped back onto the repository, so the
 rule files it loads are the real alerts/*.yml), `amtool check-config` on Alertmanager's,
 Grafana's provisioning points at the dashboards that exist and at the Prometheus service, and
-every image is pinned.
+every image is pinned. The `longterm` profile: VictoriaMetrics, and the Prometheus configuration
+that remote-writes to it (PROMETHEUS_CONFIG=prometheus-longterm.yml), checked the same way and
+kept equal to prometheus.yml in everything but the external label and the remote_write.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ import yaml
 from tests.support.env import require
 
 ROOT = Path(__file__).resolve().parents[2]
+LONGTERM = "prometheus-longterm.yml"
 
 
-def _compose(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _compose(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     require(shutil.which("docker-compose") is not None, "docker-compose is not installed")
     secrets = tmp_path / "secrets"
     if not secrets.exists():
@@ -36,14 +41,14 @@ def _compose(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
             text=True,
         )
         assert r.returncode == 0, r.stderr
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSE_")}
-    env["WATTBIT_SECRETS_DIR"] = str(secrets)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSE_")}
+    environ.update(env or {}, WATTBIT_SECRETS_DIR=str(secrets))
     return subprocess.run(
         ["docker-compose", "-f", str(ROOT / "docker-compose.yml"), *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env=env,
+        env=environ,
         timeout=120,
     )
 
@@ -51,7 +56,7 @@ def _compose(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def resolved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("compose")
-    r = _compose(tmp, "--profile", "demo", "config")
+    r = _compose(tmp, "--profile", "demo", "--profile", "longterm", "config")
     assert r.returncode == 0, r.stderr
     doc = yaml.safe_load(r.stdout)
     doc["_tmp"] = tmp
@@ -62,6 +67,9 @@ def test_config_is_valid(tmp_path: Path) -> None:
     r = _compose(tmp_path, "config", "-q")
     assert r.returncode == 0, r.stderr
     r = _compose(tmp_path, "--profile", "demo", "config", "-q")
+    assert r.returncode == 0, r.stderr
+    r = _compose(tmp_path, "--profile", "longterm", "config", "-q",
+                 env={"PROMETHEUS_CONFIG": LONGTERM, "WATTBIT_SITE": "lab-a"})  # fmt: skip
     assert r.returncode == 0, r.stderr
 
 
@@ -75,8 +83,10 @@ def test_services(resolved: dict[str, Any]) -> None:
         "agent",
         "collector",
         "pdusim",
+        "victoriametrics",
     }
     assert services["pdusim"].get("profiles") == ["demo"]
+    assert services["victoriametrics"].get("profiles") == ["longterm"]
     agent = services["agent"]
     assert agent["network_mode"] == "host"
     assert {"BPF", "PERFMON"} <= set(agent["cap_add"])
@@ -141,12 +151,13 @@ def _mapped(service: dict[str, Any], container_path: str) -> Path:
     return Path(best[0] + container_path[len(best[1]) :])
 
 
+@pytest.mark.parametrize("config", ["prometheus.yml", LONGTERM])
 def test_promtool_checks_the_mounted_prometheus_config(
-    resolved: dict[str, Any], tmp_path: Path
+    resolved: dict[str, Any], tmp_path: Path, config: str
 ) -> None:
     require(shutil.which("promtool") is not None, "promtool is not installed")
     prom = resolved["services"]["prometheus"]
-    cfg_path = _mapped(prom, "/etc/prometheus/prometheus.yml")
+    cfg_path = _mapped(prom, f"/etc/prometheus/{config}")
     cfg = yaml.safe_load(cfg_path.read_text())
     # map every container path the configuration names back onto the repository
     rules = [str(_mapped(prom, f)) for f in cfg["rule_files"]]
@@ -169,6 +180,37 @@ def test_promtool_checks_the_mounted_prometheus_config(
     assert collector["static_configs"][0]["targets"] == ["collector:9732"]
     am = cfg["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
     assert am == ["alertmanager:9093"]
+
+
+def test_the_longterm_profile_writes_to_victoriametrics(tmp_path: Path) -> None:
+    """PROMETHEUS_CONFIG picks the file; it names its site and writes to the profile's store."""
+    r = _compose(tmp_path, "--profile", "longterm", "config",
+                 env={"PROMETHEUS_CONFIG": LONGTERM, "WATTBIT_SITE": "lab-a"})  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    services = yaml.safe_load(r.stdout)["services"]
+    prom, vm = services["prometheus"], services["victoriametrics"]
+    assert f"--config.file=/etc/prometheus/{LONGTERM}" in prom["command"]
+    assert "--enable-feature=expand-external-labels" in prom["command"]
+    assert prom["environment"]["WATTBIT_SITE"] == "lab-a"
+    cfg = yaml.safe_load(_mapped(prom, f"/etc/prometheus/{LONGTERM}").read_text())
+    assert cfg["global"]["external_labels"] == {"site": "${WATTBIT_SITE}"}
+    (rw,) = cfg["remote_write"]
+    m = re.fullmatch(r"http://([a-z0-9-]+):(\d+)/api/v1/write", rw["url"])
+    assert m and m.group(1) == "victoriametrics", rw["url"]
+    assert f"-httpListenAddr=:{m.group(2)}" in vm["command"]
+    targets = [v["target"] if isinstance(v, dict) else v.split(":")[1] for v in vm["volumes"]]
+    assert "/storage" in targets, vm["volumes"]
+    assert "-storageDataPath=/storage" in vm["command"]
+    # everything else as in prometheus.yml
+    base = yaml.safe_load(_mapped(prom, "/etc/prometheus/prometheus.yml").read_text())
+    for c in (cfg, base):
+        c["global"].pop("external_labels", None)
+        c.pop("remote_write", None)
+    assert cfg == base
+    # without the profile's variable the stack keeps the plain configuration
+    r = _compose(tmp_path, "config")
+    plain = yaml.safe_load(r.stdout)["services"]["prometheus"]["command"]
+    assert "--config.file=/etc/prometheus/prometheus.yml" in plain
 
 
 def test_amtool_checks_the_mounted_alertmanager_config(resolved: dict[str, Any]) -> None:

@@ -68,11 +68,11 @@ import pytest
 import yaml
 
 from collector.demo.loopdisks import loop_disks
+from exporters.blockio.core.backend import OBJECT as CORE_OBJECT
 from tests.support.env import ROOT, require
 from tests.support.realparts import (
     Agent,
     Collector,
-    bcc_importable,
     free_port,
     have,
     is_root,
@@ -203,7 +203,7 @@ def agent_config(loops: list[str], veth: str) -> str:
     disks = "|".join(re.escape(n) for n in [*loops, *physical("block")])
     nics = "|".join(re.escape(n) for n in [veth, *physical("net")])
     return (
-        f"blockio:\n  backend: bcc\n  exclude: '^(?!({disks})$)'\n"
+        f"blockio:\n  backend: core\n  exclude: '^(?!({disks})$)'\n"
         f"nic:\n  exclude: '^(?!({nics})$)'\n"
     )
 
@@ -281,7 +281,7 @@ def values(results: dict[str, Any], stem: str, title: str, ref: str = "A") -> di
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     require(is_root(), "needs root (loop devices, namespaces, BPF)")
-    require(bcc_importable(), "bcc (Debian python3-bpfcc) is not importable")
+    require(CORE_OBJECT.exists(), f"{CORE_OBJECT} is not built (scripts/build-bpf.sh)")
     for cmd in ("prometheus", "prometheus-node-exporter", "losetup", "ip", "nice"):
         require(have(cmd), f"{cmd} is not installed")
     tmp = tmp_path_factory.mktemp("dashboards")

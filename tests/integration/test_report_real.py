@@ -506,7 +506,7 @@ def test_outputs_and_schema_keys(env: Env) -> None:
     assert {o["energy_source"] for o in doc["outlets"]} == {"counter", "power"}
     # the keys in the schema's order (tests/unit/test_report_math.py pins every object's list)
     top = ["schema", "run", "window", "phases", "prometheus", "generated_at", "step_seconds",
-           "max_lag_seconds", "coverage_threshold", "interfaces_regex", "site", "hosts",
+           "max_lag_seconds", "coverage_threshold", "interfaces_regex", "match", "site", "hosts",
            "components", "outlets", "sources", "warnings", "timings_seconds",
            "prometheus_requests"]  # fmt: skip
     assert list(env.before) == list(env.explicit) == top

@@ -13,10 +13,12 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -325,3 +327,193 @@ def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
             return prev_le + (le - prev_le) * (rank - prev_count) / max(count - prev_count, 1e-9)
         prev_le, prev_count = le, count
     return prev_le
+
+
+# --- servers: Prometheus, VictoriaMetrics, vmagent, vmalert -----------------------------------
+
+
+class _PortTaken(Exception):
+    """The port chosen was taken by someone else before the server bound it."""
+
+
+def _stop(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """SIGTERM, wait, SIGKILL if it hangs."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def server(
+    name: str,
+    command: Callable[[int], list[str]],
+    directory: Path,
+    ready_path: str = "/-/ready",
+    timeout: float = 60.0,
+) -> Iterator[str]:
+    """A server on a free 127.0.0.1 port, as `command(port)` starts it; yields its base URL.
+
+    Ready when GET `ready_path` answers 200. Always stopped (SIGTERM, then SIGKILL after 30 s;
+    Prometheus flushes its remote-write queues on SIGTERM). A port is free when chosen, not
+    necessarily when the server binds it: if another process took it in between, the server
+    is started again on another port (three tries). Its output goes to DIRECTORY/NAME.log.
+    """
+    log_path = directory / f"{name}.log"
+    proc: subprocess.Popen[bytes] | None = None
+    log = None
+    url = ""
+    try:
+        for attempt in range(3):
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            log = log_path.open("ab")
+            offset = log.tell()  # this try's output starts here
+            proc = subprocess.Popen(
+                command(port), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
+
+            def alive(p: subprocess.Popen[bytes] = proc, offset: int = offset) -> None:
+                if p.poll() is None:
+                    return
+                text = log_path.read_bytes()[offset:].decode(errors="replace")
+                if "address already in use" in text.lower():
+                    raise _PortTaken(text[-2000:])
+                raise RuntimeError(f"{name} exited {p.returncode}: {text[-3000:]}")
+
+            def ready(u: str = url) -> bool:
+                with urllib.request.urlopen(u + ready_path, timeout=2) as r:
+                    return bool(r.status == 200)
+
+            try:
+                wait_for(ready, timeout, f"{name} ready", alive=alive, logs=[log_path])
+                break
+            except _PortTaken:
+                _stop(proc)
+                log.close()
+                proc = None
+                if attempt == 2:
+                    raise
+        yield url
+    finally:
+        if proc is not None:
+            _stop(proc)
+        if log is not None:
+            log.close()
+
+
+def prometheus_server(
+    config: str, directory: Path, name: str = "prometheus", *args: str
+) -> contextlib.AbstractContextManager[str]:
+    """A scraping Prometheus with `config` (YAML text) and its own TSDB under `directory`."""
+    cfg = directory / f"{name}.yml"
+    cfg.write_text(config)
+    return server(
+        name,
+        lambda port: [
+            "prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={directory / name}",
+            f"--web.listen-address=127.0.0.1:{port}", *args,
+        ],
+        directory,
+    )  # fmt: skip
+
+
+def victoria_metrics(
+    directory: Path, name: str = "victoria-metrics", *args: str
+) -> contextlib.AbstractContextManager[str]:
+    """Debian's single-node VictoriaMetrics with its own data directory; its base URL.
+
+    Prometheus remote-writes to URL/api/v1/write and queries URL/api/v1/query* as a
+    Prometheus. Not the package's systemd service: a process of the test's own, on a free
+    port, with every default (docs/longterm-store.md lists the ones that matter).
+    """
+    return server(
+        name,
+        lambda port: [
+            "victoria-metrics", f"-storageDataPath={directory / name}",
+            f"-httpListenAddr=127.0.0.1:{port}", *args,
+        ],
+        directory,
+        ready_path="/health",
+    )  # fmt: skip
+
+
+def vmagent(
+    config: str, directory: Path, remote_write: str, name: str = "vmagent", *args: str
+) -> contextlib.AbstractContextManager[str]:
+    """vmagent scraping with the Prometheus-style `config`, remote-writing to `remote_write`."""
+    cfg = directory / f"{name}.yml"
+    cfg.write_text(config)
+    return server(
+        name,
+        lambda port: [
+            "vmagent", f"-promscrape.config={cfg}", f"-remoteWrite.url={remote_write}",
+            f"-remoteWrite.tmpDataPath={directory / name}", f"-httpListenAddr=127.0.0.1:{port}",
+            *args,
+        ],
+        directory,
+        ready_path="/health",
+    )  # fmt: skip
+
+
+def vmalert(
+    rules: list[Path], directory: Path, datasource: str, name: str = "vmalert", *args: str
+) -> contextlib.AbstractContextManager[str]:
+    """vmalert evaluating `rules` against the Prometheus-compatible `datasource`."""
+    return server(
+        name,
+        lambda port: [
+            "vmalert", *(f"-rule={r}" for r in rules), f"-datasource.url={datasource}",
+            f"-httpListenAddr=127.0.0.1:{port}", *args,
+        ],
+        directory,
+        ready_path="/health",
+    )  # fmt: skip
+
+
+def query_api(url: str, path: str, params: dict[str, str] | None = None) -> Any:
+    """POST a form to a Prometheus-compatible API path; its `data` (RuntimeError otherwise)."""
+    data = urllib.parse.urlencode(params).encode() if params is not None else None
+    with urllib.request.urlopen(url.rstrip("/") + path, data=data, timeout=60) as r:
+        doc = json.load(r)
+    if doc.get("status") != "success":
+        raise RuntimeError(f"{url}{path} {params}: {doc}")
+    return doc["data"]
+
+
+@contextlib.contextmanager
+def veth_into_namespace(name: str, addr_root: str, addr_ns: str) -> Iterator[tuple[str, str]]:
+    """A fresh namespace joined to the root namespace by a veth; yields (namespace, root end).
+
+    Names are `name` with this process' id, the addresses /30s given by the caller (each test
+    its own, so that two tests at once never share a route). The namespace, whatever still
+    runs in it, and the veth are removed afterwards, also on failure.
+    """
+    tag = f"{os.getpid() % 100000}"
+    ns, if_root, if_ns = f"{name}{tag}", f"{name[:4]}{tag}a", f"{name[:4]}{tag}b"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    try:
+        ip("netns", "add", ns)
+        ip("link", "add", if_root, "type", "veth", "peer", "name", if_ns, "netns", ns)
+        subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{if_root}.disable_ipv6=1"], check=False)
+        subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw",
+                        f"net.ipv6.conf.{if_ns}.disable_ipv6=1"], check=False)  # fmt: skip
+        ip("addr", "add", f"{addr_root}/30", "dev", if_root)
+        ip("-n", ns, "addr", "add", f"{addr_ns}/30", "dev", if_ns)
+        ip("link", "set", if_root, "up")
+        ip("-n", ns, "link", "set", if_ns, "up")
+        ip("-n", ns, "link", "set", "lo", "up")
+        yield ns, if_root
+    finally:
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+        for pid in pids.stdout.split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), 9)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+        subprocess.run(["ip", "link", "del", if_root], capture_output=True, check=False)

@@ -13,7 +13,7 @@ import pytest
 from collector.report import compute as C
 from collector.report import prom as P
 from collector.report.analyse import Result, analyse, compare
-from collector.report.cli import parse_time
+from collector.report.cli import parse_match, parse_time
 from collector.report.document import COMPARE_KEYS, Scope
 from collector.report.gather import Gathered, find_phases
 from collector.report.render import finite, markdown, num, safe_name, seconds, si, summary_lines
@@ -302,9 +302,9 @@ def test_raw_fetch_is_chunked_and_clipped() -> None:
 
     class Raw(P.Prometheus):
         def _call(self, path: str, params: dict[str, str] | None = None) -> Any:
-            if path.endswith("buildinfo"):
-                return {"version": "2.42.0"}
             assert params is not None
+            if params["query"] == P.RANGE_PROBE:  # Prometheus 2: 11 points, closed ranges
+                return {"resultType": "vector", "result": [{"metric": {}, "value": [1, "11"]}]}
             calls.append(params["query"])
             t = float(params["time"])
             return {
@@ -317,6 +317,77 @@ def test_raw_fetch_is_chunked_and_clipped() -> None:
     # (0,100], (100,200], (200,250]; Prometheus 2 ranges are closed: 1 ms shorter
     assert calls == ["m[99999ms]", "m[99999ms]", "m[49999ms]"]
     assert [t for t, _ in series[0].samples] == [95.0, 100.0, 195.0, 200.0, 245.0, 250.0]
+
+
+class Probed(P.Prometheus):
+    """Answers the range probe with `points` (or an error) and buildinfo with `version`."""
+
+    def __init__(self, points: str | None, version: str | None) -> None:
+        super().__init__("http://prom.invalid")
+        self.points, self.version = points, version
+        self.paths: list[str] = []
+
+    def _call(self, path: str, params: dict[str, str] | None = None) -> Any:
+        self.paths.append(path)
+        if path.endswith("buildinfo"):
+            if self.version is None:
+                raise P.PromError("HTTP 404")
+            return {"version": self.version} if self.version else {}
+        assert params is not None and params["query"] == P.RANGE_PROBE
+        if self.points is None:
+            raise P.PromError("HTTP 400: bad_data: unknown function")
+        return {"resultType": "vector", "result": [{"metric": {}, "value": [1, self.points]}]}
+
+
+@pytest.mark.parametrize(
+    ("points", "version", "closed", "asked_version"),
+    [
+        ("11", "2.42.0", True, False),  # Prometheus 2
+        ("10", "3.1.0", False, False),  # Prometheus 3
+        ("10", "", False, False),  # VictoriaMetrics 1.79: buildinfo without a version
+        ("10", "2.24.0", False, False),  # VictoriaMetrics 1.96 on: a made-up version
+        (None, "3.0.0", False, True),  # no subqueries: the version decides
+        (None, "2.53.2", True, True),
+        (None, None, True, True),  # nothing known: closed (1 ms shorter is exact there)
+        ("7", "3.0.0", False, True),  # an answer that is neither 10 nor 11
+    ],
+)
+def test_range_semantics_are_asked_of_the_server(
+    points: str | None, version: str | None, closed: bool, asked_version: bool
+) -> None:
+    prom = Probed(points, version)
+    assert prom.closed_ranges() is closed
+    assert prom.closed_ranges() is closed  # asked once
+    assert prom.paths.count("/api/v1/query") == 1
+    assert ("/api/v1/status/buildinfo" in prom.paths) is asked_version
+    assert prom.range_for(10) == ("9999ms" if closed else "10000ms")
+
+
+def test_queries_ask_victoriametrics_not_to_move_them() -> None:
+    fake = FakeProm()
+    fake.query_range("up", 1000.25, 1100.25, 1.0)
+    assert fake.calls[0]["nocache"] == "1" and fake.calls[0]["latency_offset"] == "0"
+    asked: list[dict[str, str]] = []
+
+    class Instant(P.Prometheus):
+        def _call(self, path: str, params: dict[str, str] | None = None) -> Any:
+            assert params is not None
+            asked.append(params)
+            return {"resultType": "vector", "result": []}
+
+    Instant("http://prom.invalid").query("up", 1000.25)
+    assert asked == [{"query": "up", "time": "1000.250", "nocache": "1", "latency_offset": "0"}]
+
+
+def test_match_options() -> None:
+    assert parse_match([]) == {}
+    assert parse_match(["site=lab-a", "rack=r1=x", "site=lab-a"]) == {
+        "site": "lab-a",
+        "rack": "r1=x",
+    }
+    for bad in (["site"], ["=a"], ["1x=a"], ["__name__=up"], ["site=a", "site=b"]):
+        with pytest.raises(ValueError, match="--match"):
+            parse_match(bad)
 
 
 # --- command-line and rendering helpers ---------------------------------------------------
@@ -345,7 +416,7 @@ def test_formatting() -> None:
 # The keys of RUN.json, in the order written (schema wattbit.report/1, docs/report.md). A change
 # to the schema must show here as a diff.
 TOP_KEYS = ["schema", "run", "window", "phases", "prometheus", "generated_at", "step_seconds",
-            "max_lag_seconds", "coverage_threshold", "interfaces_regex", "site", "hosts",
+            "max_lag_seconds", "coverage_threshold", "interfaces_regex", "match", "site", "hosts",
             "components", "outlets", "sources", "warnings", "timings_seconds",
             "prometheus_requests"]  # fmt: skip
 WINDOW_KEYS = ["start", "end", "start_iso", "end_iso", "duration_seconds", "source",
@@ -609,6 +680,14 @@ def test_find_phases_of_a_run() -> None:
     explicit = find_phases(reg, Window("w", 1000.0, 1100.0, "explicit"), 15.0)  # type: ignore[arg-type]
     assert [p.run for p in explicit] == ["r-idle", "other-idle", "r-full", "r-tail"]
     assert reg.asked[-1][1] == 1145.0
+
+
+def test_find_phases_reads_only_matching_series() -> None:
+    reg = _Registry({"r-idle": ("part_of=r,phase=idle", 1000.0, 1020.0)})
+    phases = find_phases(reg, Window("r", 1000.0, 1100.0, "run"), 1.0, {"site": "lab-a"})  # type: ignore[arg-type]
+    assert [p.run for p in phases] == ["r-idle"]
+    assert len(reg.asked) == 3
+    assert all('{site="lab-a"}[' in expr for expr, _ in reg.asked), reg.asked
 
 
 def test_json_keys_keep_the_schema() -> None:

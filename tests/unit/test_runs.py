@@ -92,6 +92,17 @@ def test_start_stop_and_conflicts(state: Path, clock: Clock) -> None:
     assert [r.name for r in reg.runs()] == ["sc10-demo"]
 
 
+def test_times_are_whole_milliseconds(clock: Clock) -> None:
+    """Exactly representable as a short decimal, in Prometheus and VictoriaMetrics alike."""
+    reg = registry(None, clock)
+    clock.t = T0 + 0.1234567
+    run = reg.start("ms")
+    clock.t += 5.0004999
+    ended = reg.stop("ms")
+    assert run.start == T0 + 0.123 and repr(run.start) == "1700000000.123"
+    assert ended.end == round(T0 + 5.1239566, 3) and repr(ended.end) == "1700000005.124"
+
+
 def test_end_never_before_start_when_the_clock_steps_back(clock: Clock) -> None:
     reg = registry(None, clock)
     reg.start("x")
