@@ -979,7 +979,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--sample-every", type=float, default=10.0, help="seconds between samples")
     ap.add_argument("--trickle", type=float, default=1.0, help="seconds between slow bytes")
     ap.add_argument(
-        "--agent-blockio", choices=["auto", "core", "bcc", "diskstats"], default="auto", help="backend"
+        "--agent-blockio",
+        choices=["auto", "core", "bcc", "diskstats"],
+        default="auto",
+        help="backend",
     )
     ap.add_argument("--out", type=Path, help="write the results (and every sample) as JSON")
     ap.add_argument("--keep", action="store_true", help="keep the work directory and its logs")
