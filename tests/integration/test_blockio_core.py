@@ -114,3 +114,20 @@ def test_requests_without_stamps_are_timed_at_issue(disk: LoopDisk) -> None:
     assert sum(r.lat_slots or []) == N  # every request after the attach, none before
     assert r.untimed == 101
     assert 0 < r.lat_sum_seconds / N < 1.0
+
+
+@pytest.mark.parametrize("max_queues", [0, None], ids=["hash-map", "array-slots"])
+def test_both_paths_count_exactly(disk: LoopDisk, max_queues: int | None) -> None:
+    """The array slots (by request queue id) and the hash map they fall back to count the
+    same: exactly what /proc/diskstats counts, every request timed."""
+    backend = CoreBackend(BOUNDS, max_queues=max_queues)
+    try:
+        k0 = diskstats()[disk.name]
+        job = _reads(disk)
+        k1 = diskstats()[disk.name]
+        r = backend.read()[disk.name].ops["read"]
+    finally:
+        backend.close()
+    assert job["total_ios"] == k1[0] - k0[0] == N
+    assert r.ios == N and sum(r.lat_slots or []) == N and r.untimed == 0
+    assert r.bytes == (k1[2] - k0[2]) * 512 == N * 4096

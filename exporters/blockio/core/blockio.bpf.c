@@ -49,6 +49,7 @@
 const volatile struct {
 	u64 lat_bounds_ns[LAT_MAX_BOUNDS];
 	u64 size_histogram;
+	u64 max_queues;		/* request queue ids below this have a slot in `slots` */
 	/* Which kernel timestamps to read: STAMP_DEVICE | STAMP_QUEUE in production. Tests clear
 	 * bits to drive the queue-clock and issue-side paths on devices that carry both stamps
 	 * (the verifier drops the code of a cleared bit). */
@@ -63,8 +64,9 @@ struct stat_key {
 	u32 op;
 };
 
-/* Keep in step with block_core.py's StatVal. */
+/* Keep in step with backend.py's word numbers. */
 struct stat_val {
+	u64 key;			/* dev << 8 | (op + 1) once claimed, in `slots` */
 	u64 ios;
 	u64 bytes;
 	u64 errors;
@@ -89,6 +91,25 @@ struct {
 	__type(key, struct stat_key);
 	__type(value, struct stat_val);
 } stats SEC(".maps");
+
+/* The fast path: one entry per (request queue, op), indexed by the queue's id, a small dense
+ * number the block layer allocates per queue (blk_queue_ida) and reuses after a queue is
+ * freed. An array lookup is inlined by the verifier: measured 139 against 181 ns per
+ * completion with the hash below (empty program: 62), 4k randread QD32 on a loop device.
+ * Preallocated for every possible CPU: 4 x max_queues x 728 B each, sized by backend.py to
+ * the host's block devices. A slot belongs to the (dev, op) that claimed it first on that
+ * CPU; a queue id reused by another disk, or one beyond max_queues, goes to `stats`. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 256);
+	__type(key, u32);
+	__type(value, struct stat_val);
+} slots SEC(".maps");
+
+/* Which slots were ever claimed (their key), so userspace reads only those; a section of its
+ * own, so it is the whole of one map for userspace (libbpf maps each .data.* section). */
+#define MAX_SLOTS 4096
+u64 used[MAX_SLOTS] SEC(".data.used") = {};
 
 /* Issue times of requests without a kernel timestamp; only filled while `issue` is attached. */
 struct {
@@ -171,8 +192,25 @@ int BPF_PROG(complete, struct request *rq, blk_status_t error, unsigned int nr_b
 		return 0;
 	/* The kernel's internal MKDEV (major << 20 | minor), as the block tracepoints report it. */
 	struct stat_key sk = { .dev = ((u32)disk->major << 20) | (u32)disk->first_minor, .op = op };
-	struct stat_val *s = bpf_map_lookup_elem(&stats, &sk);
+	u64 key = ((u64)sk.dev << 8) | (op + 1);
+	u32 qid = rq->q->id;
+	struct stat_val *s = 0;
 
+	if (qid < cfg.max_queues) {
+		u32 idx = qid * NOPS + op;
+
+		s = bpf_map_lookup_elem(&slots, &idx);
+		if (s && s->key != key) {
+			if (s->key == 0) {
+				s->key = key;	/* first use on this CPU */
+				used[idx & (MAX_SLOTS - 1)] = key;
+			} else {
+				s = 0;		/* the id now names another disk */
+			}
+		}
+	}
+	if (!s)
+		s = bpf_map_lookup_elem(&stats, &sk);
 	if (!s) {
 		/* Only a (dev, op)'s first completion gets here. */
 		bpf_map_update_elem(&stats, &sk, &zero_val, BPF_NOEXIST);

@@ -31,6 +31,7 @@ typedef _Bool bool;
 enum bpf_map_type {
 	BPF_MAP_TYPE_HASH = 1,
 	BPF_MAP_TYPE_PERCPU_HASH = 5,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_LRU_HASH = 9,
 };
 
@@ -50,6 +51,7 @@ struct gendisk {
 
 struct request_queue {
 	struct gendisk *disk;
+	int id;
 } __attribute__((preserve_access_index));
 
 /* Bit numbers of rq->rq_flags (include/linux/blk-mq.h), an enum in BTF since 6.8; relocated

@@ -156,6 +156,16 @@ class Map:
         """Set the map's creation flags (before load)."""
         _check(lib().bpf_map__set_map_flags(self._ptr, flags), f"{self.name}: map_flags")
 
+    def lookup(self, key: bytes, value_size: int) -> bytes | None:
+        """One entry's value (value_size bytes: times the possible CPUs for a per-CPU map)."""
+        value = ctypes.create_string_buffer(value_size)
+        k = ctypes.create_string_buffer(key, len(key))
+        rc = lib().bpf_map_lookup_elem(self.fd, k, value)
+        if rc == -errno.ENOENT:
+            return None
+        _check(rc, f"{self.name}: lookup")
+        return value.raw
+
     def lookup_batch(
         self, key_size: int, value_size: int, chunk: int = 256
     ) -> Iterator[tuple[bytes, memoryview]]:

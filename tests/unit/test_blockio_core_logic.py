@@ -117,3 +117,26 @@ def test_ops_beyond_the_four_are_ignored() -> None:
     b = _Fake()
     b.rows = {(1, 7): _value(_slots(s0=1), _slots())}
     assert b.read() == {}
+
+
+def test_slot_copies_are_summed_per_claiming_key() -> None:
+    """A queue id reused by another disk: some CPUs' copies of the slot hold the former disk's
+    counts, others the new one's; each key gets only its own copies."""
+    words = core.WORDS
+    pick = list(range(1, 8))  # ios .. size_sum
+
+    def copy(key: int, ios: int) -> list[int]:
+        v = [0] * words
+        v[core.KEY], v[core.IOS] = key, ios
+        return v
+
+    import struct
+
+    def pack(*copies: list[int]) -> bytes:
+        return b"".join(struct.pack(f"={words}Q", *c) for c in copies)
+
+    same = core._by_key(pack(copy(5, 3), copy(5, 4), copy(0, 0)), pick)
+    assert same == [(5, [7, 0, 0, 0, 0, 0, 0])]
+    split = dict(core._by_key(pack(copy(5, 3), copy(9, 4), copy(5, 1)), pick))
+    assert split == {5: [4, 0, 0, 0, 0, 0, 0], 9: [4, 0, 0, 0, 0, 0, 0]}
+    assert core._by_key(pack(copy(0, 0)), pick) == []
