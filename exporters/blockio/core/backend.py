@@ -7,7 +7,7 @@ import ctypes
 import logging
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..bpfshared import DevNames, fdinfo, kernel_at_least, prog_stats, sum_percpu
@@ -61,7 +61,7 @@ _NO_BOUND = (1 << 64) - 1
 _PREALLOC_ENTRIES = 1024  # before 6.1: 256 disks x 4 ops, preallocated per CPU
 
 
-def _by_key(value: bytes, pick: list[int]) -> list[tuple[int, list[int]]]:
+def _by_key(value: bytes | memoryview, pick: list[int]) -> list[tuple[int, list[int]]]:
     """One array slot's per-CPU copies summed per claiming key (normally one key: every CPU
     claimed the slot for the same (dev, op); after a queue id was reused by another disk,
     some CPUs' copies still hold the former's)."""
@@ -192,9 +192,22 @@ class CoreBackend:
             pick += range(SIZE, SIZE + SIZE_SLOTS)
         return pick
 
+    def values(self) -> Iterator[tuple[tuple[int, int] | None, bytes | memoryview]]:
+        """The raw per-CPU values: each claimed array slot (key None: its copies say whose
+        they are), then the hash map's entries by (dev, op)."""
+        value_size = WORDS * 8 * self.ncpus
+        used = self._used.lookup(b"\0\0\0\0", MAX_SLOTS * 8) or b""
+        for idx, claim in enumerate(struct.unpack(f"={len(used) // 8}Q", used)):
+            if claim:
+                slot = self._slots.lookup(struct.pack("=I", idx), value_size)
+                if slot:
+                    yield None, slot
+        for raw_key, value in self._stats.lookup_batch(_KEY.size, value_size):
+            yield _KEY.unpack(raw_key), value
+
     def _raw(self) -> dict[tuple[int, int], list[int]]:
-        """(dev, op) -> summed words in _pick order: the claimed array slots (one lookup
-        each), then the hash map (one batch lookup), added up where both hold a (dev, op)."""
+        """(dev, op) -> summed words in _pick order, added up where both the array and the
+        hash map hold a (dev, op)."""
         out: dict[tuple[int, int], list[int]] = {}
 
         def add(dev: int, op: int, val: list[int]) -> None:
@@ -203,16 +216,12 @@ class CoreBackend:
                 val = [a + b for a, b in zip(have, val, strict=True)]
             out[(dev, op)] = val
 
-        value_size = WORDS * 8 * self.ncpus
-        used = self._used.lookup(b"\0\0\0\0", MAX_SLOTS * 8) or b""
-        claimed = [i for i, k in enumerate(struct.unpack(f"={len(used) // 8}Q", used)) if k]
-        for idx in claimed:
-            slot = self._slots.lookup(struct.pack("=I", idx), value_size)
-            for claim, val in _by_key(slot, self._pick) if slot else ():
-                add(claim >> 8, (claim & 0xFF) - 1, val)
-        for raw_key, value in self._stats.lookup_batch(_KEY.size, value_size):
-            dev, op = _KEY.unpack(raw_key)
-            add(dev, op, sum_percpu(value, WORDS, self._pick))
+        for key, value in self.values():
+            if key is None:
+                for claim, val in _by_key(value, self._pick):
+                    add(claim >> 8, (claim & 0xFF) - 1, val)
+            else:
+                add(*key, sum_percpu(value, WORDS, self._pick))
         return out
 
     def read(self) -> dict[str, DeviceStats]:
