@@ -112,8 +112,10 @@ class _Api:
         registry: RunRegistry,
         token: SecretStr | str | None,
         clock: Callable[[], float] = time.monotonic,
+        read_only_message: str | None = None,
     ) -> None:
         self.registry = registry
+        self._read_only_message = read_only_message or NO_TOKEN_MESSAGE
         self._warn = _Throttle(WARN_EVERY_S, clock)
         secret = token.get_secret_value() if isinstance(token, SecretStr) else token
         # Compare digests: equal lengths, so compare_digest's time says nothing about length.
@@ -124,7 +126,7 @@ class _Api:
     ) -> list[bytes] | None:
         """None if the request may write, else the refusal already sent."""
         if self._digest is None:
-            return _respond(start_response, 403, {"error": NO_TOKEN_MESSAGE}, environ)
+            return _respond(start_response, 403, {"error": self._read_only_message}, environ)
         given = _presented_token(environ)
         ok = given is not None and hmac.compare_digest(
             hashlib.sha256(given.encode("utf-8", "surrogateescape")).digest(), self._digest
@@ -291,12 +293,18 @@ def api_app(
     registry: RunRegistry,
     token: SecretStr | str | None,
     clock: Callable[[], float] = time.monotonic,
+    read_only_message: str | None = None,
 ) -> Callable[..., Iterable[bytes]]:
-    """The WSGI app of the run API; writes need `token` (None: writes refused with 403)."""
-    return _Api(registry, token, clock)
+    """The WSGI app of the run API; writes need `token` (None: writes refused with 403).
+
+    `read_only_message` is the 403's error text without a token (default NO_TOKEN_MESSAGE).
+    """
+    return _Api(registry, token, clock, read_only_message)
 
 
-def api_routes(registry: RunRegistry, token: SecretStr | str | None) -> dict[str, Any]:
+def api_routes(
+    registry: RunRegistry, token: SecretStr | str | None, read_only_message: str | None = None
+) -> dict[str, Any]:
     """Routes for collector.web.server.start_server: the list and everything under it."""
-    app = api_app(registry, token)
+    app = api_app(registry, token, read_only_message=read_only_message)
     return {API_PREFIX: app, API_PREFIX + "/*": app}

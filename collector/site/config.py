@@ -14,9 +14,17 @@ import stat
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    PlainSerializer,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 
 from collector.config import Duration, DurationOrZero, ProcessConfig, Regex, Strict, parse_listen
+from collector.site.shard import WHOLE, Shard, parse_shard
 
 log = logging.getLogger(__name__)
 
@@ -275,6 +283,12 @@ class RunsConfig(Strict):
         return self
 
 
+# `shard: 2/3` in the file; "2/3" again in --print-config (not a list of two numbers).
+ShardKey = Annotated[
+    Shard, BeforeValidator(parse_shard), PlainSerializer(str, return_type=str, when_used="json")
+]
+
+
 class CollectorConfig(ProcessConfig):
     """`wattbit collector` configuration."""
 
@@ -288,6 +302,9 @@ class CollectorConfig(ProcessConfig):
     auths: dict[str, AuthConfig] = Field(default_factory=dict)
     pdus: list[PduConfig] = Field(default_factory=list)
     runs: RunsConfig = RunsConfig()
+    # This collector polls only the PDUs of its shard (collector/site/shard.py); the file may
+    # list the whole site's PDUs, identical on every collector but for this key (and the token).
+    shard: ShardKey = WHOLE
 
     @field_validator("profiles_dir")
     @classmethod
@@ -311,6 +328,10 @@ class CollectorConfig(ProcessConfig):
         if v < 1.0:
             raise ValueError("interval must be at least 1s")
         return v
+
+    def polled(self) -> list[PduConfig]:
+        """The PDUs this collector polls: those of its shard, in the file's order."""
+        return [p for p in self.pdus if self.shard.owns(p.name)]
 
     def cross_check(self) -> list[tuple[str, str]]:
         """(key, reason) for references that do not resolve; load_model raises on the first."""

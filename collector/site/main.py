@@ -30,6 +30,10 @@ from exporters.snmp.client import Auth, SnmpClient, Target
 log = logging.getLogger("wattbit.collector")
 
 DEFAULT_PORT = CollectorConfig.default_port
+SHARD_READ_ONLY_MESSAGE = (
+    "run API writes are disabled: this collector is a PDU polling shard without a token; "
+    "runs are kept by the site's one collector with runs.token (docs/scaling.md)"
+)
 
 
 def snmp_auth(a: AuthConfig) -> Auth:
@@ -90,9 +94,14 @@ def profiles_for(cfg: CollectorConfig, source: str | Path = "") -> list[Profile]
 
 
 def build_poller(cfg: CollectorConfig, profiles: list[Profile], client: SnmpClient) -> PduPoller:
-    """The poller for every configured PDU."""
-    targets = [pdu_target(p, cfg.auths[p.auth]) for p in cfg.pdus]
+    """The poller for the configured PDUs of this collector's shard (all of them unsharded)."""
+    targets = [pdu_target(p, cfg.auths[p.auth]) for p in cfg.polled()]
     return PduPoller(targets, profiles, client, cfg.interval, cfg.concurrency)
+
+
+def holds_registry(cfg: CollectorConfig) -> bool:
+    """False for a sharded collector without a run token: another collector keeps the runs."""
+    return cfg.runs.token is not None or cfg.shard.n == 1
 
 
 def open_runs(cfg: CollectorConfig) -> RunRegistry:
@@ -100,8 +109,18 @@ def open_runs(cfg: CollectorConfig) -> RunRegistry:
 
     With a token (writes possible) the state directory is created if missing and must be
     writable, so a bad state_dir stops the start rather than the first `wattbit run start`.
-    Without one nothing is ever written, and the directory is not touched.
+    Without one nothing is ever written, and the directory is not touched. A sharded collector
+    without a token holds no registry at all (an empty one, in memory): the site's collectors
+    often share one configuration and state_dir, and the registry holder's file read by the
+    others would export every run once per collector, frozen as it was when each started.
     """
+    if not holds_registry(cfg):
+        log.info(
+            "shard %s without runs.token: the run registry is another collector's; "
+            "this one's run API lists no runs and refuses writes (403)",
+            cfg.shard,
+        )
+        return RunRegistry(None)
     state = cfg.state_dir
     runs = RunRegistry(state / STATE_FILE, keep=cfg.runs.keep, retention=cfg.runs.retention)
     try:
@@ -130,7 +149,9 @@ def run(
     poller = build_poller(cfg, profiles, client)
     runs = open_runs(cfg)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ExportersCollector([PduExporter(poller), runs]))
+    pdus = PduExporter(poller, shard=(cfg.shard.k, cfg.shard.n), configured=len(cfg.pdus))
+    # Only the registry's holder exports wattbit_exporter_up{exporter="runs"}: one per site.
+    registry.register(ExportersCollector([pdus, runs] if holds_registry(cfg) else [pdus]))
     ProcessCollector(registry=registry)
     server = start_server(
         host,
@@ -138,14 +159,31 @@ def run(
         {
             "/metrics": metrics_app(registry),
             "/": landing_page("wattbit collector", ["/metrics", API_PREFIX]),
-            **api_routes(runs, cfg.runs.token),
+            **api_routes(
+                runs, cfg.runs.token, None if holds_registry(cfg) else SHARD_READ_ONLY_MESSAGE
+            ),
         },
         web,
         limits=cfg.http.limits(),
     )
-    log.info(
-        "serving %s/metrics; polling %d PDU(s) every %gs", server.url, len(cfg.pdus), cfg.interval
-    )
+    if cfg.shard.n == 1:
+        log.info(
+            "serving %s/metrics; polling %d PDU(s) every %gs",
+            server.url,
+            len(cfg.pdus),
+            cfg.interval,
+        )
+    else:
+        log.info(
+            "serving %s/metrics; shard %s: polling %d of the %d PDU(s) configured every %gs",
+            server.url,
+            cfg.shard,
+            len(poller.targets),
+            len(cfg.pdus),
+            cfg.interval,
+        )
+        if not poller.targets and cfg.pdus:
+            log.warning("shard %s owns none of the configured PDUs", cfg.shard)
     stop = stop or threading.Event()
 
     async def main() -> None:

@@ -19,8 +19,14 @@ class PduExporter(Exporter):
 
     name = "pdu"
 
-    def __init__(self, poller: PduPoller) -> None:
+    def __init__(
+        self, poller: PduPoller, shard: tuple[int, int] = (1, 1), configured: int | None = None
+    ) -> None:
+        """`shard`: (K, N) of a collector polling shard K of N; `configured`: PDUs in its
+        configuration, every shard's (default: the poller's own, unsharded)."""
         self.poller = poller
+        self.shard = shard
+        self.configured = len(poller.targets) if configured is None else configured
         self._targets: dict[str, PduTarget] = {t.name: t for t in poller.targets}
 
     def collect(self) -> Iterator[Metric]:
@@ -137,7 +143,27 @@ class PduExporter(Exporter):
         for (pdu, reason), n in sorted(self.poller.invalid.items()):
             invalid.add_metric([pdu, reason], float(n))
         yield from (failures, invalid)
+        yield from self._shard_metrics()
         yield from snmp_counters(self.poller.client.counts())
+
+    def _shard_metrics(self) -> Iterator[Metric]:
+        """Which shard this collector polls and how many PDUs that is (docs/scaling.md)."""
+        info = GaugeMetricFamily(
+            "wattbit_pdu_shard_info",
+            "This collector's PDU polling shard: shard of shards (1 of 1 when not sharded).",
+            labels=["shard", "shards"],
+        )
+        info.add_metric([str(self.shard[0]), str(self.shard[1])], 1.0)
+        polled = GaugeMetricFamily(
+            "wattbit_pdu_polled_pdus", "PDUs this collector polls: those of its shard."
+        )
+        polled.add_metric([], float(len(self.poller.targets)))
+        configured = GaugeMetricFamily(
+            "wattbit_pdu_configured_pdus",
+            "PDUs in this collector's configuration, every shard's.",
+        )
+        configured.add_metric([], float(self.configured))
+        yield from (info, polled, configured)
 
 
 # SnmpClient.counts() key -> the `reason` of wattbit_snmp_datagrams_discarded_total
