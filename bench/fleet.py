@@ -105,14 +105,21 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 # --- the recorded host exposition ------------------------------------------------------------
 
 
-def record_exposition(disks: int, nics: int, queues: int, cpus: int) -> str:
-    """A host's /metrics as the agent renders it, over bench/agent_scrape.py's content."""
+def record_exposition(disks: int, nics: int, queues: int, cpus: int, all_ops: bool = False) -> str:
+    """A host's /metrics as the agent renders it by default, over bench/agent_scrape.py's
+    content: every disk reading and writing (all_ops: all four ops and the size histogram,
+    the exposition before issue 15's series budget)."""
     from bench.agent_scrape import SyntheticBlockio, SyntheticNic
     from collector.agent.main import build_registry
     from collector.web.exposition import TextRenderer
 
     registry = build_registry(
-        [SyntheticBlockio(disks), SyntheticNic(nics, queues, cpus)]  # type: ignore[list-item]
+        [
+            SyntheticBlockio(disks)
+            if all_ops
+            else SyntheticBlockio(disks, ("read", "write"), size_histogram=False),
+            SyntheticNic(nics, queues, cpus),
+        ]  # type: ignore[list-item]
     )
     return TextRenderer(registry).render().decode()
 
