@@ -731,9 +731,13 @@ def bench_lock(timeout: float) -> Iterator[None]:
 
 
 def fio_run(
-    dev: str, runtime: int | None = None, iodepth: int = 32, io_size: str | None = None
+    dev: str,
+    runtime: int | None = None,
+    iodepth: int = 32,
+    io_size: str | None = None,
+    bs: str = "4k",
 ) -> dict[str, Any]:
-    """One fio 4k random-read run on dev, time-based (runtime) or sized (io_size)."""
+    """One fio random-read run of bs requests on dev, time-based (runtime) or sized (io_size)."""
     cmd = [
         "fio",
         "--name=randread",
@@ -742,7 +746,7 @@ def fio_run(
         f"--iodepth={iodepth}",
         "--direct=1",
         "--rw=randread",
-        "--bs=4k",
+        f"--bs={bs}",
         "--output-format=json",
     ]
     if io_size is not None:
@@ -1216,7 +1220,7 @@ class LatRun:
 
 
 def latency_once(
-    workdir: Path, dev: str, backend: str, io_size: str, pair: int, position: int
+    workdir: Path, dev: str, backend: str, io_size: str, pair: int, position: int, bs: str = "4k"
 ) -> LatRun:
     """Start an agent with fine buckets, run the sized QD1 job, take the histogram's deltas."""
     lr = LatRun(backend, pair, position, loadavg_before=Path("/proc/loadavg").read_text().strip())
@@ -1230,7 +1234,7 @@ def latency_once(
         time.sleep(LAT_SETTLE_S)
         s0, p0 = agent.samples(), bpf_progs()
         with Watch({agent.pid}) as w:
-            lr.fio = fio_run(dev, iodepth=1, io_size=io_size)
+            lr.fio = fio_run(dev, iodepth=1, io_size=io_size, bs=bs)
         s1, p1 = agent.samples(), bpf_progs()
         ids |= tracer_progs(agent.pid)
         lr.attached = sorted(
@@ -1282,7 +1286,7 @@ def run_latency(args: argparse.Namespace, dev: str, workdir: Path) -> list[LatRu
     for pair in range(args.lat_pairs):
         order = backends if pair % 2 == 0 else backends[::-1]
         for position, backend in enumerate(order):
-            lr = latency_once(workdir, dev, backend, args.lat_io_size, pair, position)
+            lr = latency_once(workdir, dev, backend, args.lat_io_size, pair, position, args.lat_bs)
             out.append(lr)
             f = lr.fio
             med = lr.hist_median_s
@@ -1490,7 +1494,7 @@ def report(summary: dict[str, Any], args: argparse.Namespace, info: dict[str, An
     lat = summary.get("latency")
     if lat and lat["backends"]:
         lines += [
-            f"Latency: fio 4k randread QD1 libaio direct, {args.lat_io_size} per run, "
+            f"Latency: fio {args.lat_bs} randread QD1 libaio direct, {args.lat_io_size} per run, "
             f"{args.lat_pairs} pairs core/bcc alternating, {len(FINE_BOUNDS_S)} latency bounds "
             "1 us..1 ms (10 per decade); medians over runs, in us.",
             "",
@@ -1741,6 +1745,7 @@ def main(argv: list[str] | None = None) -> int:
         "--settle", type=float, default=3.0, help="seconds after ready before VmRSS (default 3)"
     )
     p.add_argument("--lat-pairs", type=int, help="latency pairs core/bcc (default: --pairs)")
+    p.add_argument("--lat-bs", default="4k", help="request size of the latency runs (default 4k)")
     p.add_argument(
         "--lat-io-size", default="1g", help="fio io_size of each latency run (default 1g)"
     )
