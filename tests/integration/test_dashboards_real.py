@@ -56,7 +56,6 @@ import os
 import re
 import socket
 import statistics
-import subprocess
 import sys
 import time
 import urllib.request
@@ -76,6 +75,8 @@ from tests.support.realparts import (
     free_port,
     have,
     is_root,
+    process,
+    veth_into_namespace,
     wait_for,
 )
 
@@ -126,66 +127,12 @@ ALLOWED_EMPTY: dict[tuple[str, str, str], str] = {
 
 
 @contextlib.contextmanager
-def process(cmd: list[str], log: Path, **kw: Any) -> Iterator[subprocess.Popen[bytes]]:
-    """A subprocess from the repository, terminated (then killed) on exit."""
-    fh = log.open("wb")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env, **kw)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        fh.close()
-
-
-@contextlib.contextmanager
 def running(agent: Agent) -> Iterator[Agent]:
     try:
         agent.wait_ready()
         yield agent
     finally:
         agent.stop()
-
-
-@contextlib.contextmanager
-def veth_to_namespace() -> Iterator[tuple[str, str, str, str]]:
-    """(namespace, root-side interface, its address, the namespace side's address).
-
-    The demo's layout (a veth from the root namespace into another) under names of this
-    test's own, so that it never meets a demo's; removed afterwards with what ran inside.
-    """
-    tag = f"{os.getpid() % 100000}"
-    ns, if_root, if_ns = f"wbdash{tag}", f"wbd{tag}a", f"wbd{tag}b"
-    addr_root, addr_ns = "169.254.78.1", "169.254.78.2"
-
-    def ip(*args: str) -> None:
-        subprocess.run(["ip", *args], check=True, capture_output=True)
-
-    try:
-        ip("netns", "add", ns)
-        ip("link", "add", if_root, "type", "veth", "peer", "name", if_ns, "netns", ns)
-        subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{if_root}.disable_ipv6=1"], check=False)
-        subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw",
-                        f"net.ipv6.conf.{if_ns}.disable_ipv6=1"], check=False)  # fmt: skip
-        ip("addr", "add", f"{addr_root}/30", "dev", if_root)
-        ip("-n", ns, "addr", "add", f"{addr_ns}/30", "dev", if_ns)
-        ip("link", "set", if_root, "up")
-        ip("-n", ns, "link", "set", if_ns, "up")
-        ip("-n", ns, "link", "set", "lo", "up")
-        yield ns, if_root, addr_root, addr_ns
-    finally:
-        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-        for pid in pids.stdout.split():
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid), 9)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
-        subprocess.run(["ip", "link", "del", if_root], capture_output=True, check=False)
 
 
 def physical(kind: str) -> list[str]:
@@ -288,7 +235,10 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     py = sys.executable
     with contextlib.ExitStack() as stack:
         disks = stack.enter_context(loop_disks(DISKS, 128, nomerges=False, fill=True))
-        ns, if_root, _, addr_ns = stack.enter_context(veth_to_namespace())
+        # The demo's layout (a veth from the root namespace into another) under names of
+        # this test's own, so that it never meets a demo's.
+        addr_ns = "169.254.78.2"
+        ns, if_root = stack.enter_context(veth_into_namespace("wbdash", "169.254.78.1", addr_ns))
         community = tmp / "community"
         community.write_text("dashdemo\n")
         community.chmod(0o600)

@@ -83,6 +83,7 @@ from tests.support.realparts import (
     free_port,
     have,
     is_root,
+    process,
     prometheus_server,
     query_api,
     server,
@@ -215,25 +216,6 @@ def collector_config(site: Site, state: Path, pdu_port: int, community: Path) ->
 
 
 # ---- processes --------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def process(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A child process from the repository, terminated (then killed) on exit."""
-    fh = log.open("wb")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        fh.close()
 
 
 A = TypeVar("A", bound=Agent)

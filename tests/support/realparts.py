@@ -517,3 +517,22 @@ def veth_into_namespace(name: str, addr_root: str, addr_ns: str) -> Iterator[tup
                 os.kill(int(pid), 9)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
         subprocess.run(["ip", "link", "del", if_root], capture_output=True, check=False)
+
+
+@contextlib.contextmanager
+def process(cmd: list[str], log: Path, **kw: Any) -> Iterator[subprocess.Popen[bytes]]:
+    """A subprocess from the repository (output to log), terminated, then killed, on exit."""
+    fh = log.open("wb")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env, **kw)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        fh.close()
