@@ -59,7 +59,6 @@ import statistics
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +75,7 @@ from tests.support.realparts import (
     have,
     is_root,
     process,
+    running,
     veth_into_namespace,
     wait_for,
 )
@@ -124,15 +124,6 @@ ALLOWED_EMPTY: dict[tuple[str, str, str], str] = {
 
 
 # ---- helpers ----------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def running(agent: Agent) -> Iterator[Agent]:
-    try:
-        agent.wait_ready()
-        yield agent
-    finally:
-        agent.stop()
 
 
 def physical(kind: str) -> list[str]:

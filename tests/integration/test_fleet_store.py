@@ -71,7 +71,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -86,6 +86,7 @@ from tests.support.realparts import (
     process,
     prometheus_server,
     query_api,
+    running,
     server,
     veth_into_namespace,
     victoria_metrics,
@@ -216,18 +217,6 @@ def collector_config(site: Site, state: Path, pdu_port: int, community: Path) ->
 
 
 # ---- processes --------------------------------------------------------------------------------
-
-
-A = TypeVar("A", bound=Agent)
-
-
-@contextlib.contextmanager
-def running(agent: A) -> Iterator[A]:
-    try:
-        agent.wait_ready()
-        yield agent
-    finally:
-        agent.stop()
 
 
 def run_api(port: int, path: str, body: object | None = None) -> Any:

@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -536,3 +536,16 @@ def process(cmd: list[str], log: Path, **kw: Any) -> Iterator[subprocess.Popen[b
                 proc.kill()
                 proc.wait()
         fh.close()
+
+
+AgentT = TypeVar("AgentT", bound=Agent)
+
+
+@contextlib.contextmanager
+def running(agent: AgentT) -> Iterator[AgentT]:
+    """The agent (or collector) once it serves /metrics; always stopped afterwards."""
+    try:
+        agent.wait_ready()
+        yield agent
+    finally:
+        agent.stop()
