@@ -52,7 +52,7 @@ from collector.config import duration_arg
 from collector.demo.loopdisks import loop_disks
 from collector.demo.procs import Procs, free_port, wait_for
 from collector.runs.cli import Client as RunClient
-from collector.site.config import read_secret_file
+from collector.secretfile import read_secret_file
 
 ROOT = Path(__file__).resolve().parents[2]
 NETNS = "wattbit-demo"
