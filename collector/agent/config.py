@@ -95,6 +95,26 @@ class SmartConfig(Strict):
         return v
 
 
+class PcieConfig(Strict):
+    """The pcie exporter's settings (PCIe links, disk link rates, controller interrupts)."""
+
+    enabled: bool = True
+    refresh: Duration = 60.0  # re-read the chains at least this often (and on device change)
+
+    @field_validator("refresh")
+    @classmethod
+    def _refresh(cls, v: float) -> float:
+        if v < 1:
+            raise ValueError("must be at least 1s")
+        return v
+
+
+class CpuConfig(Strict):
+    """The opt-in per-CPU time from /proc/stat, for hosts without node_exporter."""
+
+    enabled: bool = False
+
+
 class AgentConfig(ProcessConfig):
     """`wattbit agent` configuration."""
 
@@ -104,3 +124,5 @@ class AgentConfig(ProcessConfig):
     blockio: BlockioConfig = BlockioConfig()
     nic: NicConfig = NicConfig()
     smart: SmartConfig = SmartConfig()
+    pcie: PcieConfig = PcieConfig()
+    cpu: CpuConfig = CpuConfig()
