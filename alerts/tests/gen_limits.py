@@ -503,7 +503,7 @@ def unrelated_cpu() -> Case:
 build01: CPU 1 runs a compile, 100 % busy (95 % user, 5 % system). CPU 0 takes eth0's
 interrupts and is 5 % busy. Minutes 0-5 eth0 is idle: no data moves, no limiter. Minutes 5-12
 eth0 sends 1 Gbit/s of its 10 (0.1): data moves, but CPU 1 is not moving it (no interrupts,
-5 % in the kernel): the CPU resource is CPU 0 at 5 %, the limiter "none" at the NIC's 0.1.
+no interrupt work): the CPU resource is CPU 0 at 5 %, the limiter "none" at the NIC's 0.1.
 """,
         12,
     )

@@ -32,7 +32,7 @@ LIMIT = 0.7  # a resource at least this busy limits; below it the workload paced
 SATURATED = 0.9  # a controller or link this busy is named ahead of the disks it feeds
 HELD_BACK = 0.85  # busy disks moving less than this share of what they did alone wait
 ALONE_BUSY, OTHERS_IDLE, BUSY_DISK = 0.9, 0.05, 0.5
-KERNEL_SHARE = 0.25  # a CPU this much in the kernel moves data (a receiver, softirq)
+INTERRUPT_SHARE = 0.1  # a CPU this much in irq + softirq moves data (a virtual NIC's softirq)
 TCP_SATURATED = 0.01  # a 1 % retransmitted share is a TCP utilisation of 1
 MOVING_NIC, MOVING_DISK = 10e6 / 8, 1e6  # bytes/s: a host below both moved no data
 CPU_TOP = 2  # CPUs per host and step fetched (the busiest moving data)
@@ -123,12 +123,12 @@ def fetch(
 
     total = f"({cpu(_CPU_MODES)} > 0)"
     busy = f"clamp(1 - {cpu('idle|iowait')} / {total}, 0, 1)"
-    kernel = f"({cpu('system|irq|softirq')} / {total})"
+    interrupt = f"({cpu('irq|softirq')} / {total})"
     irq = (
         f"(sum by (host, cpu) (rate({sel('wattbit_nic_cpu_interrupts_total')}[{w}])) > 0"
         f" or sum by (host, cpu) (rate({sel('wattbit_controller_cpu_interrupts_total')}[{w}])) > 0)"
     )
-    io_busy = f"({busy} and on (host, cpu) ({irq} or {kernel} >= {KERNEL_SHARE}))"
+    io_busy = f"({busy} and on (host, cpu) ({irq} or {interrupt} >= {INTERRUPT_SHARE}))"
     top = f"topk by (host) ({CPU_TOP}, {io_busy})"
     at = grid.end
     instant: dict[str, str] = {

@@ -169,7 +169,7 @@ def test_random_io_is_the_disks_not_the_controller() -> None:
 
 def test_none_when_paced_and_unrelated_cpu_is_ignored() -> None:
     """1 Gbit/s of 10 while a compile keeps a CPU busy: that CPU was not fetched as moving
-    data (the query keeps CPUs taking interrupts or 25 % in the kernel), so: none."""
+    data (the query keeps CPUs taking interrupts or 10 % in interrupt work), so: none."""
     h = "build01"
     tracks = _nic(h, "eth0", 1e6, 1.25e8)
     raw = Raw(nic_speed={(h, "eth0"): 1.25e9}, cpu_busy={(h, "0"): _flat(0.05)})
