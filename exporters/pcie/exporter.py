@@ -274,12 +274,13 @@ class PcieExporter(Exporter):
             topo = self._topology = self._read_topology(names, now)
         rates = []
         for link in topo.disk_links:
-            bits = read_rate(self.sys_root, link)
+            bits = read_rate(link)
             if bits is not None:
                 rates.append((link.device, link.transport, bits))
         irqs: list[ControllerIrq] = []
         if any(topo.controller_irqs.values()):
-            interrupts = parse_interrupts(self._proc("interrupts"))
+            wanted = {irq for irqs in topo.controller_irqs.values() for irq in irqs}
+            interrupts = parse_interrupts(self._proc("interrupts"), only=wanted)
             irqs = controller_irqs(
                 interrupts,
                 topo.controller_irqs,
