@@ -69,6 +69,7 @@ def build_exporters(
                 exclude=cfg.nic.exclude,
                 queues=cfg.nic.queues,
                 info_refresh=cfg.nic.info_refresh,
+                link_speeds=cfg.nic.link_speeds,
                 sys_root=sys_root,
                 proc_root=proc_root,
                 ethtool=ethtool,
