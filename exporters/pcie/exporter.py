@@ -68,6 +68,10 @@ class _Topology:
     nodes: dict[str, Node]
     disk_links: list[DiskLink]
     controller_irqs: dict[str, tuple[str, ...]]  # controller -> its IRQ numbers
+    # IRQ -> (affinity, effective): read once per refresh. Two files per vector would be most
+    # of a scrape on a many-CPU host (bench/pcie_read.py); where the interrupts land each
+    # scrape is in the per-CPU counts, the info's labels follow within pcie.refresh.
+    affinities: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def _cut(path: tuple[str, ...] | None, pci: str) -> tuple[str, ...] | None:
@@ -197,6 +201,7 @@ class PcieExporter(Exporter):
         block_exclude: str = BLOCK_EXCLUDE,
         nic_exclude: str = NIC_EXCLUDE,
         refresh: float = 60.0,
+        controller_irqs: bool = True,
         sys_root: Path = Path("/sys"),
         proc_root: Path = Path("/proc"),
         clock: Callable[[], float] = time.monotonic,
@@ -204,6 +209,7 @@ class PcieExporter(Exporter):
         self.block_exclude = re.compile(block_exclude)
         self.nic_exclude = re.compile(nic_exclude) if nic_exclude else None
         self.refresh = refresh
+        self.controller_irqs = controller_irqs
         self.sys_root = sys_root
         self.proc_root = proc_root
         self._clock = clock
@@ -247,7 +253,7 @@ class PcieExporter(Exporter):
         nodes = read_chains(self.sys_root, roles, paths)
         irqs: dict[str, tuple[str, ...]] = {}
         for pci, node in nodes.items():
-            if node.role != "controller":
+            if node.role != "controller" or not self.controller_irqs:
                 continue
             vectors = msi_irqs(self.sys_root.joinpath(*node.path))
             if not vectors:
@@ -264,6 +270,12 @@ class PcieExporter(Exporter):
                 return f.read(_MAX_PROC).decode("ascii", "replace")
         except OSError:
             return ""
+
+    def _affinity(self, topo: _Topology, irq: str) -> tuple[str, str]:
+        cached = topo.affinities.get(irq)
+        if cached is None:
+            cached = topo.affinities[irq] = irq_affinity(self.proc_root, irq)
+        return cached
 
     def snapshot(self) -> PcieSnapshot:
         """Read what changes every scrape; re-read the chains when the topology changed."""
@@ -284,7 +296,7 @@ class PcieExporter(Exporter):
             irqs = controller_irqs(
                 interrupts,
                 topo.controller_irqs,
-                lambda irq: irq_affinity(self.proc_root, irq),
+                lambda irq: self._affinity(topo, irq),
             )
         return PcieSnapshot(
             nodes=topo.nodes,
