@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from collector.config import Duration, DurationOrZero, Regex, Strict, parse_listen
-from collector.daemon.config import ProcessConfig
+from collector.daemon.config import COLLECTOR_PORT, Listen, ProcessConfig
 from collector.secretfile import read_secret_file
 from collector.site.shard import WHOLE, Shard, parse_shard
 
@@ -245,9 +245,9 @@ ShardKey = Annotated[
 class CollectorConfig(ProcessConfig):
     """`wattbit collector` configuration."""
 
-    default_port: ClassVar[int] = 9732
+    default_port: ClassVar[int] = COLLECTOR_PORT
 
-    listen: str = ":9732"
+    listen: Listen = Listen.default(COLLECTOR_PORT)
     interval: Duration = 10.0
     concurrency: int = Field(default=32, ge=1, le=1024)  # PDUs polled at once
     profiles_dir: Path | None = None  # extra profiles, next to the built-in ones
