@@ -15,6 +15,7 @@ from collector.site.config import CollectorConfig
 from collector.site.profiles import require_profile, site_profiles
 from collector.site.targets import pdu_target
 from collector.web.config import WebConfig
+from exporters.base import Exporter
 from exporters.pdu.exporter import PduExporter
 from exporters.pdu.poller import PduPoller
 from exporters.pdu.profile import Profile
@@ -40,6 +41,17 @@ def build_poller(cfg: CollectorConfig, profiles: list[Profile], client: SnmpClie
     """The poller for the configured PDUs of this collector's shard (all of them unsharded)."""
     targets = [pdu_target(p, cfg.auths[p.auth]) for p in cfg.polled()]
     return PduPoller(targets, profiles, client, cfg.interval, cfg.concurrency)
+
+
+def build_exporters(
+    cfg: CollectorConfig, profiles: list[Profile], client: SnmpClient, runs: RunRegistry
+) -> tuple[PduPoller, list[Exporter]]:
+    """The PDU poller and the exporters /metrics runs: the PDUs', and the run registry where
+    this collector holds it (tests/unit/test_site_golden.py builds them the same way)."""
+    poller = build_poller(cfg, profiles, client)
+    pdus = PduExporter(poller, shard=(cfg.shard.k, cfg.shard.n), configured=len(cfg.pdus))
+    # Only the registry's holder exports wattbit_exporter_up{exporter="runs"}: one per site.
+    return poller, [pdus, runs] if holds_registry(cfg) else [pdus]
 
 
 def holds_registry(cfg: CollectorConfig) -> bool:
@@ -88,16 +100,13 @@ def run(
     """Poll PDUs and serve /metrics until SIGINT/SIGTERM (or stop is set)."""
     profiles = profiles_for(cfg, source)
     runs = open_runs(cfg)
-    poller = build_poller(cfg, profiles, SnmpClient())
-    pdus = PduExporter(poller, shard=(cfg.shard.k, cfg.shard.n), configured=len(cfg.pdus))
-    # Only the registry's holder exports wattbit_exporter_up{exporter="runs"}: one per site.
-    holder = holds_registry(cfg)
-    read_only = None if holder else SHARD_READ_ONLY_MESSAGE
+    poller, exporters = build_exporters(cfg, profiles, SnmpClient(), runs)
+    read_only = None if holds_registry(cfg) else SHARD_READ_ONLY_MESSAGE
     return serve(
         "wattbit collector",
         cfg,
         web,
-        [pdus, runs] if holder else [pdus],
+        exporters,
         routes=api_routes(runs, cfg.runs.token, read_only),
         links=[API_PREFIX],
         work=poller.run,
