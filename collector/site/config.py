@@ -217,6 +217,8 @@ class RunsConfig(Strict):
     token_file: Path | None = None
     token_env: str | None = None
     keep: int = Field(default=100, ge=0, le=100_000)  # ended runs kept and exported, at least
+    # runs kept in all (4 series each on /metrics; every change rewrites the file of them)
+    max_runs: int = Field(default=1000, ge=1, le=100_000)
     # 0: ended runs are kept by `keep` alone
     retention: Annotated[DurationOrZero, BeforeValidator(_long_duration)] = 7 * 86400.0
 
@@ -224,6 +226,8 @@ class RunsConfig(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> RunsConfig:
+        if self.keep > self.max_runs:
+            raise ValueError("keep must not exceed max_runs (the most runs kept in all)")
         token = _resolve(self.token, self.token_file, self.token_env, "token")
         if token is not None:
             value = token.get_secret_value()
