@@ -75,6 +75,14 @@ class SmartConfig(Strict):
         return v
 
 
+class PowerConfig(Strict):
+    """The power exporter's settings (RAPL energy from powercap, hwmon power sensors)."""
+
+    enabled: bool = True
+    rapl: bool = True  # /sys/class/powercap: CPU packages' and DRAM's energy
+    hwmon: bool = True  # /sys/class/hwmon power*_{average,input} and energy*_input
+
+
 class AgentConfig(ProcessConfig):
     """`wattbit agent` configuration."""
 
@@ -84,3 +92,4 @@ class AgentConfig(ProcessConfig):
     blockio: BlockioConfig = BlockioConfig()
     nic: NicConfig = NicConfig()
     smart: SmartConfig = SmartConfig()
+    power: PowerConfig = PowerConfig()

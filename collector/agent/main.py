@@ -1,4 +1,4 @@
-"""`wattbit agent`: the host agent serving blockio, nic and smart metrics on /metrics."""
+"""`wattbit agent`: the host agent serving blockio, nic, smart and power metrics on /metrics."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from exporters.base import Exporter, ExportersCollector
 from exporters.blockio.exporter import BlockioExporter
 from exporters.blockio.model import BackendUnavailable
 from exporters.nic.exporter import NicExporter, QueueReader
+from exporters.power.exporter import PowerExporter
 from exporters.smart.exporter import SmartExporter
 from exporters.smart.runner import Runner
 
@@ -84,6 +85,10 @@ def build_exporters(
                 sys_root=sys_root,
                 runner=smartctl,
             )
+        )
+    if cfg.power.enabled:
+        exporters.append(
+            PowerExporter(sys_root=sys_root, rapl=cfg.power.rapl, hwmon=cfg.power.hwmon)
         )
     return exporters
 
