@@ -8,7 +8,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from collector.config import Duration, ProcessConfig, Regex, Strict
+from collector.config import Duration, Regex, Strict
+from collector.daemon.config import ProcessConfig
 from exporters.blockio.exporter import DEFAULT_EXCLUDE
 from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, MAX_LAT_BOUNDS
 from exporters.nic.exporter import DEFAULT_EXCLUDE as NIC_EXCLUDE
