@@ -1,4 +1,5 @@
-"""`wattbit agent`: the host agent serving blockio, nic, smart and power metrics on /metrics."""
+"""`wattbit agent`: the host agent serving blockio, nic, smart, power and pcie (and opt-in cpu)
+metrics."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from collector.web.server import landing_page, start_server
 from exporters.base import Exporter, ExportersCollector
 from exporters.blockio.exporter import BlockioExporter
 from exporters.blockio.model import BackendUnavailable
+from exporters.cpu.exporter import CpuExporter
 from exporters.nic.exporter import NicExporter, QueueReader
+from exporters.pcie.exporter import PcieExporter
 from exporters.power.exporter import PowerExporter
 from exporters.smart.exporter import SmartExporter
 from exporters.smart.runner import Runner
@@ -68,6 +71,7 @@ def build_exporters(
                 exclude=cfg.nic.exclude,
                 queues=cfg.nic.queues,
                 info_refresh=cfg.nic.info_refresh,
+                link_speeds=cfg.nic.link_speeds,
                 sys_root=sys_root,
                 proc_root=proc_root,
                 ethtool=ethtool,
@@ -90,6 +94,19 @@ def build_exporters(
         exporters.append(
             PowerExporter(sys_root=sys_root, rapl=cfg.power.rapl, hwmon=cfg.power.hwmon)
         )
+    if cfg.pcie.enabled:
+        exporters.append(
+            PcieExporter(
+                # the controllers and NICs of the disks and interfaces the exporters above show
+                block_exclude=cfg.blockio.exclude,
+                nic_exclude=cfg.nic.exclude,
+                refresh=cfg.pcie.refresh,
+                sys_root=sys_root,
+                proc_root=proc_root,
+            )
+        )
+    if cfg.cpu.enabled:
+        exporters.append(CpuExporter(proc_root=proc_root))
     return exporters
 
 

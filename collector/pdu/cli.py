@@ -32,10 +32,17 @@ from exporters.pdu.decode import metered
 from exporters.pdu.detect import Detection
 from exporters.pdu.poller import PduPoller, PduState, PduTarget
 from exporters.pdu.profile import OUTLET_FIELDS, UNIT_FIELDS, Metric, Profile
+from exporters.pdu.types import Reading
 from exporters.snmp.client import Auth, SnmpClient, Target
 
 EXIT_FAILED = 1
-_UNITS = {"power_watts": "W", "current_amperes": "A", "voltage_volts": "V", "energy_joules": "J"}
+_UNITS = {
+    "power_watts": "W",
+    "current_amperes": "A",
+    "voltage_volts": "V",
+    "energy_joules": "J",
+    "apparent_power_voltamperes": "VA",
+}
 # Net-snmp's snmpget reads at most this many OIDs per call (its own request limit is
 # SNMP_MAX_CMDLINE_OIDS = 128).
 _SNMPGET_CHUNK = 100
@@ -72,6 +79,16 @@ def _value_oid(spec: Metric, index: str) -> str:
     return f"{spec.oid}.{index}.{spec.suffix}" if spec.suffix else f"{spec.oid}.{index}"
 
 
+def _outlet_specs(profile: Profile, reading: Reading) -> dict[str, Metric]:
+    """The value columns of the outlet table the reading came from (a fallback's or not)."""
+    if profile.outlets is None:
+        return {}
+    for table in profile.outlets.chain():
+        if table.index_from == reading.outlet_table:
+            return dict(table.metrics())
+    return dict(profile.outlets.metrics())
+
+
 def _report(
     state: PduState,
     found: Detection,
@@ -98,7 +115,7 @@ def _report(
     if r.invalid:
         lines.append("not readings: " + ", ".join(f"{k} {v}" for k, v in sorted(r.invalid.items())))
     if r.outlets and profile.outlets is not None:
-        specs = dict(profile.outlets.metrics())
+        specs = _outlet_specs(profile, r)
         header = f"{'outlet':<10} {'name':<24} {'metric':<16} {'value':>14}  unit"
         if raw is not None:
             header += f"   raw ({raw_source})"
@@ -158,7 +175,7 @@ def _check(args: argparse.Namespace) -> int:
         state, found = asyncio.run(_poll_once(target, profiles))
         oids: list[str] = []
         if state.reading is not None and found.profile.outlets is not None:
-            specs = [s for _, s in found.profile.outlets.metrics()]
+            specs = list(_outlet_specs(found.profile, state.reading).values())
             oids = [_value_oid(s, o.index) for o in state.reading.outlets for s in specs]
         raw = _raw_values(agent.host, agent.port, community, oids)
     source = "net-snmp snmpget"

@@ -54,6 +54,7 @@ NAMES = {
     "WattbitNvmeSpareLow",
     "WattbitNvmeMediaErrors",
     "WattbitPowerSourcesDisagree",
+    "WattbitPcieLinkDowngraded",
 }
 
 

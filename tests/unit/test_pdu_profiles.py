@@ -87,6 +87,8 @@ RECORDING_PROFILE = {
     "gude_epc-8031.snmprec": "gude_epc8031",
     "apc_epdu1116s.snmprec": "apc_epdu",
     "rittal_pdu-controller.snmprec": "rittal_cmc3",
+    # tests/fixtures/pdu/recordings: newer generations and vendors (issue 25)
+    "cyberpower_pdu81005.snmprec": "cyberpower",
 }
 
 
