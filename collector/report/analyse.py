@@ -221,24 +221,25 @@ def _outlet_warnings(g: Gathered, joules: dict[Outlet, float | None]) -> list[st
     """Each outlet's energy troubles: counter resets, no source, too coarse, disagreement."""
     warnings = []
     for o in g.outlets:
+        what = "outlet" if o.kind == "outlets" else "meter"  # a PDU/bank/phase or a BMC
         if o.energy_source == "counter" and o.energy and o.energy.counter:
             r = o.energy.counter.resets
             if r:
                 warnings.append(
-                    f"energy counter of outlet {o.name} reset {r} time(s) in the window; "
+                    f"energy counter of {what} {o.name} reset {r} time(s) in the window; "
                     "counted from zero after each reset"
                 )
         if o.energy_source == "none":
-            warnings.append(f"outlet {o.name}: neither watts nor an energy counter")
+            warnings.append(f"{what} {o.name}: neither watts nor an energy counter")
         if o.name in g.coarse:
             q = g.coarse[o.name]
             how = (
-                "did not move in the window while the outlet drew power"
+                f"did not move in the window while the {what} drew power"
                 if q is None
                 else f"moves in steps of {q:.0f} J"
             )
             warnings.append(
-                f"energy counter of outlet {o.name} {how}, too coarse for this window: its "
+                f"energy counter of {what} {o.name} {how}, too coarse for this window: its "
                 "host's energy is integrated from watts instead"
             )
         est = C.bin_energy(o.power.values, g.grid.edges) if o.power else None
@@ -247,7 +248,7 @@ def _outlet_warnings(g: Gathered, joules: dict[Outlet, float | None]) -> list[st
             diff = (j - est) / est
             if abs(diff) > ENERGY_DISAGREEMENT:
                 warnings.append(
-                    f"outlet {o.name}: its energy counter ({j:.0f} J) and its "
+                    f"{what} {o.name}: its energy counter ({j:.0f} J) and its "
                     f"watts ({est:.0f} J) disagree by {diff * 100:+.1f} %"
                 )
     return warnings
