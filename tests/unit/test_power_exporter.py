@@ -253,3 +253,25 @@ def test_no_powercap_no_hwmon(tmp_path: Path) -> None:
     assert sample(s, "wattbit_exporter_up", exporter="power") == 1.0
     assert not [k for k in s if k[0].startswith(("wattbit_rapl_", "wattbit_hwmon_"))]
     assert exporter.startup_note() == "rapl: no powercap zones; hwmon: 0 power, 0 energy channels"
+
+
+def test_agent_config_power_section(tmp_path: Path) -> None:
+    """power: in the agent's configuration: on by default, each source can be switched off,
+    unknown keys refused."""
+    from pydantic import ValidationError
+
+    from collector.agent.config import AgentConfig
+    from collector.agent.main import build_exporters
+
+    off = {"blockio": {"enabled": False}, "nic": {"enabled": False}, "smart": {"enabled": False},
+           "pcie": {"enabled": False}}  # fmt: skip
+    default = build_exporters(AgentConfig.model_validate(off), sys_root=NODE)
+    power = [e for e in default if isinstance(e, PowerExporter)]
+    assert len(power) == 1 and power[0].rapl and power[0].hwmon
+    no_hwmon = AgentConfig.model_validate({**off, "power": {"hwmon": False}})
+    (p,) = [e for e in build_exporters(no_hwmon, sys_root=NODE) if isinstance(e, PowerExporter)]
+    assert p.rapl and not p.hwmon and p.sys_root == NODE
+    disabled = AgentConfig.model_validate({**off, "power": {"enabled": False}})
+    assert not [e for e in build_exporters(disabled) if isinstance(e, PowerExporter)]
+    with pytest.raises(ValidationError, match=r"power\.rapls"):
+        AgentConfig.model_validate({"power": {"rapls": True}})
