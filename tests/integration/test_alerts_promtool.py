@@ -53,6 +53,7 @@ NAMES = {
     "WattbitNvmeCriticalWarning",
     "WattbitNvmeSpareLow",
     "WattbitNvmeMediaErrors",
+    "WattbitPowerSourcesDisagree",
     "WattbitPcieLinkDowngraded",
 }
 
