@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from collector.config import ConfigError
-from collector.demo.snmprec import parse_snmprec
-from collector.demo.snmpwalk import parse_snmpwalk
+from collector.pdu.snmprec import parse_snmprec
+from collector.pdu.snmpwalk import parse_snmpwalk
 from collector.site.profiles import load_profile, load_profiles
 from exporters.pdu.decode import decode, metered, text_of
 from exporters.pdu.detect import family_matches

@@ -1,0 +1,293 @@
+"""Polls every BMC on its own schedule; publishes each BMC's last completed poll.
+
+As the PDU poller (exporters/pdu/poller.py): one loop per BMC, a semaphore bounding how many
+are polled at once, a bulkhead so failing BMCs hold at most a quarter of the slots, and a
+deadline per poll (the BMC's timeout budget, never more than the interval) so a slow or dead
+BMC cannot delay another or overlap its own next poll. A BMC's power series vanish the
+moment a poll fails and return when it answers again. IPMI polls (pyghmi, synchronous) run in
+a thread pool of the same size as the semaphore.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .ipmi import IpmiClient, IpmiTarget
+from .redfish import RedfishClient, RedfishTarget
+from .types import BmcError, BmcReading, ChassisPower
+
+log = logging.getLogger(__name__)
+
+# Every failure reason, exported at 0 from the start (docs/exporters/bmc.md "Metrics").
+REDFISH_REASONS = (
+    "timeout",
+    "deadline",
+    "refused",
+    "tls",
+    "auth",
+    "http",
+    "redirect",
+    "content_type",
+    "too_big",
+    "too_deep",
+    "garbage",
+    "error",
+)
+IPMI_REASONS = ("timeout", "deadline", "auth", "unsupported", "garbage", "error")
+INVALID_REASONS = ("missing", "null", "out_of_range", "inactive")
+
+# (chassis Id, chassis Name) -> (host, component), or None: the chassis is not exported
+Mapper = Callable[[str, str], tuple[str, str] | None]
+
+
+@dataclass(frozen=True)
+class BmcTarget:
+    """One BMC as the poller sees it."""
+
+    name: str
+    protocol: str  # "redfish" | "ipmi"
+    redfish: RedfishTarget | None = None
+    ipmi: IpmiTarget | None = None
+    # mapped chassis -> labels; None: the BMC's primary chassis (primary()) gets `labels`
+    mapper: Mapper | None = None
+    labels: tuple[str, str] = ("", "")
+    deadline: float = 10.0  # the whole poll, every request of it
+
+    def __repr__(self) -> str:
+        return f"BmcTarget({self.name!r}, {self.protocol})"
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """A chassis' power with the host and component it feeds."""
+
+    host: str
+    component: str
+    power: ChassisPower
+
+
+@dataclass(frozen=True)
+class BmcState:
+    """The outcome of one BMC's last completed poll."""
+
+    name: str
+    protocol: str
+    up: bool
+    duration: float
+    mapped: tuple[Mapped, ...] = ()
+    identity: tuple[tuple[str, str], ...] = ()
+    error: str = ""
+
+
+def primary(chassis: Sequence[ChassisPower]) -> ChassisPower | None:
+    """The chassis that stands for the server when no chassis is mapped.
+
+    The first with a power figure that no other chassis contains (the rack-mount chassis
+    rather than its board), else the first with a figure at all (a board nested in a chassis
+    with no power of its own, as Intel's S2600BPB mockup has).
+    """
+    with_power = [c for c in chassis if c.power_watts is not None]
+    for c in with_power:
+        if not c.contained:
+            return c
+    return with_power[0] if with_power else (chassis[0] if len(chassis) == 1 else None)
+
+
+def map_chassis(t: BmcTarget, reading: BmcReading) -> tuple[list[Mapped], list[str]]:
+    """The exported chassis with their labels, and the (host, component) pairs given twice."""
+    if t.mapper is None:
+        chosen = primary(reading.chassis)
+        return ([Mapped(t.labels[0], t.labels[1], chosen)] if chosen else []), []
+    out: list[Mapped] = []
+    seen: set[tuple[str, str]] = set()
+    twice: list[str] = []
+    for c in reading.chassis:
+        labels = t.mapper(c.chassis, c.name)
+        if labels is None:
+            continue
+        if labels in seen:  # two chassis on one host/component: the first wins, once logged
+            twice.append(c.chassis)
+            continue
+        seen.add(labels)
+        out.append(Mapped(labels[0], labels[1], c))
+    return out, twice
+
+
+class BmcPoller:
+    """The site collector's BMC polling loops and their results."""
+
+    def __init__(
+        self,
+        targets: Sequence[BmcTarget],
+        interval: float = 10.0,
+        concurrency: int = 32,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.targets = list(targets)
+        self.interval = interval
+        self.concurrency = concurrency
+        self._clock = clock
+        self.states: dict[str, BmcState] = {}
+        self.failures: Counter[tuple[str, str]] = Counter()
+        self.invalid: Counter[tuple[str, str]] = Counter()
+        for t in self.targets:  # every reason at 0 from the start
+            for reason in REDFISH_REASONS if t.protocol == "redfish" else IPMI_REASONS:
+                self.failures[(t.name, reason)] += 0
+            for reason in INVALID_REASONS:
+                self.invalid[(t.name, reason)] += 0
+        self.last_poll: dict[str, float] = {}
+        self._failing: set[str] = set()
+        self._identity: dict[str, tuple[tuple[str, str], ...]] = {}
+        self._logged: set[tuple[str, str]] = set()
+        self._redfish: dict[str, RedfishClient] = {}
+        self._ipmi: dict[str, IpmiClient] = {}
+        self._sem: asyncio.Semaphore | None = None
+        self._failing_sem: asyncio.Semaphore | None = None
+        self.failing_slots = max(1, concurrency // 4)
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._inflight: dict[str, concurrent.futures.Future[BmcReading]] = {}
+
+    def _once(self, name: str, what: str, msg: str, *args: object) -> None:
+        if (name, what) not in self._logged:
+            self._logged.add((name, what))
+            log.warning(msg, *args)
+
+    async def _read(self, t: BmcTarget, identity: bool) -> BmcReading:
+        if t.protocol == "redfish":
+            assert t.redfish is not None
+            client = self._redfish.get(t.name)
+            if client is None:
+                client = self._redfish[t.name] = RedfishClient(t.redfish)
+            return await client.read(identity)
+        assert t.ipmi is not None
+        ipmi = self._ipmi.get(t.name)
+        if ipmi is None:
+            ipmi = self._ipmi[t.name] = IpmiClient(t.ipmi)
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                self.concurrency, thread_name_prefix="wattbit-ipmi"
+            )
+        running = self._inflight.get(t.name)
+        if running is not None and not running.done():
+            # pyghmi cannot be interrupted: the previous poll's thread still waits on this BMC
+            raise BmcError("deadline", "the previous poll of this BMC is still running")
+        future = self._pool.submit(ipmi.read, identity)
+        self._inflight[t.name] = future
+        return await asyncio.wrap_future(future)
+
+    async def poll(self, t: BmcTarget) -> BmcState:
+        """Poll one BMC once, within its deadline, and publish the outcome."""
+        if self._sem is None or self._failing_sem is None:
+            self._sem = asyncio.Semaphore(self.concurrency)
+            self._failing_sem = asyncio.Semaphore(self.failing_slots)
+        async with contextlib.AsyncExitStack() as slots:
+            if t.name in self._failing:
+                await slots.enter_async_context(self._failing_sem)
+            await slots.enter_async_context(self._sem)
+            start = self._clock()
+            error = detail = ""
+            reading: BmcReading | None = None
+            deadline = min(t.deadline, self.interval)
+            try:
+                want_identity = t.name not in self._identity
+                reading = await asyncio.wait_for(self._read(t, want_identity), deadline)
+            except TimeoutError:
+                error, detail = "deadline", f"no complete poll within {deadline:g}s"
+            except BmcError as exc:
+                error, detail = exc.reason, str(exc)
+            except Exception as exc:  # a bug or a BMC that breaks the parser: keep polling
+                error, detail = "error", type(exc).__name__
+                log.debug("bmc %s", t.name, exc_info=True)
+            duration = self._clock() - start
+        if error and t.name in self._redfish:
+            # A fresh client (connections, session) after a failure: a half-read answer
+            # must not poison the next poll.
+            await self._redfish.pop(t.name).close()
+        mapped: list[Mapped] = []
+        if error:
+            self.failures[(t.name, error)] += 1
+            self._identity.pop(t.name, None)  # the BMC may have been swapped
+            if t.name not in self._failing:
+                self._failing.add(t.name)
+                log.warning("bmc %s: poll failed (%s): %s", t.name, error, detail)
+        else:
+            assert reading is not None
+            if t.name in self._failing:
+                self._failing.discard(t.name)
+                log.info("bmc %s: answering again", t.name)
+            if reading.identity or t.name not in self._identity:
+                self._identity[t.name] = tuple(sorted(reading.identity.items()))
+            for reason, n in reading.invalid.items():
+                self.invalid[(t.name, reason)] += n
+            mapped, twice = map_chassis(t, reading)
+            if twice:
+                self._once(
+                    t.name,
+                    "twice",
+                    "bmc %s: chassis %s map to a host/component already taken; not exported",
+                    t.name,
+                    ", ".join(twice),
+                )
+            if not any(m.power.power_watts is not None for m in mapped):
+                self._once(
+                    t.name,
+                    "nopower",
+                    "bmc %s: no chassis with a power reading is mapped (chassis: %s)",
+                    t.name,
+                    ", ".join(f"{c.chassis}" for c in reading.chassis) or "none",
+                )
+        self.last_poll = {**self.last_poll, t.name: time.time()}
+        state = BmcState(
+            t.name,
+            t.protocol,
+            not error,
+            duration,
+            tuple(mapped),
+            self._identity.get(t.name, ()),
+            error,
+        )
+        # Replace the whole dict: readers (the HTTP threads) see the old or the new one, whole.
+        self.states = {**self.states, t.name: state}
+        return state
+
+    async def poll_all(self) -> list[BmcState]:
+        """Poll every BMC once, concurrently (bounded)."""
+        return list(await asyncio.gather(*(self.poll(t) for t in self.targets)))
+
+    async def _loop(self, t: BmcTarget, stop: asyncio.Event) -> None:
+        next_start = self._clock()
+        while not stop.is_set():
+            await self.poll(t)
+            next_start += self.interval
+            now = self._clock()
+            if next_start < now:  # ran over: skip the missed ticks rather than bursting
+                next_start = now
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(0.0, next_start - now))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll every BMC on its own schedule until stop is set, then close the sessions."""
+        try:
+            await asyncio.gather(*(self._loop(t, stop) for t in self.targets))
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Log out of every session and close every connection."""
+        clients, self._redfish = self._redfish, {}
+        for client in clients.values():
+            with contextlib.suppress(Exception):
+                await client.close()
+        ipmis, self._ipmi = self._ipmi, {}
+        for ipmi in ipmis.values():
+            ipmi.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None

@@ -1,0 +1,306 @@
+"""Redfish over aiohttp: one client per BMC, its connections reused, every answer bounded.
+
+Why aiohttp rather than DMTF's `redfish` or OpenStack's `sushy` (docs/exporters/bmc.md
+"Library"): both are synchronous (requests), so 200 BMCs would need 200 threads; neither caps
+a body's size, a JSON document's depth or a request's whole duration (a slow drip passes
+requests' per-read timeout forever); and both follow redirects to other hosts by default.
+The poller needs four GETs per chassis, which aiohttp (already the project's HTTP server) does
+with these limits in a few lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import ssl
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+
+from .redfish_parse import (
+    chassis_power,
+    is_error,
+    link,
+    members,
+    metrics_supply,
+    odata_path,
+    parse_document,
+)
+from .types import BmcError, BmcReading, SupplyPower
+
+log = logging.getLogger(__name__)
+
+MAX_REDIRECTS = 3
+CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class RedfishTarget:
+    """One Redfish BMC as the poller sees it (built from the collector's config)."""
+
+    base_url: str  # https://host:port (no path)
+    username: str = ""
+    password: str = ""
+    auth: str = "session"  # "session" (falls back to Basic without a token) | "basic"
+    verify_tls: bool = True
+    ca_file: str | None = None
+    timeout: float = 5.0  # per request (connect and answer)
+    max_body: int = 4 * 1024 * 1024
+    max_depth: int = 32
+    max_chassis: int = 32
+    max_supplies: int = 16
+
+    def __repr__(self) -> str:  # never the password
+        return f"RedfishTarget({self.base_url!r})"
+
+
+def ssl_context(t: RedfishTarget) -> ssl.SSLContext | bool:
+    """Verification on (system CAs, or the CA file alone); False only on the explicit opt-out."""
+    if not t.base_url.startswith("https:"):
+        return True  # plain HTTP: no TLS at all (config logs it)
+    if not t.verify_tls:
+        return False
+    ctx = ssl.create_default_context(cafile=t.ca_file) if t.ca_file else None
+    return ctx if ctx is not None else ssl.create_default_context()
+
+
+class RedfishClient:
+    """GETs against one BMC: same-origin only, size/depth/type checked, session or Basic."""
+
+    def __init__(self, target: RedfishTarget) -> None:
+        self.t = target
+        self._origin = urlsplit(target.base_url)
+        self._session: aiohttp.ClientSession | None = None
+        self._token: str | None = None
+        self._session_uri: str | None = None
+        self._basic = "Basic " + base64.b64encode(
+            f"{target.username}:{target.password}".encode()
+        ).decode("ascii")
+        self._login_tried = False
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=4, ssl=ssl_context(self.t), enable_cleanup_closed=True
+            )
+            timeout = aiohttp.ClientTimeout(
+                total=self.t.timeout, sock_connect=self.t.timeout, sock_read=self.t.timeout
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=timeout,
+                auto_decompress=False,  # a small gzip body must not inflate past max_body
+                headers={"Accept": "application/json", "OData-Version": "4.0"},
+                skip_auto_headers=("Accept-Encoding",),
+            )
+        return self._session
+
+    def _auth_headers(self) -> dict[str, str]:
+        if self._token is not None:
+            return {"X-Auth-Token": self._token}
+        if self.t.username or self.t.password:
+            return {"Authorization": self._basic}
+        return {}
+
+    def _same_origin(self, url: str) -> bool:
+        u = urlsplit(url)
+        return (u.scheme, u.hostname, u.port) == (
+            self._origin.scheme,
+            self._origin.hostname,
+            self._origin.port,
+        )
+
+    async def _request(
+        self, method: str, path: str, body: dict[str, str] | None = None, auth: bool = True
+    ) -> tuple[int, dict[str, Any] | None, Any]:
+        """(status, document or None, headers); redirects followed on this origin only."""
+        url = urljoin(self.t.base_url, path)
+        http = self._http()
+        for _ in range(MAX_REDIRECTS + 1):
+            headers = self._auth_headers() if auth else {}
+            try:
+                async with http.request(
+                    method, url, json=body, headers=headers, allow_redirects=False
+                ) as resp:
+                    status = resp.status
+                    if status in (301, 302, 303, 307, 308):
+                        location = resp.headers.get("Location", "")
+                        nxt = urljoin(url, location)
+                        if not location or not self._same_origin(nxt):
+                            raise BmcError("redirect", f"{path}: redirect to another host refused")
+                        url = nxt
+                        continue
+                    if status >= 400 or status == 204 or method == "DELETE":
+                        return status, None, resp.headers
+                    ctype = resp.headers.get("Content-Type", "")
+                    if ctype.split(";")[0].strip().lower() != "application/json":
+                        raise BmcError("content_type", f"{path}: not application/json")
+                    return status, await self._body(resp, path), resp.headers
+            except BmcError:
+                raise
+            except (aiohttp.ClientSSLError, ssl.SSLError) as exc:
+                raise BmcError("tls", f"{path}: TLS: {_why(exc)}") from None
+            except aiohttp.ClientConnectorError as exc:
+                refused = isinstance(exc.os_error, ConnectionRefusedError)
+                reason = "refused" if refused else "timeout"
+                raise BmcError(reason, f"{path}: cannot connect: {_why(exc.os_error)}") from None
+            except TimeoutError:
+                raise BmcError("timeout", f"{path}: no answer within {self.t.timeout:g}s") from None
+            except aiohttp.ClientError as exc:
+                raise BmcError("garbage", f"{path}: {type(exc).__name__}") from None
+        raise BmcError("redirect", f"{path}: more than {MAX_REDIRECTS} redirects")
+
+    async def _body(self, resp: aiohttp.ClientResponse, path: str) -> dict[str, Any]:
+        cap = self.t.max_body
+        if resp.content_length is not None and resp.content_length > cap:
+            raise BmcError("too_big", f"{path}: body over {cap} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = await resp.content.read(CHUNK)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > cap:
+                raise BmcError("too_big", f"{path}: body over {cap} bytes")
+            chunks.append(chunk)
+        doc = parse_document(b"".join(chunks), self.t.max_depth)
+        return doc
+
+    async def _login(self, root: dict[str, Any]) -> None:
+        """A Redfish session (X-Auth-Token); without a token in the answer, Basic stays."""
+        self._login_tried = True
+        if self.t.auth != "session" or not (self.t.username or self.t.password):
+            return
+        links = root.get("Links")
+        sessions = link(links, "Sessions") if isinstance(links, dict) else None
+        sessions = sessions or "/redfish/v1/SessionService/Sessions"
+        status, _doc, headers = await self._request(
+            "POST",
+            sessions,
+            {"UserName": self.t.username, "Password": self.t.password},
+            auth=False,
+        )
+        if status in (401, 403):
+            raise BmcError("auth", "session login refused (401/403)")
+        token = headers.get("X-Auth-Token") if status < 400 else None
+        if token and len(token) <= 4096 and token.isprintable():
+            self._token = token
+            location = headers.get("Location")
+            if location and self._same_origin(urljoin(self.t.base_url, location)):
+                self._session_uri = urlsplit(urljoin(self.t.base_url, location)).path
+        # else: the service gave no token (sushy-static answers 204): Basic on every request
+
+    async def get(self, path: str, optional: bool = False) -> dict[str, Any] | None:
+        """A resource; None if optional and it answers 404 (or a Redfish error body)."""
+        status, doc, _ = await self._request("GET", path)
+        if status == 401 and self._token is not None:
+            self._token = None  # the session expired: log in again, once
+            self._login_tried = False
+            root = await self.get("/redfish/v1")
+            await self._login(root or {})
+            status, doc, _ = await self._request("GET", path)
+        if status in (401, 403):
+            raise BmcError("auth", f"{path}: {status}")
+        if status in (404, 410) and optional:
+            return None
+        if status >= 300 or doc is None:
+            raise BmcError("http", f"{path}: HTTP {status}")
+        if is_error(doc):
+            if optional:
+                return None
+            raise BmcError("http", f"{path}: a Redfish error body")
+        return doc
+
+    async def read(self, identity: bool) -> BmcReading:
+        """One poll: every chassis' power (and the identity when asked)."""
+        reading = BmcReading()
+        root = await self.get("/redfish/v1")
+        assert root is not None
+        if not self._login_tried:
+            await self._login(root)
+        chassis_path = link(root, "Chassis")
+        if chassis_path is None:
+            raise BmcError("garbage", "the service root links no Chassis collection")
+        collection = await self.get(chassis_path)
+        manager: str | None = None
+        for path in members(collection, self.t.max_chassis):
+            chassis = await self.get(path, optional=True)
+            if chassis is None:
+                reading.drop("missing")
+                continue
+            power = await self._optional(chassis, "Power", reading)
+            environment = await self._optional(chassis, "EnvironmentMetrics", reading)
+            supplies = await self._subsystem_supplies(chassis, reading)
+            reading.chassis.append(chassis_power(chassis, power, environment, supplies, reading))
+            if identity and manager is None:
+                links = chassis.get("Links")
+                by = links.get("ManagedBy") if isinstance(links, dict) else None
+                if isinstance(by, list) and by and isinstance(by[0], dict):
+                    manager = odata_path(by[0].get("@odata.id"))
+                if not reading.identity.get("model") and chassis.get("Model"):
+                    reading.identity["model"] = str(chassis.get("Model"))
+                if not reading.identity.get("vendor") and chassis.get("Manufacturer"):
+                    reading.identity["vendor"] = str(chassis.get("Manufacturer"))
+        if identity:
+            # The server's maker (the chassis' Manufacturer) first: the service root's
+            # Vendor is often the BMC firmware's (AMI on a Gigabyte board).
+            vendor = root.get("Vendor")
+            if not reading.identity.get("vendor") and isinstance(vendor, str) and vendor:
+                reading.identity["vendor"] = vendor
+            if manager is not None:
+                doc = await self.get(manager, optional=True)
+                if doc is not None and isinstance(doc.get("FirmwareVersion"), str):
+                    reading.identity["firmware"] = doc["FirmwareVersion"]
+            for key, value in list(reading.identity.items()):
+                reading.identity[key] = value.strip()[:128]
+        return reading
+
+    async def _optional(
+        self, doc: dict[str, Any], key: str, reading: BmcReading
+    ) -> dict[str, Any] | None:
+        path = link(doc, key)
+        if path is None:
+            return None
+        found = await self.get(path, optional=True)
+        if found is None:
+            reading.drop("missing")  # linked, yet 404: no value, never 0 W
+        return found
+
+    async def _subsystem_supplies(
+        self, chassis: dict[str, Any], reading: BmcReading
+    ) -> list[SupplyPower]:
+        subsystem = await self._optional(chassis, "PowerSubsystem", reading)
+        if subsystem is None:
+            return []
+        collection = await self._optional(subsystem, "PowerSupplies", reading)
+        out: list[SupplyPower] = []
+        for path in members(collection, self.t.max_supplies):
+            supply = await self.get(path, optional=True)
+            if supply is None:
+                reading.drop("missing")
+                continue
+            metrics = await self._optional(supply, "Metrics", reading)
+            out.extend(metrics_supply(supply, metrics, reading))
+        return out
+
+    async def close(self) -> None:
+        """Log the session out (best effort) and close the connections."""
+        if self._session is not None and not self._session.closed:
+            if self._token is not None and self._session_uri is not None:
+                with contextlib.suppress(BmcError, TimeoutError):
+                    await asyncio.wait_for(self._request("DELETE", self._session_uri), 2.0)
+            self._token = None
+            await self._session.close()
+
+
+def _why(exc: BaseException | None) -> str:
+    """An exception's reason without its arguments' repr (no URL, no header)."""
+    if exc is None:
+        return "unknown"
+    reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None)
+    return str(reason) if reason else type(exc).__name__

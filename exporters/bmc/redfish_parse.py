@@ -1,0 +1,284 @@
+"""Pure functions from Redfish documents (bytes, dicts) to a chassis' power.
+
+Which property wattbit reads, in order (docs/exporters/bmc.md "Which property"):
+
+1. `EnvironmentMetrics.PowerWatts.Reading` of the chassis (EnvironmentMetrics schema, 2021.1+):
+   the chassis' power consumption, what DMTF points to since `Power` was deprecated (2020.4).
+2. `Power.PowerControl[].PowerConsumedWatts` (Power schema): the first entry that is not a
+   sub-domain (a CPU's, the memory's: their PhysicalContext says so); entries are never summed.
+3. The sum of the supplies' *input* power (`PowerSupplyMetrics.InputPowerWatts.Reading`, or
+   `Power.PowerSupplies[].PowerInputWatts`), only when the chassis has no figure of its own:
+   supplies that each repeat the chassis total (HPE's LastPowerOutputWatts on an XL675d) would
+   double-count. Output power (`PowerOutputWatts`, `LastPowerOutputWatts`,
+   `OutputPowerWatts`) is never the server's input power; it is exported per supply as kind
+   "output" only.
+
+Schemas: https://redfish.dmtf.org/schemas/v1/EnvironmentMetrics.json, Power.json,
+PowerSubsystem.json, PowerSupply.json, PowerSupplyMetrics.json, Chassis.json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from .types import BmcError, BmcReading, ChassisPower, SupplyPower
+
+MAX_WATTS = 1_000_000.0  # a chassis drawing more than 1 MW is a garbled value, not a reading
+MAX_KWH = 1e9
+KWH = 3.6e6  # joules per kWh
+
+# PowerControl entries whose PhysicalContext names a part of the server, not the server
+# (Lenovo XCC lists "CPU" and "Memory" power domains beside the server's own entry).
+# Redfish PhysicalContext enum: https://redfish.dmtf.org/schemas/v1/PhysicalContext.json
+SUBDOMAINS = frozenset(
+    {
+        "CPU",
+        "CPUSubsystem",
+        "Memory",
+        "MemorySubsystem",
+        "GPU",
+        "GPUSubsystem",
+        "Accelerator",
+        "ASIC",
+        "FPGA",
+        "StorageDevice",
+        "StorageSubsystem",
+        "NetworkingDevice",
+        "Fan",
+        "Backplane",
+        "VoltageRegulator",
+        "Transceiver",
+        "Chipset",
+    }
+)
+
+
+def check_depth(body: bytes, max_depth: int) -> None:
+    """Raise BmcError("too_deep") if JSON arrays/objects nest deeper than max_depth.
+
+    Scanned on the bytes before json.loads, so a hostile body costs one linear pass and never
+    the parser's recursion (CPython's json recurses per level).
+    """
+    depth = 0
+    in_string = False
+    escaped = False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > max_depth:
+                raise BmcError("too_deep", f"JSON nested deeper than {max_depth} levels")
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+
+
+def parse_document(body: bytes, max_depth: int = 32) -> dict[str, Any]:
+    """A Redfish resource (a JSON object) from a body; BmcError too_deep/garbage otherwise."""
+    check_depth(body, max_depth)
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        raise BmcError("garbage", "the answer is not JSON") from None
+    if not isinstance(doc, dict):
+        raise BmcError("garbage", "the answer is not a JSON object")
+    return doc
+
+
+def link(doc: Mapping[str, Any] | None, key: str) -> str | None:
+    """The @odata.id of doc[key] if it is a path under /redfish/v1 (else None: never followed).
+
+    A link to another host or scheme is not followed: the BMC must not send the poller
+    elsewhere (a redirect is refused the same way, exporters/bmc/redfish.py).
+    """
+    if not isinstance(doc, Mapping):
+        return None
+    value = doc.get(key)
+    if not isinstance(value, Mapping):
+        return None
+    return odata_path(value.get("@odata.id"))
+
+
+def odata_path(value: object) -> str | None:
+    """A resource path if value is one under /redfish/v1 (no fragment, no host), else None."""
+    if not isinstance(value, str) or len(value) > 1024:
+        return None
+    path = value.split("#", 1)[0]
+    if not (path == "/redfish/v1" or path.startswith("/redfish/v1/")):
+        return None
+    if any(c in path for c in "\\?\r\n\t ") or "/../" in path + "/":
+        return None
+    return path.rstrip("/") or "/"
+
+
+def members(collection: Mapping[str, Any] | None, limit: int) -> list[str]:
+    """The member paths of a Redfish collection, at most `limit`, in the BMC's order."""
+    if not isinstance(collection, Mapping):
+        return []
+    items = collection.get("Members")
+    if not isinstance(items, list):
+        return []
+    out: list[str] = []
+    for item in items:
+        path = odata_path(item.get("@odata.id")) if isinstance(item, Mapping) else None
+        if path is not None and path not in out:
+            out.append(path)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def number(value: object, reading: BmcReading, limit: float = MAX_WATTS) -> float | None:
+    """A finite, non-negative number up to limit; else None, counted as null or out_of_range."""
+    if value is None:
+        reading.drop("null")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        reading.drop("out_of_range")  # a string ("100") or an object: not what the schema says
+        return None
+    v = float(value)
+    if not math.isfinite(v) or v < 0 or v > limit:
+        reading.drop("out_of_range")
+        return None
+    return v
+
+
+def sensor(doc: Mapping[str, Any] | None, key: str, reading: BmcReading) -> float | None:
+    """doc[key].Reading of a SensorExcerpt (absent key: None, not counted)."""
+    if not isinstance(doc, Mapping) or key not in doc:
+        return None
+    excerpt = doc[key]
+    if not isinstance(excerpt, Mapping):
+        reading.drop("out_of_range")
+        return None
+    if "Reading" not in excerpt:
+        return None
+    limit = MAX_KWH if key == "EnergykWh" else MAX_WATTS
+    return number(excerpt["Reading"], reading, limit)
+
+
+def _present(item: Mapping[str, Any]) -> bool:
+    status = item.get("Status")
+    return not (isinstance(status, Mapping) and status.get("State") == "Absent")
+
+
+def _label(item: Mapping[str, Any], fallback: str) -> str:
+    for key in ("MemberId", "Id", "Name"):
+        value = item.get(key)
+        if isinstance(value, str | int) and not isinstance(value, bool) and str(value):
+            return str(value)[:64]
+    return fallback
+
+
+def power_control(power: Mapping[str, Any], reading: BmcReading) -> float | None:
+    """PowerConsumedWatts of the first PowerControl entry that is the chassis, not a part."""
+    entries = power.get("PowerControl")
+    if not isinstance(entries, list):
+        return None
+    for entry in entries:
+        if not isinstance(entry, Mapping) or "PowerConsumedWatts" not in entry:
+            continue
+        if entry.get("PhysicalContext") in SUBDOMAINS:
+            continue
+        return number(entry["PowerConsumedWatts"], reading)
+    return None
+
+
+def legacy_supplies(power: Mapping[str, Any], reading: BmcReading) -> list[SupplyPower]:
+    """Power.PowerSupplies[]: input (PowerInputWatts) and output (PowerOutputWatts, or the
+    older LastPowerOutputWatts) per present supply."""
+    items = power.get("PowerSupplies")
+    if not isinstance(items, list):
+        return []
+    out: list[SupplyPower] = []
+    for i, item in enumerate(items[:64]):
+        if not isinstance(item, Mapping) or not _present(item):
+            continue
+        name = _label(item, str(i))
+        if "PowerInputWatts" in item:
+            watts = number(item["PowerInputWatts"], reading)
+            if watts is not None:
+                out.append(SupplyPower(name, "input", watts))
+        key = "PowerOutputWatts" if "PowerOutputWatts" in item else "LastPowerOutputWatts"
+        if key in item:
+            watts = number(item[key], reading)
+            if watts is not None:
+                out.append(SupplyPower(name, "output", watts))
+    return out
+
+
+def metrics_supply(
+    supply: Mapping[str, Any], metrics: Mapping[str, Any] | None, reading: BmcReading
+) -> list[SupplyPower]:
+    """A PowerSubsystem supply's input and output power from its PowerSupplyMetrics."""
+    if not _present(supply) or metrics is None:
+        return []
+    name = _label(supply, "?")
+    out = []
+    for key, kind in (("InputPowerWatts", "input"), ("OutputPowerWatts", "output")):
+        watts = sensor(metrics, key, reading)
+        if watts is not None:
+            out.append(SupplyPower(name, kind, watts))
+    return out
+
+
+def _unique(supplies: list[SupplyPower]) -> list[SupplyPower]:
+    """One figure per (supply, kind): two supplies with one label keep the first."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for s in supplies:
+        if (s.supply, s.kind) not in seen:
+            seen.add((s.supply, s.kind))
+            out.append(s)
+    return out
+
+
+def chassis_power(
+    chassis: Mapping[str, Any],
+    power: Mapping[str, Any] | None,
+    environment: Mapping[str, Any] | None,
+    supplies: list[SupplyPower],
+    reading: BmcReading,
+) -> ChassisPower:
+    """One chassis' power from its documents (None for a resource that answered 404).
+
+    `supplies` are the PowerSubsystem supplies' figures (metrics_supply); the Power
+    resource's own supplies are read here and used where PowerSubsystem has none.
+    """
+    cid = str(chassis.get("Id") or "")[:64]
+    links = chassis.get("Links")
+    contained = isinstance(links, Mapping) and bool(links.get("ContainedBy"))
+    result = ChassisPower(
+        chassis=cid, name=str(chassis.get("Name") or "")[:128], contained=contained
+    )
+    if not supplies and isinstance(power, Mapping):
+        supplies = legacy_supplies(power, reading)
+    result.supplies = _unique(supplies)
+    watts = sensor(environment, "PowerWatts", reading)
+    if watts is not None:
+        result.power_watts, result.source = watts, "EnvironmentMetrics.PowerWatts"
+    elif isinstance(power, Mapping) and (watts := power_control(power, reading)) is not None:
+        result.power_watts, result.source = watts, "PowerControl.PowerConsumedWatts"
+    else:
+        inputs = [s.watts for s in result.supplies if s.kind == "input"]
+        if inputs:
+            result.power_watts, result.source = sum(inputs), "PowerSupplies.InputPower"
+    kwh = sensor(environment, "EnergykWh", reading)
+    if kwh is not None:
+        result.energy_joules = kwh * KWH
+    return result
+
+
+def is_error(doc: Mapping[str, Any]) -> bool:
+    """A Redfish error body ({"error": {...}}) served where a resource was expected."""
+    return "error" in doc and "@odata.id" not in doc

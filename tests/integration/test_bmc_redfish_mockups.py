@@ -1,0 +1,265 @@
+"""Every real Redfish mockup in tests/fixtures/bmc, served by sushy-static, polled by the BMC
+poller and rendered by its exporter: each exported value must equal what the mockup holds by
+the DMTF schemas.
+
+The expected values are read here from the mockup's files on disk with this file's own code
+(never the poller's parser), following the documented order (docs/exporters/bmc.md "Which
+property"), and the headline figure of each server is also pinned as a literal read by eye.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from exporters.bmc.exporter import BmcExporter
+from exporters.bmc.poller import BmcPoller, BmcTarget
+from exporters.bmc.redfish import RedfishTarget
+from tests.support.bmcs import MOCKUPS, SushyStatic, mockups, sushy_static_path
+from tests.support.env import require
+from tests.support.realparts import parse_samples
+
+# The server's input power as each mockup holds it, read by eye from the files named.
+HEADLINE: dict[str, float | None] = {
+    # Chassis/1U/EnvironmentMetrics PowerWatts.Reading (Power's PowerConsumedWatts says 344)
+    "dmtf-public-rackmount1": 374.0,
+    "gigabyte-h262-z63": 100.0,  # Chassis/Self/Power PowerControl[0].PowerConsumedWatts
+    "hpe-dl325-gen10plus": 97.0,  # Chassis/1/Power PowerControl[0] (supplies: output 51 + 46)
+    "hpe-xl675d-gen10plus": 894.0,  # Chassis/1/Power PowerControl[0] (4 supplies repeat 894)
+    "intel-s2600bpb": 148.0,  # Chassis/RackMount/Baseboard/Power: a board in a chassis
+    "openbmc-stock": None,  # Chassis/chassis/Power PowerControl[0] has no PowerConsumedWatts
+    "hpe-cray-ex4252": None,  # blades and enclosure: voltages only, no watts anywhere
+}
+
+SUBDOMAIN_CONTEXTS = {"CPU", "Memory", "GPU", "StorageDevice", "VoltageRegulator", "Fan"}
+
+
+def _doc(mockup: str, odata_id: str) -> dict[str, Any] | None:
+    """A resource of the mockup as sushy-static serves it; None where it would be a 404."""
+    rel = odata_id.split("#")[0].removeprefix("/redfish/v1").strip("/")
+    path = MOCKUPS / mockup / rel / "index.json"
+    if not path.is_file():
+        return None
+    doc = json.loads(path.read_text())
+    return None if "error" in doc and "@odata.id" not in doc else doc
+
+
+def _reading(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def expected(mockup: str) -> dict[str, dict[str, Any]]:
+    """{chassis Id: {"power": watts or None, "supplies": {(supply, kind): watts}}}."""
+    root = _doc(mockup, "/redfish/v1")
+    assert root is not None
+    collection = _doc(mockup, root["Chassis"]["@odata.id"])
+    assert collection is not None
+    out: dict[str, dict[str, Any]] = {}
+    for member in collection["Members"]:
+        chassis = _doc(mockup, member["@odata.id"])
+        if chassis is None:
+            continue
+        env = (
+            _doc(mockup, chassis["EnvironmentMetrics"]["@odata.id"])
+            if "EnvironmentMetrics" in chassis
+            else None
+        )
+        power = _doc(mockup, chassis["Power"]["@odata.id"]) if "Power" in chassis else None
+        supplies: dict[tuple[str, str], float] = {}
+        # PowerSubsystem -> PowerSupplies -> each supply's Metrics (PowerSupplyMetrics)
+        sub = (
+            _doc(mockup, chassis["PowerSubsystem"]["@odata.id"])
+            if "PowerSubsystem" in chassis
+            else None
+        )
+        if sub is not None and "PowerSupplies" in sub:
+            coll = _doc(mockup, sub["PowerSupplies"]["@odata.id"]) or {"Members": []}
+            for m in coll["Members"]:
+                ps = _doc(mockup, m["@odata.id"])
+                if ps is None or ps.get("Status", {}).get("State") == "Absent":
+                    continue
+                metrics = _doc(mockup, ps["Metrics"]["@odata.id"]) if "Metrics" in ps else None
+                for key, kind in (("InputPowerWatts", "input"), ("OutputPowerWatts", "output")):
+                    v = _reading((metrics or {}).get(key, {}).get("Reading"))
+                    if v is not None:
+                        supplies[(ps["Id"], kind)] = v
+        if not supplies and power is not None:
+            for ps in power.get("PowerSupplies", []):
+                if ps.get("Status", {}).get("State") == "Absent":
+                    continue
+                name = str(ps.get("MemberId") or ps.get("Id") or ps.get("Name"))
+                v = _reading(ps.get("PowerInputWatts"))
+                if v is not None:
+                    supplies[(name, "input")] = v
+                out_key = "PowerOutputWatts" if "PowerOutputWatts" in ps else "LastPowerOutputWatts"
+                v = _reading(ps.get(out_key))
+                if v is not None:
+                    supplies[(name, "output")] = v
+        watts = _reading((env or {}).get("PowerWatts", {}).get("Reading"))
+        if watts is None and power is not None:
+            for pc in power.get("PowerControl", []):
+                if (
+                    "PowerConsumedWatts" in pc
+                    and pc.get("PhysicalContext") not in SUBDOMAIN_CONTEXTS
+                ):
+                    watts = _reading(pc["PowerConsumedWatts"])
+                    break
+        if watts is None:
+            inputs = [v for (_, kind), v in supplies.items() if kind == "input"]
+            watts = sum(inputs) if inputs else None
+        out[chassis["Id"]] = {
+            "power": watts,
+            "supplies": supplies,
+            "contained": bool(chassis.get("Links", {}).get("ContainedBy")),
+        }
+    return out
+
+
+def poll(url: str, name: str, mapper: Any = None) -> dict:
+    """One poll of one BMC through the poller and the exporter; the exposition's samples."""
+    target = BmcTarget(
+        name=name,
+        protocol="redfish",
+        redfish=RedfishTarget(url, "wattbit", "not-a-real-password", timeout=10),
+        mapper=mapper,
+        labels=("server1", "psu"),
+        deadline=30,
+    )
+    poller = BmcPoller([target], interval=60)
+
+    async def once() -> None:
+        await poller.poll_all()
+        await poller.close()
+
+    asyncio.run(once())
+    registry = CollectorRegistry()
+    registry.register(BmcExporter(poller))
+    return parse_samples(generate_latest(registry).decode())
+
+
+def values(samples: dict, metric: str) -> dict[tuple, float]:
+    """{sorted labels: value} of one metric."""
+    return {labels: v for (name, labels), v in samples.items() if name == metric}
+
+
+@pytest.fixture(scope="module")
+def sushy() -> None:
+    """sushy-static must be installed (tests extra)."""
+    require(sushy_static_path() is not None, "sushy-static (PyPI sushy-tools) is not installed")
+
+
+def test_at_least_six_servers_of_three_vendors() -> None:
+    """The corpus the issue asks for: 6 servers, 3 vendors, both Power and PowerSubsystem."""
+    names = mockups()
+    assert set(HEADLINE) == set(names), "every mockup has its headline figure pinned"
+    vendors = {n.split("-")[0] for n in names} - {"dmtf", "openbmc"}
+    assert len(names) >= 6 and len(vendors) >= 3, (names, vendors)
+    trees = [p.relative_to(MOCKUPS).as_posix() for p in MOCKUPS.rglob("index.json")]
+    assert any("/PowerSubsystem/" in t for t in trees) and any("/Power/" in t for t in trees)
+
+
+@pytest.mark.parametrize("mockup", mockups())
+def test_mockup_values_equal_the_schema(mockup: str, tmp_path: Path, sushy: None) -> None:
+    """Unmapped (the primary chassis): the headline figure, its supplies, nothing invented."""
+    exp = expected(mockup)
+    with SushyStatic(MOCKUPS / mockup, tmp_path) as srv:
+        samples = poll(srv.url, mockup)
+    labels = (("bmc", mockup), ("component", "psu"), ("host", "server1"))
+    assert values(samples, "wattbit_bmc_up") == {(("bmc", mockup),): 1.0}
+    power = values(samples, "wattbit_bmc_power_watts")
+    headline = HEADLINE[mockup]
+    if headline is None:
+        assert power == {}, "no reading in the mockup: no series, never 0"
+        assert all(e["power"] is None for e in exp.values())
+        return
+    assert power == {(*labels[:2], labels[2], ("protocol", "redfish")): headline}
+    # the chassis it came from: the first with a figure that no other chassis contains
+    with_power = [cid for cid, e in exp.items() if e["power"] is not None]
+    top = [cid for cid in with_power if not exp[cid]["contained"]]
+    chosen = (top or with_power)[0]
+    assert exp[chosen]["power"] == headline
+    supplies = {
+        (dict(k)["supply"], dict(k)["kind"]): v
+        for k, v in values(samples, "wattbit_bmc_supply_power_watts").items()
+    }
+    assert supplies == exp[chosen]["supplies"]
+    assert values(samples, "wattbit_bmc_energy_joules_total") == {}  # no mockup has EnergykWh
+    info = values(samples, "wattbit_bmc_info")
+    assert len(info) == 1 and dict(next(iter(info)))["protocol"] == "redfish"
+
+
+def test_every_chassis_mapped(tmp_path: Path, sushy: None) -> None:
+    """Several chassis per BMC mapped to hosts: each exported chassis has its own figure, and
+    chassis without a reading (the XL675d's enclosure) have no series."""
+    mockup = "intel-s2600bpb"
+    exp = expected(mockup)
+
+    def mapper(cid: str, name: str) -> tuple[str, str] | None:
+        return (f"host-{cid}", "") if cid in exp else None
+
+    with SushyStatic(MOCKUPS / mockup, tmp_path) as srv:
+        samples = poll(srv.url, mockup, mapper)
+    power = {dict(k)["host"]: v for k, v in values(samples, "wattbit_bmc_power_watts").items()}
+    assert power == {f"host-{cid}": e["power"] for cid, e in exp.items() if e["power"] is not None}
+    assert power == {"host-Baseboard": 148.0}
+
+
+def test_supplies_repeating_the_total_are_not_summed(tmp_path: Path, sushy: None) -> None:
+    """HPE XL675d: four supplies each report 894 W (LastPowerOutputWatts, output power): the
+    server's figure stays 894 W, and the supplies are exported as output, not input."""
+    mockup = "hpe-xl675d-gen10plus"
+    with SushyStatic(MOCKUPS / mockup, tmp_path) as srv:
+        samples = poll(srv.url, mockup)
+    assert list(values(samples, "wattbit_bmc_power_watts").values()) == [894.0]
+    kinds = {dict(k)["kind"] for k in values(samples, "wattbit_bmc_supply_power_watts")}
+    assert kinds == {"output"}
+    assert sum(values(samples, "wattbit_bmc_supply_power_watts").values()) == 4 * 894.0
+
+
+def test_linked_resources_that_answer_404(tmp_path: Path, sushy: None) -> None:
+    """DMTF's rackmount with its EnvironmentMetrics and Power files removed (sushy-static then
+    answers 404 for those links, as a BMC does): the figure falls to the supplies' input power
+    (PowerSupplyMetrics InputPowerWatts); with the PowerSubsystem gone too, no series, not 0 W.
+    """
+    import shutil
+
+    tree = tmp_path / "rackmount-404"
+    shutil.copytree(MOCKUPS / "dmtf-public-rackmount1", tree)
+    shutil.rmtree(tree / "Chassis/1U/EnvironmentMetrics")
+    shutil.rmtree(tree / "Chassis/1U/Power")
+    metrics = json.loads(
+        (tree / "Chassis/1U/PowerSubsystem/PowerSupplies/Bay1/Metrics/index.json").read_text()
+    )
+    with SushyStatic(tree, tmp_path) as srv:
+        samples = poll(srv.url, "rm404")
+        assert list(values(samples, "wattbit_bmc_power_watts").values()) == [
+            metrics["InputPowerWatts"]["Reading"]
+        ]
+        assert (
+            values(samples, "wattbit_bmc_invalid_values_total")[
+                (("bmc", "rm404"), ("reason", "missing"))
+            ]
+            == 2.0
+        )
+        shutil.rmtree(tree / "Chassis/1U/PowerSubsystem")
+        samples = poll(srv.url, "rm404")
+    assert values(samples, "wattbit_bmc_up") == {(("bmc", "rm404"),): 1.0}
+    assert values(samples, "wattbit_bmc_power_watts") == {}
+    assert values(samples, "wattbit_bmc_supply_power_watts") == {}
+
+
+def test_error_bodies_where_resources_should_be(tmp_path: Path, sushy: None) -> None:
+    """HPE Cray EX4252 and Intel's mockups hold Redfish error bodies (ResourceMissingAtURI)
+    where a chassis or its Power resource is linked: counted as missing, no series."""
+    for mockup in ("hpe-cray-ex4252", "intel-s2600bpb"):
+        with SushyStatic(MOCKUPS / mockup, tmp_path) as srv:
+            samples = poll(srv.url, mockup)
+        missing = values(samples, "wattbit_bmc_invalid_values_total")[
+            (("bmc", mockup), ("reason", "missing"))
+        ]
+        assert missing >= 1.0, mockup
