@@ -23,7 +23,7 @@ hold /tmp/wattbit-bench.lock (others benchmark on this machine too; `flock` it f
   deploy/prometheus).
 * **PDUs: SIMULATED, polled by a real collector.** One PDU per --hosts-per-pdu (5) hosts, each
   a UDP port of the same simulator answering from the demo's APC AP8641 recording
-  (collector/demo/responder.py); a real `wattbit collector` polls them every 15 s (profile
+  (collector/pdu/responder.py); a real `wattbit collector` polls them every 15 s (profile
   named), its outlets 1-10 mapped two by two to the PDU's five hosts, so the rules' joins of
   watts and traffic have data. It also holds the run registry: each phase is a run, and
   `wattbit report` reads it back from the store.
@@ -193,8 +193,8 @@ class Exposition:
 async def _serve(spec: dict[str, Any]) -> None:
     from aiohttp import web
 
-    from collector.demo.responder import Responder
-    from collector.demo.snmprec import read_recording
+    from collector.pdu.responder import Responder
+    from collector.pdu.snmprec import read_recording
 
     expo = Exposition(Path(spec["exposition"]).read_text())
     epoch = time.monotonic()

@@ -54,8 +54,8 @@ async def _detect_once(port: int, profiles: list) -> tuple[float, int, str]:  # 
 
 def main() -> int:
     """Run the benchmark."""
-    from collector.demo.responder import Responder
-    from collector.demo.snmprec import read_recording
+    from collector.pdu.responder import Responder
+    from collector.pdu.snmprec import read_recording
     from collector.site.profiles import load_profiles
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -6,7 +6,7 @@ Everything runs on 127.0.0.1, each process in a session of its own (with a paren
 and is stopped on the way out, Ctrl-C included:
 
 * a PDU farm (this file, `_pdus`): one asyncio loop serving --pdus SIMULATED APC rPDU2 PDUs, a
-  UDP port each, through the demo's responder (collector/demo/responder.py), from the real
+  UDP port each, through the demo's responder (collector/pdu/responder.py), from the real
   AP8641 recording (half with its 24 outlets, half extended to 48 as bench/pdu_poll.py does).
   Every answer carries the time it was made in the PDU's energy register
   (rPDU2DeviceStatusEnergy, a tenth of a second a unit), so the collector's
@@ -85,8 +85,8 @@ if str(ROOT) not in sys.path:
 from bench.pdu_poll import SOURCE, loadavg, machine, proc_cpu, signals, synthesize  # noqa: E402
 from bench.pdu_poll import read_snmprec as read_rows  # noqa: E402
 from collector.demo.procs import Procs, free_port, wait_for  # noqa: E402
-from collector.demo.responder import Responder  # noqa: E402
-from collector.demo.snmprec import read_snmprec  # noqa: E402
+from collector.pdu.responder import Responder  # noqa: E402
+from collector.pdu.snmprec import read_snmprec  # noqa: E402
 from exporters.snmp.types import Value  # noqa: E402
 from tests.support.berbuild import integer, oid_content, response, var_bind  # noqa: E402
 

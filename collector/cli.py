@@ -8,7 +8,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from collector.config import ConfigError, ProcessConfig
+from collector.config import ConfigError
+from collector.daemon.config import ProcessConfig
 
 if TYPE_CHECKING:
     from collector.web.config import WebConfig

@@ -13,21 +13,18 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BeforeValidator, Field, ValidationError, field_validator
+from pydantic import BeforeValidator, ValidationError
 from pydantic_core import ErrorDetails
 
-from collector.web.limits import Limits
 from exporters.strict import Strict
 
 __all__ = [
     "ConfigError",
     "Duration",
     "DurationOrZero",
-    "HttpConfig",
-    "ProcessConfig",
     "Regex",
     "Strict",
     "load_model",
@@ -154,60 +151,6 @@ def _regex(value: object) -> str:
 
 
 Regex = Annotated[str, BeforeValidator(_regex)]
-
-
-_DEFAULT_LIMITS = Limits()
-# The longest request, idle and TLS-handshake timeout: a scrape target has no business
-# holding a connection longer, and a bigger number is more likely seconds meant as ms.
-MAX_HTTP_TIMEOUT_S = 3600.0
-
-
-class HttpConfig(Strict):
-    """The HTTP server's limits (`http:`, docs/http-server.md); absent keys keep the defaults."""
-
-    # Bounds: below the lower ones a Prometheus scrape (a request line, ~6 headers, basic
-    # auth) or a run API write no longer fits; above the upper ones a limit stops limiting.
-    max_connections: int = Field(default=_DEFAULT_LIMITS.max_connections, ge=1, le=65536)
-    request_timeout: Duration = _DEFAULT_LIMITS.request_timeout
-    idle_timeout: Duration = _DEFAULT_LIMITS.idle_timeout
-    tls_handshake_timeout: Duration = _DEFAULT_LIMITS.tls_handshake_timeout
-    max_requests_per_connection: int = Field(
-        default=_DEFAULT_LIMITS.max_requests_per_connection, ge=1, le=1_000_000
-    )
-    max_line_size: int = Field(default=_DEFAULT_LIMITS.max_line_size, ge=256, le=65536)
-    max_field_size: int = Field(default=_DEFAULT_LIMITS.max_field_size, ge=256, le=65536)
-    max_headers: int = Field(default=_DEFAULT_LIMITS.max_headers, ge=8, le=1000)
-    # The run API refuses a body over 64 KiB itself: a larger max_body would not be one.
-    max_body: int = Field(default=_DEFAULT_LIMITS.max_body, ge=1024, le=64 * 1024)
-    workers: int = Field(default=_DEFAULT_LIMITS.workers, ge=1, le=64)
-
-    @field_validator("request_timeout", "idle_timeout", "tls_handshake_timeout")
-    @classmethod
-    def _timeout(cls, v: float) -> float:
-        if v > MAX_HTTP_TIMEOUT_S:
-            raise ValueError("must be at most 1h")
-        return v
-
-    def limits(self) -> Limits:
-        """These settings as the server takes them."""
-        return Limits(**self.model_dump())
-
-
-class ProcessConfig(Strict):
-    """What the configuration of each serving process (agent, collector) has in common."""
-
-    default_port: ClassVar[int]  # the port of a `listen` that names none
-
-    listen: str
-    web_config: Path | None = None  # TLS and basic auth, node_exporter's web-config format
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    http: HttpConfig = HttpConfig()  # the HTTP server's limits
-
-    @field_validator("listen")
-    @classmethod
-    def _listen(cls, v: str) -> str:
-        parse_listen(v, cls.default_port)
-        return v
 
 
 # --- the loader ----------------------------------------------------------------------------

@@ -8,10 +8,13 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from collector.config import Duration, ProcessConfig, Regex, Strict
+from collector.config import Duration, Regex, Strict
+from collector.daemon.config import ProcessConfig
 from exporters.blockio.exporter import DEFAULT_EXCLUDE
 from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, MAX_LAT_BOUNDS
 from exporters.nic.exporter import DEFAULT_EXCLUDE as NIC_EXCLUDE
+
+MAX_LINK_SPEEDS = 4096  # nic.link_speeds entries: far more interfaces than a host exports
 
 
 class BlockioConfig(Strict):
@@ -47,6 +50,23 @@ class NicConfig(Strict):
     exclude: Regex = NIC_EXCLUDE  # loopback is always left out
     queues: bool = True  # per-queue counters from the driver's ethtool statistics
     info_refresh: Duration = 60.0
+    # Interface -> link speed in bits/s, used only where the kernel reports none (veth, tun,
+    # a virtio-net that says -1): the rate a tc shaper or the far end holds the link to. Never
+    # guessed: an interface neither the kernel nor this map gives a speed has none.
+    link_speeds: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("link_speeds")
+    @classmethod
+    def _link_speeds(cls, v: dict[str, float]) -> dict[str, float]:
+        if len(v) > MAX_LINK_SPEEDS:
+            raise ValueError(f"at most {MAX_LINK_SPEEDS} interfaces")
+        for name, bits in v.items():
+            # IFNAMSIZ is 16 with the NUL (include/uapi/linux/if.h); no "/" or whitespace
+            if not 1 <= len(name) <= 15 or "/" in name or any(c.isspace() for c in name):
+                raise ValueError("interface names are 1-15 characters, no '/' or spaces")
+            if not (math.isfinite(bits) and 1e3 <= bits <= 1e13):
+                raise ValueError("speeds are bits/s between 1e3 and 1e13 (1 kbit/s .. 10 Tbit/s)")
+        return v
 
 
 class SmartConfig(Strict):
@@ -75,6 +95,26 @@ class SmartConfig(Strict):
         return v
 
 
+class PcieConfig(Strict):
+    """The pcie exporter's settings (PCIe links, disk link rates, controller interrupts)."""
+
+    enabled: bool = True
+    refresh: Duration = 60.0  # re-read the chains at least this often (and on device change)
+
+    @field_validator("refresh")
+    @classmethod
+    def _refresh(cls, v: float) -> float:
+        if v < 1:
+            raise ValueError("must be at least 1s")
+        return v
+
+
+class CpuConfig(Strict):
+    """The opt-in per-CPU time from /proc/stat, for hosts without node_exporter."""
+
+    enabled: bool = False
+
+
 class AgentConfig(ProcessConfig):
     """`wattbit agent` configuration."""
 
@@ -84,3 +124,5 @@ class AgentConfig(ProcessConfig):
     blockio: BlockioConfig = BlockioConfig()
     nic: NicConfig = NicConfig()
     smart: SmartConfig = SmartConfig()
+    pcie: PcieConfig = PcieConfig()
+    cpu: CpuConfig = CpuConfig()

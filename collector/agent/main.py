@@ -1,4 +1,4 @@
-"""`wattbit agent`: the host agent serving blockio, nic and smart metrics on /metrics."""
+"""`wattbit agent`: the host agent serving blockio, nic, smart and pcie (and opt-in cpu) metrics."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from collector.web.server import landing_page, start_server
 from exporters.base import Exporter, ExportersCollector
 from exporters.blockio.exporter import BlockioExporter
 from exporters.blockio.model import BackendUnavailable
+from exporters.cpu.exporter import CpuExporter
 from exporters.nic.exporter import NicExporter, QueueReader
+from exporters.pcie.exporter import PcieExporter
 from exporters.smart.exporter import SmartExporter
 from exporters.smart.runner import Runner
 
@@ -67,6 +69,7 @@ def build_exporters(
                 exclude=cfg.nic.exclude,
                 queues=cfg.nic.queues,
                 info_refresh=cfg.nic.info_refresh,
+                link_speeds=cfg.nic.link_speeds,
                 sys_root=sys_root,
                 proc_root=proc_root,
                 ethtool=ethtool,
@@ -85,6 +88,19 @@ def build_exporters(
                 runner=smartctl,
             )
         )
+    if cfg.pcie.enabled:
+        exporters.append(
+            PcieExporter(
+                # the controllers and NICs of the disks and interfaces the exporters above show
+                block_exclude=cfg.blockio.exclude,
+                nic_exclude=cfg.nic.exclude,
+                refresh=cfg.pcie.refresh,
+                sys_root=sys_root,
+                proc_root=proc_root,
+            )
+        )
+    if cfg.cpu.enabled:
+        exporters.append(CpuExporter(proc_root=proc_root))
     return exporters
 
 

@@ -52,7 +52,7 @@ from collector.config import duration_arg
 from collector.demo.loopdisks import loop_disks
 from collector.demo.procs import Procs, free_port, wait_for
 from collector.runs.cli import Client as RunClient
-from collector.site.config import read_secret_file
+from collector.secretfile import read_secret_file
 
 ROOT = Path(__file__).resolve().parents[2]
 NETNS = "wattbit-demo"
@@ -432,35 +432,6 @@ def wait_senders(procs: Procs, senders: list[subprocess.Popen[bytes]]) -> None:
             raise RuntimeError(f"{name} failed:\n{procs.log_tail(name)}")
 
 
-def summary(doc: dict[str, Any]) -> list[str]:
-    """The demo's last words on its report: J/Gbit, idle watts, marginal J/Gbit, the phases."""
-    site = doc.get("site", {})
-
-    def n(key: str, fmt: str = ",.1f") -> str:
-        v = site.get(key)
-        return "-" if v is None else format(v, fmt)
-
-    idle_from = (
-        f"the median of {site.get('idle_steps')} one-step samples of the idle phases"
-        if site.get("idle_watts_source") == "idle_phases"
-        else "the fit's intercept"
-    )
-    lines = [
-        f"\n[bold]site: {n('joules_per_gigabit')} J/Gbit[/bold] over the whole run, coverage "
-        f"{100 * (site.get('coverage') or 0):.1f} % (the PDU is simulated: the watts are a "
-        "model of this machine's load)",
-        f"  idle {n('idle_watts')} W ({idle_from}), marginal {n('marginal_joules_per_gigabit')} "
-        f"J/Gbit above it (r² {n('r_squared', '.2f')})",
-    ]
-    for p in doc.get("phases", []):
-        g, w = p.get("gbit_per_second_mean"), p.get("watts_mean")
-        lines.append(
-            f"  {p['run']:<12} {p['duration_seconds']:5.1f} s  "
-            f"{'-' if g is None else f'{g:6.2f}'} Gbit/s  {'-' if w is None else f'{w:5.0f}'} W"
-        )
-    return lines
-
-
 def wait_for_the_end() -> None:
     """Until a line on stdin (Enter), Ctrl-C or SIGTERM; at the end of stdin, the signals only."""
     sys.stdout.flush()  # whoever waits for the URL on a pipe sees it now
@@ -676,12 +647,11 @@ def main(
                 [*wb, "report", RUN, "--prometheus", prom_url, "--out", str(out_dir)],
                 capture_output=True, text=True, cwd=ROOT, start_new_session=True,
             )  # fmt: skip
+            # the report's own summary (render.summary_lines): site, hosts, phases, warnings
             console.print(r.stdout.rstrip(), markup=False, highlight=False)
             if r.returncode != 0:
                 raise RuntimeError(f"wattbit report failed ({r.returncode}): {r.stderr.strip()}")
-            doc = json.loads((out_dir / f"{RUN}.json").read_text())
-            for line in summary(doc):
-                console.print(line)
+            console.print("(the PDU is simulated: the watts are a model of this machine's load)")
             for ext in ("html", "md", "json"):
                 console.print(f"report: [cyan]{out_dir / f'{RUN}.{ext}'}[/cyan]")
             if data_dir is not None:

@@ -4,7 +4,7 @@ outlet watts follow this machine's actual load.
     python -m collector.demo.pdusim --listen 127.0.0.1:16100 --community-file FILE
 
 It serves a real APC AP8641 walk (deploy/demo/apc_ap8641.snmprec, from lextudio/snmpsim-data)
-over UDP — GET, GETNEXT and GETBULK, answered by collector/demo/responder.py (the tests' agent
+over UDP — GET, GETNEXT and GETBULK, answered by collector/pdu/responder.py (the tests' agent
 too), readable by net-snmp's snmpwalk and by the wattbit collector's APC profile — and once a
 second rewrites the metered-outlet rows (rPDU2OutletMeteredStatus power, current, energy) and
 the unit totals from a model:
@@ -38,9 +38,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.demo.responder import Responder
-from collector.demo.snmprec import read_recording
-from collector.site.config import read_secret_file
+from collector.pdu.responder import Responder
+from collector.pdu.snmprec import read_recording
+from collector.secretfile import read_secret_file
 from exporters.snmp.types import Value, Walk
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,33 +26,26 @@ from pathlib import Path
 
 from collector.config import ConfigError, duration_arg, load_model
 from collector.site.config import AuthConfig, CollectorConfig, PduConfig
-from collector.site.profiles import load_profiles
+from collector.site.profiles import require_profile, site_profiles
+from collector.site.targets import pdu_target
 from exporters.pdu.decode import metered
 from exporters.pdu.detect import Detection
 from exporters.pdu.poller import PduPoller, PduState, PduTarget
 from exporters.pdu.profile import OUTLET_FIELDS, UNIT_FIELDS, Metric, Profile
+from exporters.pdu.types import Reading
 from exporters.snmp.client import Auth, SnmpClient, Target
 
 EXIT_FAILED = 1
-_UNITS = {"power_watts": "W", "current_amperes": "A", "voltage_volts": "V", "energy_joules": "J"}
+_UNITS = {
+    "power_watts": "W",
+    "current_amperes": "A",
+    "voltage_volts": "V",
+    "energy_joules": "J",
+    "apparent_power_voltamperes": "VA",
+}
 # Net-snmp's snmpget reads at most this many OIDs per call (its own request limit is
 # SNMP_MAX_CMDLINE_OIDS = 128).
 _SNMPGET_CHUNK = 100
-
-
-def _profiles(profiles_dir: str | None) -> list[Profile]:
-    profiles = load_profiles()
-    if profiles_dir:
-        extra = load_profiles(profiles_dir)
-        names = {p.name for p in extra}
-        profiles = [p for p in profiles if p.name not in names] + extra
-    return profiles
-
-
-def _known(profiles: list[Profile], name: str | None, where: str) -> None:
-    if name and name not in {p.name for p in profiles}:
-        known = ", ".join(sorted(p.name for p in profiles))
-        raise ConfigError(where, "profile", f"names no known profile (known: {known})")
 
 
 async def _poll_once(target: PduTarget, profiles: list[Profile]) -> tuple[PduState, Detection]:
@@ -86,6 +79,16 @@ def _value_oid(spec: Metric, index: str) -> str:
     return f"{spec.oid}.{index}.{spec.suffix}" if spec.suffix else f"{spec.oid}.{index}"
 
 
+def _outlet_specs(profile: Profile, reading: Reading) -> dict[str, Metric]:
+    """The value columns of the outlet table the reading came from (a fallback's or not)."""
+    if profile.outlets is None:
+        return {}
+    for table in profile.outlets.chain():
+        if table.index_from == reading.outlet_table:
+            return dict(table.metrics())
+    return dict(profile.outlets.metrics())
+
+
 def _report(
     state: PduState,
     found: Detection,
@@ -112,7 +115,7 @@ def _report(
     if r.invalid:
         lines.append("not readings: " + ", ".join(f"{k} {v}" for k, v in sorted(r.invalid.items())))
     if r.outlets and profile.outlets is not None:
-        specs = dict(profile.outlets.metrics())
+        specs = _outlet_specs(profile, r)
         header = f"{'outlet':<10} {'name':<24} {'metric':<16} {'value':>14}  unit"
         if raw is not None:
             header += f"   raw ({raw_source})"
@@ -135,9 +138,8 @@ def _detect(args: argparse.Namespace) -> int:
     if args.auth not in cfg.auths:
         raise ConfigError("--auth", "auth", "names no entry of auths in the config")
     auth: AuthConfig = cfg.auths[args.auth]
-    profiles = _profiles(str(cfg.profiles_dir) if cfg.profiles_dir else None)
-    _known(profiles, args.profile, "--profile")
-    from collector.site.main import pdu_target
+    profiles = site_profiles(cfg.profiles_dir)
+    require_profile(profiles, args.profile, "--profile", "profile")
 
     try:
         pdu = PduConfig(
@@ -152,8 +154,8 @@ def _detect(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from collector.demo.responder import Responder
-    from collector.demo.snmprec import read_recording
+    from collector.pdu.responder import Responder
+    from collector.pdu.snmprec import read_recording
 
     path = Path(args.recording)
     try:
@@ -161,8 +163,8 @@ def _check(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else str(exc)
         raise ConfigError(path, "recording", f"cannot be read ({reason})") from None
-    profiles = _profiles(args.profiles_dir)
-    _known(profiles, args.profile, "--profile")
+    profiles = site_profiles(args.profiles_dir)
+    require_profile(profiles, args.profile, "--profile", "profile")
     community = "public"
     with Responder(walk, community) as agent:
         target = PduTarget(
@@ -173,7 +175,7 @@ def _check(args: argparse.Namespace) -> int:
         state, found = asyncio.run(_poll_once(target, profiles))
         oids: list[str] = []
         if state.reading is not None and found.profile.outlets is not None:
-            specs = [s for _, s in found.profile.outlets.metrics()]
+            specs = list(_outlet_specs(found.profile, state.reading).values())
             oids = [_value_oid(s, o.index) for o in state.reading.outlets for s in specs]
         raw = _raw_values(agent.host, agent.port, community, oids)
     source = "net-snmp snmpget"
@@ -207,7 +209,7 @@ def profiles_markdown(profiles: Sequence[Profile]) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    profiles = _profiles(args.profiles_dir)
+    profiles = site_profiles(args.profiles_dir)
     if args.markdown:
         print(profiles_markdown(profiles), end="")
         return 0

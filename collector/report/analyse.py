@@ -61,84 +61,156 @@ class Result:
 def analyse(g: Gathered, now: float | None = None) -> Result:
     """Make the report of one gathered window (``now``: its ``generated_at``, default now)."""
     t0 = time.monotonic()
-    window, opts, grid, outlets = g.window, g.options, g.grid, g.outlets
-    joules = {o: _outlet_energy(o, window) for o in outlets}
-    warnings: list[str] = []
-    if grid.step < g.interval - 1e-9:
+    ix = _Index.of(g)
+    warnings = _window_warnings(g)
+    timelines: dict[str, Timeline] = {}
+    hosts, disk_busy = _host_scopes(g, ix, timelines, warnings)
+    components = _component_scopes(g, ix, timelines)
+    site, timelines["site"] = ix.scope(g.outlets, sorted(ix.nic_by_host))
+    phases = [_phase_doc(p, g.grid, timelines["site"]) for p in g.phases]
+    if ix.idle_bins and g.outlets and site.idle_watts_source != "idle_phases":
         warnings.append(
-            f"the step ({grid.step:g} s) is shorter than the longest scrape interval "
+            f"the idle phases hold {site.idle_steps} analysis step(s) with watts, fewer than "
+            f"{MIN_IDLE_STEPS}: idle watts are the fit's intercept instead"
+        )
+    sources = _sources(g.tracks, g.outlets)
+    warnings += _coverage_warnings(sources, g.options.coverage_threshold)
+    warnings += _outlet_warnings(g, ix.joules)
+    doc = Report(
+        run=g.window.name,
+        window=_window_doc(g.window),
+        prometheus=g.prometheus,
+        generated_at=_iso(time.time() if now is None else now),
+        step_seconds=g.grid.step,
+        max_lag_seconds=ix.lag_steps * g.grid.step,
+        coverage_threshold=g.options.coverage_threshold,
+        interfaces_regex=g.options.interfaces,
+        match=dict(g.options.match),
+        site=site,
+        hosts=hosts,
+        components=components,
+        outlets=[_outlet_doc(o, g.grid, ix.joules[o]) for o in g.outlets],
+        sources=sources,
+        warnings=warnings,
+        timings_seconds=_timings(g, t0),
+        prometheus_requests=g.requests,
+        phases=phases,
+    )
+    return Result(doc, g.grid, timelines, disk_busy)
+
+
+@dataclass(frozen=True)
+class _Index:
+    """A window's tracks by host, and what every scope's figures are made from."""
+
+    g: Gathered
+    nic_by_host: dict[str, list[Track]]
+    disk_by_host: dict[str, list[Track]]
+    hosts: list[str]  # with NIC or disk series, or an outlet mapped to them
+    joules: dict[Outlet, float | None]  # each outlet's energy over the window
+    lag_steps: int  # the longest watts-behind-bits lag tried, in steps
+    idle_bins: list[int]  # the bins wholly inside an idle phase
+
+    @classmethod
+    def of(cls, g: Gathered) -> _Index:
+        """Index the tracks of ``g``."""
+        nic_by_host: dict[str, list[Track]] = defaultdict(list)
+        disk_by_host: dict[str, list[Track]] = defaultdict(list)
+        for tr in g.tracks:
+            if tr.metric == NIC:
+                nic_by_host[tr.host].append(tr)
+            elif tr.metric in (BUSY, DISK_IO):
+                disk_by_host[tr.host].append(tr)
+        outlet_hosts = {o.host for o in g.outlets if o.host}
+        return cls(
+            g=g,
+            nic_by_host=nic_by_host,
+            disk_by_host=disk_by_host,
+            hosts=sorted(set(nic_by_host) | set(disk_by_host) | outlet_hosts),
+            joules={o: _outlet_energy(o, g.window) for o in g.outlets},
+            lag_steps=max(1, math.ceil(g.options.max_lag / g.grid.step - 1e-9)),
+            idle_bins=sorted({k for p in g.phases if p.idle for k in _bins_inside(g.grid, p)}),
+        )
+
+    def scope(self, outs: list[Outlet], bits_hosts: list[str]) -> tuple[Scope, Timeline]:
+        """The figures of the energy of ``outs`` against the bits of ``bits_hosts``."""
+        nics = [tr for h in bits_hosts for tr in self.nic_by_host.get(h, [])]
+        disks = [tr for h in bits_hosts for tr in self.disk_by_host.get(h, [])]
+        return _scope(self, outs, nics, disks)
+
+
+def _window_warnings(g: Gathered) -> list[str]:
+    """What the window itself makes less certain: a step shorter than the scrapes, a run going."""
+    warnings = []
+    if g.grid.step < g.interval - 1e-9:
+        warnings.append(
+            f"the step ({g.grid.step:g} s) is shorter than the longest scrape interval "
             f"({g.interval:g} s): many steps have no sample and stay out of the fit"
         )
-    if window.in_progress:
-        warnings.append(f"run {window.name!r} is still going: the window ends now")
-    nic_by_host: dict[str, list[Track]] = defaultdict(list)
-    disk_by_host: dict[str, list[Track]] = defaultdict(list)
-    for tr in g.tracks:
-        if tr.metric == NIC:
-            nic_by_host[tr.host].append(tr)
-        elif tr.metric in (BUSY, DISK_IO):
-            disk_by_host[tr.host].append(tr)
-    outlet_hosts = {o.host for o in outlets if o.host}
-    hosts = sorted(set(nic_by_host) | set(disk_by_host) | outlet_hosts)
-    lag_steps = max(1, math.ceil(opts.max_lag / grid.step - 1e-9))
-    idle_bins = sorted({k for p in g.phases if p.idle for k in _bins_inside(grid, p)})
+    if g.window.in_progress:
+        warnings.append(f"run {g.window.name!r} is still going: the window ends now")
+    return warnings
 
-    def scope(outs: list[Outlet], bits_hosts: list[str]) -> tuple[Scope, Timeline]:
-        nics = [tr for h in bits_hosts for tr in nic_by_host.get(h, [])]
-        disks = [tr for h in bits_hosts for tr in disk_by_host.get(h, [])]
-        return _scope(grid, window, outs, joules, nics, disks, lag_steps, idle_bins)
 
-    timelines: dict[str, Timeline] = {}
-    host_docs: dict[str, HostScope] = {}
+def _host_scopes(
+    g: Gathered, ix: _Index, timelines: dict[str, Timeline], warnings: list[str]
+) -> tuple[dict[str, HostScope], dict[str, dict[str, list[float | None]]]]:
+    """Each host's figures (its outlets against its own bits) and its disks' busy per bin."""
+    docs: dict[str, HostScope] = {}
     disk_busy: dict[str, dict[str, list[float | None]]] = {}
-    for h in hosts:
-        outs = [o for o in outlets if o.host == h]
-        figures, tl = scope(outs, [h])
-        disks, disk_busy[h] = _disks(window, disk_by_host.get(h, []))
-        host_docs[h] = HostScope(
+    for h in ix.hosts:
+        outs = [o for o in g.outlets if o.host == h]
+        figures, timelines["host:" + h] = ix.scope(outs, [h])
+        disks, disk_busy[h] = _disks(g.window, ix.disk_by_host.get(h, []))
+        docs[h] = HostScope(
             **_figures(figures),
-            interfaces=sorted({t.labels.get("interface", "?") for t in nic_by_host.get(h, [])}),
+            interfaces=sorted({t.labels.get("interface", "?") for t in ix.nic_by_host.get(h, [])}),
             outlets=[o.name for o in outs],
             disks=disks,
             disk_summary=_disk_summary(disks),
         )
-        timelines["host:" + h] = tl
         if not outs:
             warnings.append(f"host {h}: no PDU outlet is mapped to it, so no energy figures")
-        if h not in nic_by_host:
+        if h not in ix.nic_by_host:
             warnings.append(f"host {h}: no NIC byte counters, so no Gbit/s figures")
+    return docs, disk_busy
 
-    comp_docs: dict[str, ComponentScope] = {}
-    for comp in sorted({o.component for o in outlets if o.component}):
-        outs = [o for o in outlets if o.component == comp]
-        fed = sorted({o.host for o in outs if o.host and o.host in nic_by_host})
-        bits_of = fed if fed else sorted(nic_by_host)
-        figures, tl = scope(outs, bits_of)
-        comp_docs[comp] = ComponentScope(
+
+def _component_scopes(
+    g: Gathered, ix: _Index, timelines: dict[str, Timeline]
+) -> dict[str, ComponentScope]:
+    """Each component's figures: its outlets against the bits of the hosts they feed (or the
+    whole site's, where they feed none with NIC series, e.g. a switch)."""
+    docs: dict[str, ComponentScope] = {}
+    for comp in sorted({o.component for o in g.outlets if o.component}):
+        outs = [o for o in g.outlets if o.component == comp]
+        fed = sorted({o.host for o in outs if o.host and o.host in ix.nic_by_host})
+        bits_of = fed if fed else sorted(ix.nic_by_host)
+        figures, timelines["component:" + comp] = ix.scope(outs, bits_of)
+        docs[comp] = ComponentScope(
             **_figures(figures),
             bits_from="hosts" if fed else "site",
             bits_hosts=bits_of,
             outlets=[o.name for o in outs],
         )
-        timelines["component:" + comp] = tl
+    return docs
 
-    site, timelines["site"] = scope(outlets, sorted(nic_by_host))
-    phase_docs = [_phase_doc(p, grid, timelines["site"]) for p in g.phases]
-    if idle_bins and outlets and site.idle_watts_source != "idle_phases":
-        warnings.append(
-            f"the idle phases hold {site.idle_steps} analysis step(s) with watts, fewer than "
-            f"{MIN_IDLE_STEPS}: idle watts are the fit's intercept instead"
-        )
 
-    sources = _sources(g.tracks, outlets)
-    for src, cov in sources.items():
-        if cov.coverage < opts.coverage_threshold:
-            warnings.append(
-                f"coverage of {src} is {cov.coverage * 100:.1f} % "
-                f"(below {opts.coverage_threshold * 100:.0f} %); longest gap "
-                f"{cov.longest_gap_seconds:.0f} s: figures from it are less certain"
-            )
-    for o in outlets:
+def _coverage_warnings(sources: dict[str, SourceCoverage], threshold: float) -> list[str]:
+    """A warning for each source whose coverage is below ``--coverage-threshold``."""
+    return [
+        f"coverage of {src} is {cov.coverage * 100:.1f} % "
+        f"(below {threshold * 100:.0f} %); longest gap "
+        f"{cov.longest_gap_seconds:.0f} s: figures from it are less certain"
+        for src, cov in sources.items()
+        if cov.coverage < threshold
+    ]
+
+
+def _outlet_warnings(g: Gathered, joules: dict[Outlet, float | None]) -> list[str]:
+    """Each outlet's energy troubles: counter resets, no source, too coarse, disagreement."""
+    warnings = []
+    for o in g.outlets:
         if o.energy_source == "counter" and o.energy and o.energy.counter:
             r = o.energy.counter.resets
             if r:
@@ -159,7 +231,7 @@ def analyse(g: Gathered, now: float | None = None) -> Result:
                 f"energy counter of outlet {o.name} {how}, too coarse for this window: its "
                 "host's energy is integrated from watts instead"
             )
-        est = C.bin_energy(o.power.values, grid.edges) if o.power else None
+        est = C.bin_energy(o.power.values, g.grid.edges) if o.power else None
         j = joules[o]
         if o.energy_source == "counter" and j and est:
             diff = (j - est) / est
@@ -168,41 +240,28 @@ def analyse(g: Gathered, now: float | None = None) -> Result:
                     f"outlet {o.name}: its energy counter ({j:.0f} J) and its "
                     f"watts ({est:.0f} J) disagree by {diff * 100:+.1f} %"
                 )
+    return warnings
 
-    outlet_docs = [_outlet_doc(o, grid, joules[o]) for o in outlets]
+
+def _window_doc(w: Window) -> ReportWindow:
+    return ReportWindow(
+        start=w.start,
+        end=w.end,
+        start_iso=_iso(w.start),
+        end_iso=_iso(w.end),
+        duration_seconds=w.duration,
+        source=w.source,
+        in_progress=w.in_progress,
+    )
+
+
+def _timings(g: Gathered, t0: float) -> dict[str, float]:
+    """Seconds per phase of gathering, the analysis since ``t0``, and the whole report."""
     timings = dict(g.timings)
     timings["compute"] = time.monotonic() - t0
     rounded = {k: round(v, 3) for k, v in timings.items()}
     rounded["total"] = round(time.monotonic() - g.started, 3)
-    doc = Report(
-        run=window.name,
-        window=ReportWindow(
-            start=window.start,
-            end=window.end,
-            start_iso=_iso(window.start),
-            end_iso=_iso(window.end),
-            duration_seconds=window.duration,
-            source=window.source,
-            in_progress=window.in_progress,
-        ),
-        prometheus=g.prometheus,
-        generated_at=_iso(time.time() if now is None else now),
-        step_seconds=grid.step,
-        max_lag_seconds=lag_steps * grid.step,
-        coverage_threshold=opts.coverage_threshold,
-        interfaces_regex=opts.interfaces,
-        match=dict(opts.match),
-        site=site,
-        hosts=host_docs,
-        components=comp_docs,
-        outlets=outlet_docs,
-        sources=sources,
-        warnings=warnings,
-        timings_seconds=rounded,
-        prometheus_requests=g.requests,
-        phases=phase_docs,
-    )
-    return Result(doc, grid, timelines, disk_busy)
+    return rounded
 
 
 def _figures(s: Scope) -> dict[str, Any]:
@@ -219,48 +278,22 @@ def _outlet_energy(o: Outlet, w: Window) -> float | None:
 
 
 def _scope(
-    grid: Grid,
-    w: Window,
-    outs: list[Outlet],
-    joules: dict[Outlet, float | None],
-    nics: list[Track],
-    disks: list[Track],
-    lag_steps: int,
-    idle_bins: list[int],
+    ix: _Index, outs: list[Outlet], nics: list[Track], disks: list[Track]
 ) -> tuple[Scope, Timeline]:
-    n = grid.n
-    tx = math.fsum(t.total for t in nics if t.labels.get("direction") == "tx")
-    rx = math.fsum(t.total for t in nics if t.labels.get("direction") == "rx")
-    none: list[float | None] = [None] * n
-    gbps = C.sum_bins(
-        [[None if r is None else r * 8 / 1e9 for r in t.rates] for t in nics if t.counter], n
-    )
-    watts = C.sum_bins([o.power.values if o.power else none for o in outs], n)
-    energies = [joules[o] for o in outs]
-    energy = math.fsum(e for e in energies if e is not None) if outs else None
-    if outs and all(e is None for e in energies):
-        energy = None
-    kinds = {o.energy_source for o in outs}
-    source = "none" if not outs else kinds.pop() if len(kinds) == 1 else "mixed"
-    gigabits = (tx + rx) * 8 / 1e9 if nics else None
-    d = w.duration
-    xs, ys = C.paired(gbps, watts)
-    # Idle phases measure idle watts: their median, since an idle phase's first steps still
-    # carry the watts of the load before it (the PDU, the poll and the scrape each lag).
-    # The marginal cost is then the slope of the line through that measured point.
-    idle = [v for k in idle_bins if (v := watts[k]) is not None]
-    idle_w = C.median(idle) if len(idle) >= MIN_IDLE_STEPS else None
-    fit = C.least_squares(xs, ys) if idle_w is None else C.fit_through(xs, ys, idle_w)
-    idle_source = "idle_phases" if idle_w is not None else "fit" if fit is not None else None
-    best = C.best_lag(gbps, watts, lag_steps)
+    grid, d = ix.g.grid, ix.g.window.duration
+    tx, rx, gigabits, gbps = _bits(nics, grid.n)
+    none: list[float | None] = [None] * grid.n
+    watts = C.sum_bins([o.power.values if o.power else none for o in outs], grid.n)
+    energy, source = _energy(outs, ix.joules)
+    rel = _relation(gbps, watts, ix.idle_bins, ix.lag_steps)
     series = [t for o in outs for t in o.tracks()] + nics + disks
     by_src: dict[str, float] = {}
     for t in series:
         by_src[t.source] = min(by_src.get(t.source, 1.0), t.coverage)
     figures = Scope(
         duration_seconds=d,
-        bytes_tx=tx if nics else None,
-        bytes_rx=rx if nics else None,
+        bytes_tx=tx,
+        bytes_rx=rx,
         gigabits=gigabits,
         gbit_per_second_mean=gigabits / d if gigabits is not None else None,
         gbit_per_second_peak=C.max_present(gbps),
@@ -269,19 +302,78 @@ def _scope(
         watts_mean=energy / d if energy is not None else None,
         watts_peak=C.max_present(watts),
         joules_per_gigabit=energy / gigabits if energy is not None and gigabits else None,
-        idle_watts=idle_w if idle_w is not None else fit.intercept if fit else None,
-        idle_watts_source=idle_source,
-        idle_steps=len(idle),
-        marginal_joules_per_gigabit=fit.slope if fit else None,
-        r_squared=fit.r_squared if fit else None,
-        fit_points=len(xs),
-        pearson_r=C.pearson(xs, ys),
-        lag_seconds=best[0] * grid.step if best else None,
-        pearson_r_at_lag=best[1] if best else None,
+        idle_watts=rel.idle_watts,
+        idle_watts_source=rel.idle_source,
+        idle_steps=rel.idle_steps,
+        marginal_joules_per_gigabit=rel.fit.slope if rel.fit else None,
+        r_squared=rel.fit.r_squared if rel.fit else None,
+        fit_points=rel.points,
+        pearson_r=rel.pearson_r,
+        lag_seconds=rel.lag[0] * grid.step if rel.lag else None,
+        pearson_r_at_lag=rel.lag[1] if rel.lag else None,
         coverage=min((t.coverage for t in series), default=None),
         coverage_sources=dict(sorted(by_src.items())),
     )
     return figures, Timeline(watts, gbps)
+
+
+def _bits(
+    nics: list[Track], n: int
+) -> tuple[float | None, float | None, float | None, list[float | None]]:
+    """Bytes sent and received, gigabits (None without NIC series) and Gbit/s per bin."""
+    tx = math.fsum(t.total for t in nics if t.labels.get("direction") == "tx")
+    rx = math.fsum(t.total for t in nics if t.labels.get("direction") == "rx")
+    gbps = C.sum_bins(
+        [[None if r is None else r * 8 / 1e9 for r in t.rates] for t in nics if t.counter], n
+    )
+    if not nics:
+        return None, None, None, gbps
+    return tx, rx, (tx + rx) * 8 / 1e9, gbps
+
+
+def _energy(outs: list[Outlet], joules: dict[Outlet, float | None]) -> tuple[float | None, str]:
+    """The outlets' energy (None when none of them has one) and where it comes from."""
+    energies = [joules[o] for o in outs]
+    energy = math.fsum(e for e in energies if e is not None) if outs else None
+    if outs and all(e is None for e in energies):
+        energy = None
+    kinds = {o.energy_source for o in outs}
+    source = "none" if not outs else kinds.pop() if len(kinds) == 1 else "mixed"
+    return energy, source
+
+
+@dataclass(frozen=True)
+class _Relation:
+    """Watts against Gbit/s: idle watts, the line above them, the correlation and its lag."""
+
+    idle_watts: float | None
+    idle_source: str | None  # "idle_phases", "fit" or None
+    idle_steps: int
+    fit: C.Fit | None
+    points: int
+    pearson_r: float | None
+    lag: tuple[int, float] | None  # steps, r at that lag
+
+
+def _relation(
+    gbps: list[float | None], watts: list[float | None], idle_bins: list[int], lag_steps: int
+) -> _Relation:
+    xs, ys = C.paired(gbps, watts)
+    # Idle phases measure idle watts: their median, since an idle phase's first steps still
+    # carry the watts of the load before it (the PDU, the poll and the scrape each lag).
+    # The marginal cost is then the slope of the line through that measured point.
+    idle = [v for k in idle_bins if (v := watts[k]) is not None]
+    idle_w = C.median(idle) if len(idle) >= MIN_IDLE_STEPS else None
+    fit = C.least_squares(xs, ys) if idle_w is None else C.fit_through(xs, ys, idle_w)
+    return _Relation(
+        idle_watts=idle_w if idle_w is not None else fit.intercept if fit else None,
+        idle_source="idle_phases" if idle_w is not None else "fit" if fit is not None else None,
+        idle_steps=len(idle),
+        fit=fit,
+        points=len(xs),
+        pearson_r=C.pearson(xs, ys),
+        lag=C.best_lag(gbps, watts, lag_steps),
+    )
 
 
 @dataclass

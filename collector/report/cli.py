@@ -120,7 +120,7 @@ def parse_match(items: list[str]) -> dict[str, str]:
 
 def _credentials(args: argparse.Namespace) -> dict[str, str]:
     """Prometheus credentials from the files given; ValueError (naming the option) if unusable."""
-    from collector.site.config import read_secret_file
+    from collector.secretfile import read_secret_file
 
     user = getattr(args, "prometheus_user", None)
     password_file = getattr(args, "prometheus_password_file", None)

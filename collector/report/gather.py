@@ -18,7 +18,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,7 @@ from .series import (
 )
 
 PROBE_SECONDS = 600.0
+_Tracks = dict[tuple[str, LabelKey], Track]  # by metric and labels
 LOOKBACKS = (86400.0, 7 * 86400.0, 31 * 86400.0, 366 * 86400.0)
 
 
@@ -202,18 +203,36 @@ class _Gatherer:
     def _timed(self, name: str, t0: float) -> None:
         self.timings[name] = self.timings.get(name, 0.0) + time.monotonic() - t0
 
-    def run(self) -> tuple[Grid, dict[tuple[str, LabelKey], Track], list[Outlet]]:
+    def run(self) -> tuple[Grid, _Tracks, list[Outlet]]:
         """Every track of the window reduced to the bins of the grid, and the outlets.
 
         The queries run concurrently in three waves: the sample counts and the interval probe
         (neither needs the step); then, with the step known, the bins, the reset counts and the
         raw watts of outlets whose energy is integrated; last, raw samples of the counters that
-        reset (rare).
+        reset (rare). Energy counters too coarse for the window add a fourth, for the watts of
+        their outlets.
         """
-        w, prom = self.w, self.prom
-        if w.duration <= 0:
+        if self.w.duration <= 0:
             raise ReportError("the window is empty (end is not after start)")
-        prom.closed_ranges()
+        self.prom.closed_ranges()
+        tracks, probed = self._count()
+        self._probe(tracks, probed)
+        grid = self._grid(tracks)
+        outlets = outlets_of(list(tracks.values()))
+        integrate = [o.power for o in choose_energy_sources(outlets) if o.power is not None]
+        resets = self._bin(grid, tracks, integrate)
+        self._raw_counters(grid, resets)
+        for tr in tracks.values():
+            tr.longest_gap = C.longest_gap(tr.present, grid.edges)
+            if tr.counter is not None:
+                tr.rates = tr.counter.rates(grid.edges)
+                tr.total = tr.counter.total()
+        self._raw_power_coarse(grid, outlets, integrate)
+        return grid, tracks, outlets
+
+    def _count(self) -> tuple[_Tracks, dict[str, Future[list[Series]]]]:
+        """Wave one: a track per series with its sample count, and the probe slices asked for."""
+        w, prom = self.w, self.prom
         t0 = time.monotonic()
         whole = prom.range_for(w.duration)
         p = min(w.duration, PROBE_SECONDS)
@@ -224,7 +243,7 @@ class _Gatherer:
         probe_f = {
             m: self.pool.submit(prom.raw, self.sel(m), w.start, w.start + p, p + 1) for m in ALL
         }
-        tracks: dict[tuple[str, LabelKey], Track] = {}
+        tracks: _Tracks = {}
         for metric, fut in count_f.items():
             for s in fut.result():
                 labels = _strip_name(s.labels)
@@ -236,8 +255,14 @@ class _Gatherer:
                 f"no wattbit series in Prometheus between {w.start:.0f} and {w.end:.0f}"
             )
         self._timed("count", t0)
+        return tracks, probe_f
+
+    def _probe(self, tracks: _Tracks, probed: dict[str, Future[list[Series]]]) -> None:
+        """Each series' scrape interval from the first probe slice, or the last, or the middle."""
+        w, prom = self.w, self.prom
         t0 = time.monotonic()
-        self._set_intervals(tracks, {m: f.result() for m, f in probe_f.items()})
+        p = min(w.duration, PROBE_SECONDS)
+        self._set_intervals(tracks, {m: f.result() for m, f in probed.items()})
         mid = w.start + (w.duration - p) / 2
         for a, b in ((w.end - p, w.end), (mid, mid + p)):  # series the first slice missed
             missing = {m for (m, _k), t in tracks.items() if t.interval is None}
@@ -250,6 +275,10 @@ class _Gatherer:
                 ),
             )
         self._timed("probe", t0)
+
+    def _grid(self, tracks: _Tracks) -> Grid:
+        """The analysis grid (the step from the longest interval), and each track's coverage."""
+        w = self.w
         interval = self.interval = max(
             (t.interval for t in tracks.values() if t.interval), default=15.0
         )
@@ -258,9 +287,11 @@ class _Gatherer:
         for tr in tracks.values():
             tr.interval = tr.interval or self._fallback_interval(tr, tracks, step)
             tr.coverage = C.coverage(tr.n_samples, tr.interval, w.duration)
-        outlets = outlets_of(list(tracks.values()))
-        integrate = [o.power for o in choose_energy_sources(outlets) if o.power is not None]
+        return grid
 
+    def _bin(self, grid: Grid, tracks: _Tracks, integrate: list[Track]) -> list[Track]:
+        """Wave two: every track's bins, and the raw watts of ``integrate``; returns the
+        counters that reset in the window."""
         t0 = time.monotonic()
         jobs: list[tuple[str, str]] = [(m, "last_over_time") for m in COUNTERS]
         jobs.append((POWER, "avg_over_time"))
@@ -281,14 +312,15 @@ class _Gatherer:
                 points = binned[(POWER, "avg_over_time")].get(key, {})
                 tr.values = [points.get(k + 1) for k in range(grid.n)]
                 tr.present = [v is not None for v in tr.values]
-
-        # raw samples where the bins are not exact: counters that reset in the window
-        t0 = time.monotonic()
-        resets = [
+        return [
             tr
             for (metric, key), tr in tracks.items()
             if metric in COUNTERS and binned[(metric, "resets")].get(key, {}).get(grid.n, 0) > 0
         ]
+
+    def _raw_counters(self, grid: Grid, resets: list[Track]) -> None:
+        """Wave three: raw samples where the bins are not exact, counters that reset."""
+        t0 = time.monotonic()
         for tr, raw in zip(resets, self._map(lambda t: self._raw(t, grid), resets), strict=True):
             tr.raw = raw
             tr.counter = C.bin_counter(raw, grid.edges)
@@ -297,23 +329,19 @@ class _Gatherer:
                 if grid.start < t <= grid.end:
                     tr.present[_bin_of(grid, t)] = True
         self._timed("raw_counters", t0)
-        for tr in tracks.values():
-            tr.longest_gap = C.longest_gap(tr.present, grid.edges)
-            if tr.counter is not None:
-                tr.rates = tr.counter.rates(grid.edges)
-                tr.total = tr.counter.total()
 
-        # energy counters too coarse for this window: integrate those hosts' watts instead
+    def _raw_power_coarse(self, grid: Grid, outlets: list[Outlet], fetched: list[Track]) -> None:
+        """Energy counters too coarse for this window: fetch those hosts' raw watts instead."""
         coarse = self.coarse = coarse_counters(outlets)
-        if coarse:
-            t0 = time.monotonic()
-            fetched = {id(t) for t in integrate}
-            again = [o.power for o in choose_energy_sources(outlets, set(coarse))]
-            late = [t for t in again if t is not None and id(t) not in fetched]
-            for tr, raw in zip(late, self._map(lambda t: self._raw(t, grid), late), strict=True):
-                tr.raw = raw
-            self._timed("raw_power_coarse", t0)
-        return grid, tracks, outlets
+        if not coarse:
+            return
+        t0 = time.monotonic()
+        had = {id(t) for t in fetched}
+        again = [o.power for o in choose_energy_sources(outlets, set(coarse))]
+        late = [t for t in again if t is not None and id(t) not in had]
+        for tr, raw in zip(late, self._map(lambda t: self._raw(t, grid), late), strict=True):
+            tr.raw = raw
+        self._timed("raw_power_coarse", t0)
 
     def _raw(self, tr: Track, grid: Grid) -> list[tuple[float, float]]:
         """Raw samples of one track in ``(start - step, end]`` (the step before is the base)."""
@@ -363,9 +391,7 @@ class _Gatherer:
         return out
 
     @staticmethod
-    def _set_intervals(
-        tracks: dict[tuple[str, LabelKey], Track], probed: dict[str, list[Series]]
-    ) -> None:
+    def _set_intervals(tracks: _Tracks, probed: dict[str, list[Series]]) -> None:
         """Scrape interval of each series: median spacing of its raw samples in a probe slice."""
         for metric, series in probed.items():
             for s in series:
@@ -374,9 +400,7 @@ class _Gatherer:
                     tr.interval = C.median_interval([t for t, _ in s.samples])
 
     @staticmethod
-    def _fallback_interval(
-        tr: Track, tracks: dict[tuple[str, LabelKey], Track], step: float
-    ) -> float:
+    def _fallback_interval(tr: Track, tracks: _Tracks, step: float) -> float:
         same = [t.interval for t in tracks.values() if t.interval and t.source == tr.source]
         if same:
             return sorted(same)[len(same) // 2]

@@ -300,6 +300,11 @@ def summary_lines(doc: Report) -> list[str]:
                 f"r {num(d.pearson_r)}, lag {num(d.lag_seconds)} s"
             )
         lines.append(f"  {label}: " + ("; ".join(parts) or "no data"))
+    for p in doc.phases:
+        lines.append(
+            f"  phase {p.run} ({p.phase}): {seconds(p.duration_seconds)}, "
+            f"{num(p.gbit_per_second_mean)} Gbit/s mean, {num(p.watts_mean)} W mean"
+        )
     for h, hd in doc.hosts.items():
         sentence = busy_sentence(hd.disk_summary)
         if sentence is not None and hd.disk_summary is not None:

@@ -155,7 +155,7 @@ def _client(args: argparse.Namespace) -> Client:
     if args.token_file:
         # The collector's rules for its own runs.token_file: one line, a regular file, not
         # readable by every user (a token others can read is everyone's token).
-        from collector.site.config import read_secret_file
+        from collector.secretfile import read_secret_file
 
         try:
             token = read_secret_file(Path(args.token_file))

@@ -23,7 +23,9 @@ from pydantic import (
     model_validator,
 )
 
-from collector.config import Duration, DurationOrZero, ProcessConfig, Regex, Strict, parse_listen
+from collector.config import Duration, DurationOrZero, Regex, Strict, parse_listen
+from collector.daemon.config import ProcessConfig
+from collector.secretfile import read_secret_file
 from collector.site.shard import WHOLE, Shard, parse_shard
 
 log = logging.getLogger(__name__)
@@ -32,55 +34,6 @@ AuthProtocol = Literal["MD5", "SHA", "SHA224", "SHA256", "SHA384", "SHA512"]
 PrivProtocol = Literal["DES", "AES128", "AES192", "AES256"]
 # RFC 3414's MD5 and DES are broken; a site that still has such PDUs must say so.
 INSECURE = {"MD5", "DES"}
-MAX_SECRET_FILE = 64 * 1024  # a community, key or token is a line; refuse to slurp a huge file
-
-
-def read_secret_file(path: Path, warn: bool = True) -> str:
-    """The secret in a file: its first line, stripped; the rest of the file must be empty.
-
-    Refused (ValueError) when the file is not a regular file, cannot be read, is readable by
-    every user (mode o+r, as ssh refuses such a key), is empty or has more lines; a file
-    readable by its group is accepted with a warning. Messages name the file, never its content.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "strerror", None) or "not a valid path"
-        raise ValueError(f"cannot read {path}: {reason}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{path} is not a regular file")
-        if st.st_mode & stat.S_IROTH:
-            raise ValueError(
-                f"{path} is readable by every user (mode {stat.S_IMODE(st.st_mode):04o}): "
-                "make it readable by its owner only (chmod 600)"
-            )
-        if st.st_mode & stat.S_IRGRP and warn:
-            log.warning(
-                "secret file %s is readable by its group (mode %04o); chmod 600 unless meant",
-                path,
-                stat.S_IMODE(st.st_mode),
-            )
-        with os.fdopen(os.dup(fd), "rb") as f:
-            raw = f.read(MAX_SECRET_FILE + 1)
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror or type(exc).__name__}") from None
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_SECRET_FILE:
-        raise ValueError(f"{path} is larger than {MAX_SECRET_FILE} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not valid UTF-8") from None
-    first, _, rest = text.partition("\n")
-    if rest.strip():
-        raise ValueError(f"{path} must hold one line (the secret), it has more")
-    value = first.strip()
-    if not value:
-        raise ValueError(f"{path} is empty")
-    return value
 
 
 def _check_secret_file(v: Path | None) -> Path | None:

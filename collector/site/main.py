@@ -13,19 +13,20 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
-from collector.config import ConfigError, parse_listen
+from collector.config import parse_listen
 from collector.runs.api import API_PREFIX, api_routes
 from collector.runs.registry import STATE_FILE, RunRegistry
-from collector.site.config import AuthConfig, CollectorConfig, PduConfig
-from collector.site.profiles import load_profiles
+from collector.site.config import CollectorConfig
+from collector.site.profiles import require_profile, site_profiles
+from collector.site.targets import pdu_target
 from collector.web.config import WebConfig
 from collector.web.exposition import metrics_app
 from collector.web.server import landing_page, start_server
 from exporters.base import ExportersCollector
 from exporters.pdu.exporter import PduExporter
-from exporters.pdu.poller import PduPoller, PduTarget
+from exporters.pdu.poller import PduPoller
 from exporters.pdu.profile import Profile
-from exporters.snmp.client import Auth, SnmpClient, Target
+from exporters.snmp.client import SnmpClient
 
 log = logging.getLogger("wattbit.collector")
 
@@ -36,60 +37,11 @@ SHARD_READ_ONLY_MESSAGE = (
 )
 
 
-def snmp_auth(a: AuthConfig) -> Auth:
-    """The SNMP layer's credentials from a validated auth section."""
-
-    def secret(s: object) -> str | None:
-        return s.get_secret_value() if s is not None else None  # type: ignore[attr-defined]
-
-    if a.version == "2c":
-        return Auth(version="2c", community=secret(a.community) or "")
-    return Auth(
-        version="3",
-        user=a.user or "",
-        auth_protocol=a.auth_protocol,
-        auth_key=secret(a.auth_key),
-        priv_protocol=a.priv_protocol,
-        priv_key=secret(a.priv_key),
-        context_name=a.context_name,
-    )
-
-
-def pdu_target(p: PduConfig, auth: AuthConfig) -> PduTarget:
-    """The poller's view of one configured PDU."""
-    host, port = p.endpoint()
-    return PduTarget(
-        name=p.name,
-        target=Target(
-            host=host,
-            port=port,
-            auth=snmp_auth(auth),
-            timeout=p.timeout,
-            retries=p.retries,
-            max_repetitions=p.max_repetitions,
-            max_var_binds=p.max_var_binds,
-        ),
-        profile=p.profile,
-        labels=p.labels_for,
-        max_outlets=p.max_outlets,
-    )
-
-
 def profiles_for(cfg: CollectorConfig, source: str | Path = "") -> list[Profile]:
     """Built-in profiles plus the site's own; a configured profile must exist (else exit 2)."""
-    profiles = load_profiles()
-    if cfg.profiles_dir is not None:
-        extra = load_profiles(cfg.profiles_dir)
-        names = {p.name for p in extra}
-        profiles = [p for p in profiles if p.name not in names] + extra  # the site's win
-    known = {p.name for p in profiles}
+    profiles = site_profiles(cfg.profiles_dir)
     for i, pdu in enumerate(cfg.pdus):
-        if pdu.profile and pdu.profile not in known:
-            raise ConfigError(
-                source,
-                f"pdus[{i}].profile",
-                f"names no known profile (known: {', '.join(sorted(known))})",
-            )
+        require_profile(profiles, pdu.profile, source, f"pdus[{i}].profile")
     return profiles
 
 

@@ -1,4 +1,6 @@
-"""Reading PDU profile files (the models are exporters.pdu.profile's) with the one loader."""
+"""Reading PDU profile files (the models are exporters.pdu.profile's) with the one loader, and
+the built-in ones merged with a site's own (the collector's profiles_dir, `wattbit pdu`'s
+--profiles-dir)."""
 
 from __future__ import annotations
 
@@ -36,3 +38,21 @@ def load_profiles(directory: str | Path = PROFILES_DIR) -> list[Profile]:
             seen_prefixes[prefix] = path
         profiles.append(profile)
     return sorted(profiles, key=lambda p: p.name)
+
+
+def site_profiles(profiles_dir: str | Path | None = None) -> list[Profile]:
+    """The built-in profiles plus those in ``profiles_dir``; a site's profile of a built-in
+    one's name replaces it."""
+    profiles = load_profiles()
+    if profiles_dir:  # None, or an empty --profiles-dir: the built-in ones alone
+        extra = load_profiles(profiles_dir)
+        names = {p.name for p in extra}
+        profiles = [p for p in profiles if p.name not in names] + extra  # the site's win
+    return profiles
+
+
+def require_profile(profiles: list[Profile], name: str | None, file: str | Path, key: str) -> None:
+    """ConfigError (naming the known ones) unless ``name`` is empty or one of ``profiles``."""
+    known = {p.name for p in profiles}
+    if name and name not in known:
+        raise ConfigError(file, key, f"names no known profile (known: {', '.join(sorted(known))})")

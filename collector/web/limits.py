@@ -1,14 +1,19 @@
-"""The HTTP server's limits: what one client may hold or send (docs/http-server.md).
+"""The HTTP server's limits: what one client may hold or send (docs/http-server.md), and the
+`http:` section of the daemons' configuration that sets them.
 
-A module of its own, without aiohttp, so that the configuration loader (collector/config.py,
-the `http:` section) takes its defaults from here without importing the server.
+A module of its own, without aiohttp, so that loading a configuration does not import the
+server.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["MAX_BODY_KEY", "Limits"]
+from pydantic import Field, field_validator
+
+from collector.config import Duration, Strict
+
+__all__ = ["MAX_BODY_KEY", "HttpConfig", "Limits"]
 
 # The WSGI environ key under which the server hands its apps Limits.max_body (an extension
 # key, as PEP 3333 allows): past it the server leaves a body unread, and the app answers 413.
@@ -38,3 +43,40 @@ class Limits:
     max_body: int = 64 * 1024
     # Threads running the WSGI apps (a /metrics collect, a run API write).
     workers: int = 8
+
+
+_DEFAULT_LIMITS = Limits()
+# The longest request, idle and TLS-handshake timeout: a scrape target has no business
+# holding a connection longer, and a bigger number is more likely seconds meant as ms.
+MAX_HTTP_TIMEOUT_S = 3600.0
+
+
+class HttpConfig(Strict):
+    """The HTTP server's limits (`http:`, docs/http-server.md); absent keys keep the defaults."""
+
+    # Bounds: below the lower ones a Prometheus scrape (a request line, ~6 headers, basic
+    # auth) or a run API write no longer fits; above the upper ones a limit stops limiting.
+    max_connections: int = Field(default=_DEFAULT_LIMITS.max_connections, ge=1, le=65536)
+    request_timeout: Duration = _DEFAULT_LIMITS.request_timeout
+    idle_timeout: Duration = _DEFAULT_LIMITS.idle_timeout
+    tls_handshake_timeout: Duration = _DEFAULT_LIMITS.tls_handshake_timeout
+    max_requests_per_connection: int = Field(
+        default=_DEFAULT_LIMITS.max_requests_per_connection, ge=1, le=1_000_000
+    )
+    max_line_size: int = Field(default=_DEFAULT_LIMITS.max_line_size, ge=256, le=65536)
+    max_field_size: int = Field(default=_DEFAULT_LIMITS.max_field_size, ge=256, le=65536)
+    max_headers: int = Field(default=_DEFAULT_LIMITS.max_headers, ge=8, le=1000)
+    # The run API refuses a body over 64 KiB itself: a larger max_body would not be one.
+    max_body: int = Field(default=_DEFAULT_LIMITS.max_body, ge=1024, le=64 * 1024)
+    workers: int = Field(default=_DEFAULT_LIMITS.workers, ge=1, le=64)
+
+    @field_validator("request_timeout", "idle_timeout", "tls_handshake_timeout")
+    @classmethod
+    def _timeout(cls, v: float) -> float:
+        if v > MAX_HTTP_TIMEOUT_S:
+            raise ValueError("must be at most 1h")
+        return v
+
+    def limits(self) -> Limits:
+        """These settings as the server takes them."""
+        return Limits(**self.model_dump())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .bpfshared import DevNames, fdinfo, kernel_at_least, prog_stats, sum_percpu
+from .bpfshared import LiveDisks, fdinfo, kernel_at_least, prog_stats, sum_percpu
 from .diskstats import DiskstatsBackend
 from .model import (
     DEFAULT_LAT_BOUNDS_SECONDS,
@@ -132,7 +133,7 @@ class BccBackend:
             ) from exc
         self.lat_slots = len(lat_bounds_seconds) + 1
         self.size_histogram = size_histogram
-        self._name = DevNames(sys_root)
+        self.disks = LiveDisks(sys_root)
         self.diskstats = DiskstatsBackend(proc_root)
 
     def _fds(self) -> list[tuple[str, int]]:
@@ -154,11 +155,23 @@ class BccBackend:
         # stat_val, which _sum_percpu sums as one CPU.
         fields = _stat_fields(getattr(table, "sLeaf", table.Leaf))
         lat, size = fields["lat"], fields["size"]
-        for key, percpu in table.items():
+        rows = [(key, sum_percpu(percpu, fields["_words"])) for key, percpu in table.items()]
+        # The tracepoints carry no diskseq: every entry is (dev, 0), and LiveDisks tells a
+        # re-created disk by its diskseq in /sys changing between reads.
+        seen: dict[tuple[int, int], int] = {}
+        for key, val in rows:
+            seen[(key.dev, 0)] = seen.get((key.dev, 0), 0) + val[fields["ios"]]
+        live = self.disks.live(seen)
+        for key, val in rows:
+            name = live.get((key.dev, 0))
+            if name is None:
+                # Gone (or superseded): no completion can come for it any more.
+                with contextlib.suppress(KeyError):
+                    del table[key]
+                continue
             if key.op >= len(OPS):
                 continue
-            val = sum_percpu(percpu, fields["_words"])
-            dev = out.setdefault(self._name(key.dev), DeviceStats(clock="device"))
+            dev = out.setdefault(name, DeviceStats(clock="device"))
             dev.ops[OPS[key.op]] = OpStats(
                 ios=val[fields["ios"]],
                 bytes=val[fields["bytes"]],
@@ -178,6 +191,12 @@ class BccBackend:
     def prog_stats(self) -> dict[str, tuple[int, int]] | None:
         """run_time_ns and run_cnt of each program, when the kernel counts them."""
         return prog_stats(self._fds())
+
+    def map_full(self) -> dict[str, int]:
+        """Completions not counted because the statistics map was full (the start map is an
+        LRU: when full it evicts, and an evicted request is only untimed)."""
+        table = self.bpf["map_full"]
+        return {"stats": int(table[table.Key(0)].value)}
 
     def close(self) -> None:
         """Detach the programs and free the maps."""

@@ -105,6 +105,12 @@ BPF_HASH(stats, struct stat_key, struct stat_val, MAX_STATS);
 
 BPF_ARRAY(zeroes, struct stat_val, 1);
 
+/* Completions not counted because `stats` was full: never silent (bcc_backend.py exports it
+ * as wattbit_blockio_bpf_map_full_total{map="stats"}); userspace deletes the entries of
+ * disks that are gone, so it fills only with more (device, op) pairs present at once than
+ * MAX_STATS. */
+BPF_ARRAY(map_full, u64, 1);
+
 /* rwbs is filled by blk_fill_rwbs() (block/blktrace.c): an optional leading 'F' for
  * REQ_PREFLUSH, then the op letter (W, D, R, F for REQ_OP_FLUSH, N for everything else).
  * 'N' (write-zeroes, zone management, driver passthrough) is not counted: /proc/diskstats
@@ -188,8 +194,13 @@ TRACEPOINT_PROBE(block, block_rq_complete)
 			return 0;
 		stats.insert(&sk, zero);
 		s = stats.lookup(&sk);
-		if (!s)
+		if (!s) {
+			u64 *full = map_full.lookup(&z);
+
+			if (full)
+				__sync_fetch_and_add(full, 1);
 			return 0;
+		}
 	}
 	/* I/Os, bytes and errors on every completion, whether or not we saw the issue, so they
 	 * match /proc/diskstats exactly. blk_update_request() fires this once per partial

@@ -1,11 +1,12 @@
 """What the two BPF backends (core and bcc) share: reading their programs' fdinfo, summing
-per-CPU values, naming devices."""
+per-CPU values, naming devices and telling present disks from gone ones."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from . import devt
@@ -61,21 +62,106 @@ def sum_percpu(
     return [sum(flat[i::words]) & _U64 for i in idx]
 
 
-class DevNames:
-    """Kernel device names by the kernel's internal dev_t, re-read when a device appears."""
+# How long a device /sys does not name (an NVMe multipath path device, which the kernel
+# registers without a dev file) keeps its series after its last I/O.
+UNNAMED_IDLE_SECONDS = 600.0
 
-    def __init__(self, sys_root: Path) -> None:
+Identity = tuple[int, int]  # (kernel dev_t, diskseq): one disk, never reused (blockio.bpf.c)
+
+
+def _diskseq(sys_root: Path, name: str) -> int | None:
+    """/sys/class/block/NAME/diskseq (Linux 5.15+), None where the kernel has none."""
+    try:
+        text = (sys_root / "class" / "block" / name / "diskseq").read_text(errors="replace")
+        return int(text.strip()[:20])
+    except (OSError, ValueError):
+        return None
+
+
+class LiveDisks:
+    """Which disk identities in a BPF map are disks present now, and their kernel names.
+
+    A disk leaves: its entries are dead and its series go (the backend deletes what it can).
+    A disk comes back with the same dev_t: it is a new identity (a new diskseq), counted from
+    zero. /sys/class/block is listed once per read (one directory read); the dev files are
+    re-read only when that listing changed, never once per gone device.
+    """
+
+    def __init__(
+        self,
+        sys_root: Path,
+        clock: Callable[[], float] = time.monotonic,
+        unnamed_idle: float = UNNAMED_IDLE_SECONDS,
+    ) -> None:
         self.sys_root = sys_root
-        self._names: dict[tuple[int, int], str] = {}
+        self._clock = clock
+        self._idle = unnamed_idle
+        self._listing: frozenset[str] | None = None
+        self._names: dict[int, str] = {}  # kernel dev_t -> name, of the disks listed now
+        self._hidden = False  # some listed device has no dev file (NVMe multipath paths)
+        self._named: set[int] = set()  # devs /sys named once, still in the map
+        self._activity: dict[Identity, tuple[int, float]] = {}  # unnamed: (ios, since)
+        self._seq: dict[int, int] = {}  # diskseq at the last read, for maps without one
 
-    def __call__(self, dev: int) -> str:
-        """The name of dev (major << 20 | minor), or "major:minor" if /sys has no such disk."""
-        key = devt.decode(dev)
-        name = self._names.get(key)
-        if name is None:
-            self._names = devt_names(self.sys_root)  # a device appeared: re-read the index
-            name = self._names.get(key, f"{key[0]}:{key[1]}")
-        return name
+    def _refresh(self) -> None:
+        try:
+            listing = frozenset(os.listdir(self.sys_root / "class" / "block"))
+        except OSError:
+            listing = frozenset()
+        if listing == self._listing:
+            return
+        self._listing = listing
+        names = devt_names(self.sys_root)
+        self._names = {devt.encode(*key): name for key, name in names.items()}
+        self._hidden = len(names) < len(listing)
+
+    def live(self, seen: Mapping[Identity, int]) -> dict[Identity, str]:
+        """Of the identities in a map (with their summed I/Os), those to report, by name.
+
+        Read the map first, then call this: a disk in the map was created before the listing
+        is read here, so it is never taken for gone. Everything not returned is dead.
+        """
+        self._refresh()
+        now = self._clock()
+        by_dev: dict[int, list[int]] = {}
+        for dev, seq in seen:
+            by_dev.setdefault(dev, []).append(seq)
+        out: dict[Identity, str] = {}
+        for dev, seqs in by_dev.items():
+            name = self._names.get(dev)
+            if name is not None:
+                self._named.add(dev)
+                current = _diskseq(self.sys_root, name)
+                if not current:  # no diskseq before 5.15: the dev_t alone names the disk
+                    out[(dev, max(seqs))] = name
+                elif seqs == [0]:
+                    # A map without diskseq (bcc's tracepoints have none): a new diskseq
+                    # since the last read means a new disk, whose predecessor's counts are
+                    # dead; what the new one did before this read goes with them.
+                    previous = self._seq.get(dev)
+                    self._seq[dev] = current
+                    if previous in (None, current):
+                        out[(dev, 0)] = name
+                elif current in seqs:
+                    out[(dev, current)] = name
+                continue  # (else the disk there now has done no I/O yet)
+            if dev in self._named or not self._hidden:
+                continue  # gone
+            # Not named by /sys: a hidden path device, or a disk that came and went between
+            # two reads. Shown as major:minor while it does I/O, dropped once idle.
+            ident = (dev, max(seqs))
+            ios = seen[ident]
+            last = self._activity.get(ident)
+            if last is None or last[0] != ios:
+                self._activity[ident] = (ios, now)
+            elif now - last[1] > self._idle:
+                continue
+            major, minor = devt.decode(dev)
+            out[ident] = f"{major}:{minor}"
+        self._named &= set(by_dev) | set(self._names)
+        self._activity = {k: v for k, v in self._activity.items() if k in seen}
+        self._seq = {k: v for k, v in self._seq.items() if k in self._names}
+        return out
 
 
 def kernel_at_least(major: int, minor: int, release: str | None = None) -> bool:

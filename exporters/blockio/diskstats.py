@@ -111,5 +111,9 @@ class DiskstatsBackend:
         """No BPF programs: no run time to report."""
         return None
 
+    def map_full(self) -> dict[str, int] | None:
+        """No BPF maps: nothing to fill (and no such metric)."""
+        return None
+
     def close(self) -> None:
         """Nothing to release."""

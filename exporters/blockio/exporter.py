@@ -190,6 +190,7 @@ class BlockioExporter(Exporter):
             self.backend.missed_events(),
             lat_le=self.lat_le,
             prog_stats=self.backend.prog_stats(),
+            map_full=self.backend.map_full(),
         )
         yield disk_info_metric(
             info
@@ -207,6 +208,7 @@ def render(
     missed: dict[str, int] | None = None,
     lat_le: tuple[str, ...] = le_labels(DEFAULT_LAT_BOUNDS_SECONDS),
     prog_stats: dict[str, tuple[int, int]] | None = None,
+    map_full: dict[str, int] | None = None,
 ) -> Iterator[Metric]:
     """The metric families of a set of device statistics (pure: used by tests and bench)."""
     labels = ["device", "op"]
@@ -320,5 +322,15 @@ def render(
         for event in sorted(missed):
             m.add_metric([event], float(missed[event]))
         yield m
+    if map_full is not None:
+        full = CounterMetricFamily(
+            "wattbit_blockio_bpf_map_full",
+            "Updates of the agent's BPF maps that failed because the map was full: "
+            "completions not counted (map=stats) or requests not timed (map=start).",
+            labels=["map"],
+        )
+        for name in sorted(map_full):
+            full.add_metric([name], float(map_full[name]))
+        yield full
     if io_time.samples:
         yield io_time

@@ -97,6 +97,10 @@ class Backend(Protocol):
         no BPF program, or the statistics are off."""
         ...
 
+    def map_full(self) -> dict[str, int] | None:
+        """Per BPF map, updates that failed because it was full; None: no BPF maps."""
+        ...
+
     def close(self) -> None:
         """Release kernel resources."""
         ...

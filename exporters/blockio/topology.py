@@ -330,3 +330,21 @@ def _parse_int(text: str) -> int:
 def _natural(name: str) -> list[str | int]:
     """Sort key putting nvme2 before nvme10."""
     return [int(tok) if tok.isdigit() else tok for tok in re.split(r"(\d+)", name)]
+
+
+# --- for other exporters reading the same tree (exporters/pcie) -----------------------------
+
+
+def resolve_in(root: Path, rel: Sequence[str], base: tuple[str, ...] = ()) -> _Rel | None:
+    """base/rel resolved inside root (symlinks confined, at most 40), or None: see _resolve."""
+    return _resolve(Path(root), rel, base)
+
+
+def read_attr(root: Path, base: tuple[str, ...], *rel: str) -> str:
+    """The stripped text of an attribute file (bounded read), "" when missing or unreadable."""
+    return _read_text(Path(root), base, *rel)
+
+
+def list_entries(root: Path, base: tuple[str, ...], *rel: str) -> list[str]:
+    """The entries of a directory inside root, [] when missing or unreadable."""
+    return _listdir(Path(root), base, *rel)

@@ -90,6 +90,8 @@ class NicSnapshot:
     softirqs: dict[str, dict[int, int]] = field(default_factory=dict)
     softnet: list[SoftnetRow] = field(default_factory=list)
     snmp: dict[str, dict[str, int]] = field(default_factory=dict)
+    # interface -> bytes/s from nic.link_speeds, for interfaces the kernel gives no speed
+    configured_speeds: dict[str, float] = field(default_factory=dict)
 
 
 def nic_irqs(
@@ -176,8 +178,9 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
     )
     speed = GaugeMetricFamily(
         "wattbit_nic_link_speed_bytes_per_second",
-        "Negotiated link speed (absent when the driver does not say).",
-        labels=["interface"],
+        "Link speed: negotiated (source=kernel), else the agent's nic.link_speeds "
+        "(source=config); absent when neither says.",
+        labels=["interface", "source"],
     )
     info = GaugeMetricFamily(
         "wattbit_nic_info",
@@ -196,7 +199,9 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
         _add(missed, [n], g("rx_missed_errors"))
         ni = snap.infos.get(n)
         if ni and ni.speed_bytes:
-            speed.add_metric([n], ni.speed_bytes)
+            speed.add_metric([n, "kernel"], ni.speed_bytes)
+        elif n in snap.configured_speeds:
+            speed.add_metric([n, "config"], snap.configured_speeds[n])
         driver = (ni.driver if ni else "") or link.kind
         pci, numa = (ni.pci, ni.numa_node) if ni else ("", "")
         info.add_metric([n, driver, pci, numa, str(link.mtu), link.operstate], 1.0)
@@ -297,6 +302,7 @@ class NicExporter(Exporter):
         exclude: str = DEFAULT_EXCLUDE,
         queues: bool = True,
         info_refresh: float = 60.0,
+        link_speeds: dict[str, float] | None = None,
         sys_root: Path = Path("/sys"),
         proc_root: Path = Path("/proc"),
         ethtool: QueueReader | None = None,
@@ -314,6 +320,8 @@ class NicExporter(Exporter):
         self.sys_root = sys_root
         self.proc_root = proc_root
         self.info_refresh = info_refresh
+        # bits/s as configured -> bytes/s as exported
+        self.configured_speeds = {k: v / 8 for k, v in (link_speeds or {}).items()}
         self._clock = clock
         self._infos: dict[str, tuple[float, NicInfo]] = {}
         self._no_queue_stats: dict[str, float] = {}
@@ -404,6 +412,7 @@ class NicExporter(Exporter):
             softirqs=parse_softirqs(self._text("softirqs")),
             softnet=parse_softnet_stat(self._text("net/softnet_stat"), interrupts.cpus),
             snmp=snmp,
+            configured_speeds=self.configured_speeds,
         )
 
     def collect(self) -> Iterator[Metric]:

@@ -61,13 +61,22 @@ def nic_info(sys_root: Path, name: str) -> NicInfo:
         if d is not None and _PCI.match(d.name):
             pci = d.name
             numa = _read(d / "numa_node") or "-1"
-            msi = d / "msi_irqs"
-            if msi.is_dir():
-                irqs = tuple(sorted(os.listdir(msi), key=lambda s: (len(s), s)))
+            irqs = msi_irqs(d)
     # Mb/s; -1 (SPEED_UNKNOWN) or anything not a plain positive number: unknown
     mbps = parse_u64(_read(net / "speed"))
     speed_bytes = mbps * 1e6 / 8 if mbps else None
     return NicInfo(name, driver, pci, numa, speed_bytes, irqs)
+
+
+def msi_irqs(pci_dir: Path) -> tuple[str, ...]:
+    """The IRQ numbers of a PCI function's MSI/MSI-X vectors (its msi_irqs/), in numeric order."""
+    try:
+        names = os.listdir(pci_dir / "msi_irqs")
+    except OSError:  # no MSI (legacy INTx, virtual) or the device left
+        return ()
+    return tuple(
+        sorted((n for n in names if n.isascii() and n.isdigit()), key=lambda s: (len(s), s))
+    )
 
 
 def irq_affinity(proc_root: Path, irq: str) -> tuple[str, str]:

@@ -24,6 +24,7 @@ outlets and are not counted.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from fractions import Fraction
 from functools import lru_cache
@@ -121,9 +122,31 @@ def _exact_scale(scale: float) -> Fraction:
     return Fraction(repr(scale))
 
 
+_DECIMAL = re.compile(r"[+-]?(\d{1,15}(\.\d{0,9})?|\.\d{1,9})")
+
+
+def _text_number(value: Value | None) -> tuple[Fraction | None, str | None]:
+    """The decimal number a DisplayString holds ("0.61"), exactly; other text: unavailable."""
+    if value is None:
+        return None, "missing"
+    if value.type in EXCEPTIONS:
+        return None, "no_such"
+    if not isinstance(value.value, bytes | str) or value.type in _RANGES:
+        return None, "wrong_type"
+    raw = value.value.decode("latin-1") if isinstance(value.value, bytes) else value.value
+    text = raw.strip()
+    if len(text) > 32 or not _DECIMAL.fullmatch(text):
+        return None, "unavailable"  # "N/A", "not-support" (ATEN-PE-CFG-STR), garbage
+    return Fraction(text), None
+
+
 def _value(t: _Table, spec: Metric, index: str) -> tuple[Fraction | None, str | None]:
     """The exact SI value of spec at the full instance index (row plus suffix), or a reason."""
-    raw, why = _int_of(t.get(f"{spec.oid}.{index}"))
+    raw: int | Fraction | None
+    if spec.text:
+        raw, why = _text_number(t.get(f"{spec.oid}.{index}"))
+    else:
+        raw, why = _int_of(t.get(f"{spec.oid}.{index}"))
     if raw is None:
         return None, why
     if spec.state_oid is not None and spec.valid_states is not None:
@@ -173,7 +196,9 @@ def _holds(t: _Table, cond: Condition, row: str) -> bool:
         elif v is not None and v.type not in EXCEPTIONS and v.type != "Null":
             value = text_of(v)
         else:
-            return False  # an absent value satisfies no test but `empty`
+            # An absent value satisfies no test but `empty`, unless the condition says that
+            # absent is the common case (`or_absent`).
+            return cond.or_absent and (v is None or v.type in EXCEPTIONS)
     if cond.in_ is not None:
         return value in cond.in_ or str(value) in [str(x) for x in cond.in_]
     if cond.not_in is not None:
@@ -276,12 +301,22 @@ def _outlet_rows(t: _Table, spec: Outlets) -> list[str]:
     return _sorted(list(rows))
 
 
+def _chosen(t: _Table, table: Outlets) -> Outlets:
+    """The first table of the chain with a row of its index shape (else the last one)."""
+    spec = table
+    for spec in table.chain():
+        if any(len(r.split(".")) == len(spec.index) for r in _outlet_rows(t, spec)):
+            return spec
+    return spec
+
+
 def _outlets(
-    t: _Table, profile: Profile, bad: Counter[str], max_outlets: int
-) -> list[OutletReading]:
-    spec = profile.outlets
-    if spec is None:
-        return []
+    t: _Table, table: Outlets | None, bad: Counter[str], max_outlets: int
+) -> tuple[list[OutletReading], str]:
+    """The rows of the table (or of its first fallback with rows), and that table's index_from."""
+    if table is None:
+        return [], ""
+    spec = _chosen(t, table)
     out: list[OutletReading] = []
     width = sum(1 for _ in spec.metrics())
     for row in _outlet_rows(t, spec):
@@ -309,7 +344,7 @@ def _outlets(
                 bad[why or "missing"] += 1
             setattr(outlet, field, None if value is None else float(value))
         out.append(outlet)
-    return out
+    return out, spec.index_from
 
 
 def decode(profile: Profile, walk: Walk, max_outlets: int = MAX_OUTLETS) -> Reading:
@@ -323,7 +358,10 @@ def decode(profile: Profile, walk: Walk, max_outlets: int = MAX_OUTLETS) -> Read
     reading = Reading(identity=_identity(t, profile))
     for field, spec in profile.unit.metrics():
         setattr(reading, f"unit_{field}", _unit(t, spec, bad))
-    reading.outlets = _outlets(t, profile, bad, max_outlets)
+    reading.outlets, reading.outlet_table = _outlets(t, profile.outlets, bad, max_outlets)
+    # Banks and phases are few (a handful of rows) and bounded by the same limit.
+    reading.banks, _ = _outlets(t, profile.banks, bad, max_outlets)
+    reading.phases, _ = _outlets(t, profile.phases, bad, max_outlets)
     reading.invalid = {r: bad[r] for r in REASONS if bad[r]}
     return reading
 
@@ -340,6 +378,12 @@ def metered(reading: Reading) -> bool:
         return True
     return any(
         v is not None
-        for o in reading.outlets
-        for v in (o.power_watts, o.current_amperes, o.voltage_volts, o.energy_joules)
+        for o in (*reading.outlets, *reading.banks, *reading.phases)
+        for v in (
+            o.power_watts,
+            o.current_amperes,
+            o.voltage_volts,
+            o.energy_joules,
+            o.apparent_power_voltamperes,
+        )
     )

@@ -115,6 +115,10 @@ class Condition(Strict):
     lt: float | None = None
     le: float | None = None
     empty: Literal[True] | None = None
+    # The test also holds when the value is absent (not in the walk, noSuchObject): for a
+    # helper column that some models of the MIB do not implement (CyberPower PDU81005 has no
+    # ePDULoadDevNumPhases), where "absent" must mean the common case rather than "no".
+    or_absent: bool = False
 
     @model_validator(mode="after")
     def _one_subject_one_test(self) -> Condition:
@@ -127,8 +131,8 @@ class Condition(Strict):
         tests = [self.in_, self.not_in, self.gt, self.ge, self.lt, self.le, self.empty]
         if sum(t is not None for t in tests) != 1:
             raise ValueError("give exactly one test: in, not_in, gt, ge, lt, le or empty")
-        if self.index_arc is not None and self.empty is not None:
-            raise ValueError("'empty' tests a value, not an index arc")
+        if self.index_arc is not None and (self.empty is not None or self.or_absent):
+            raise ValueError("'empty' and 'or_absent' test a value, not an index arc")
         return self
 
     def columns(self) -> list[str]:
@@ -154,6 +158,9 @@ class Metric(Strict):
     invalid_below: float = 0
     zero_invalid: bool = False
     max: float | None = None
+    # The MIB gives the value as a DisplayString holding a decimal number ("0.61"; ATEN's
+    # ATEN-PE-CFG-STR); any other text ("N/A", "not-support") is no reading.
+    text: bool = False
 
     @model_validator(mode="after")
     def _state_pairs(self) -> Metric:
@@ -235,7 +242,15 @@ class Identity(Strict):
 
 
 UNIT_FIELDS = ("power_watts", "energy_joules", "current_amperes", "voltage_volts")
-OUTLET_FIELDS = ("power_watts", "current_amperes", "voltage_volts", "energy_joules")
+# apparent_power_voltamperes: what a MIB meters in VA (Chatsworth eConnect), exported under
+# its own name, never as watts.
+OUTLET_FIELDS = (
+    "power_watts",
+    "current_amperes",
+    "voltage_volts",
+    "energy_joules",
+    "apparent_power_voltamperes",
+)
 
 
 class Unit(Strict):
@@ -266,6 +281,10 @@ class Outlets(Strict):
     current_amperes: Metric | None = None
     voltage_volts: Metric | None = None
     energy_joules: Metric | None = None
+    apparent_power_voltamperes: Metric | None = None
+    # Another generation of the vendor's MIB (an older or newer outlet table), read instead
+    # when this table has no row: CPS-MIB's ePDU2 metered-outlet table, else its ePDU one.
+    fallback: Outlets | None = None
 
     def metrics(self) -> Iterator[tuple[str, Metric]]:
         """(field, spec) for every configured per-outlet value."""
@@ -274,18 +293,32 @@ class Outlets(Strict):
             if spec is not None:
                 yield f, spec
 
+    def chain(self) -> Iterator[Outlets]:
+        """This table and its fallbacks, in the order they are tried."""
+        spec: Outlets | None = self
+        while spec is not None:
+            yield spec
+            spec = spec.fallback
+
     def columns(self) -> list[str]:
-        """Every column the outlet decoding walks."""
-        cols = [self.index_from, *self.name]
-        for cond in (*self.skip_if, *self.metered_if):
-            cols += cond.columns()
-        for _, spec in self.metrics():
-            cols += spec.columns()
+        """Every column the outlet decoding walks (fallback tables included)."""
+        cols: list[str] = []
+        for spec in self.chain():
+            cols += [spec.index_from, *spec.name]
+            for cond in (*spec.skip_if, *spec.metered_if):
+                cols += cond.columns()
+            for _, metric in spec.metrics():
+                cols += metric.columns()
         return cols
 
     def scalars(self) -> list[str]:
         """Every instance the outlet decoding GETs (device-level conditions)."""
-        return [s for cond in (*self.skip_if, *self.metered_if) for s in cond.scalars()]
+        return [
+            s
+            for spec in self.chain()
+            for cond in (*spec.skip_if, *spec.metered_if)
+            for s in cond.scalars()
+        ]
 
 
 class Profile(Strict):
@@ -300,6 +333,10 @@ class Profile(Strict):
     identity: Identity = Identity()
     unit: Unit = Unit()
     outlets: Outlets | None = None
+    # Banks and phases (each a table read as outlets are), for a whole bank or phase mapped
+    # to one host (collector.yml `feeds:`); the row index is the bank or phase number.
+    banks: Outlets | None = None
+    phases: Outlets | None = None
     tables: dict[Oid, int] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -325,9 +362,10 @@ class Profile(Strict):
         for _, spec in self.unit.metrics():
             cols.update(spec.columns())
             scalars.update(spec.scalars())
-        if self.outlets is not None:
-            cols.update(self.outlets.columns())
-            scalars.update(self.outlets.scalars())
+        for table in (self.outlets, self.banks, self.phases):
+            if table is not None:
+                cols.update(table.columns())
+                scalars.update(table.scalars())
         return cols, scalars
 
     def signature_columns(self) -> list[str]:
@@ -347,8 +385,9 @@ class Profile(Strict):
             while spec is not None:
                 required.append(spec.oid)
                 spec = spec.fallback if isinstance(spec, UnitMetric) else None
-        if self.outlets is not None:
-            required += [spec.oid for _, spec in self.outlets.metrics()]
+        for table in (self.outlets, self.banks, self.phases):
+            if table is not None:
+                required += [m.oid for spec in table.chain() for _, m in spec.metrics()]
         cols, _ = self._needs()
         everything = [*cols, *(s.oid for s in self.identity.sources())]
         req = sorted(set(required), key=oid_arcs)

@@ -15,6 +15,7 @@ class OutletReading:
     current_amperes: float | None = None
     voltage_volts: float | None = None
     energy_joules: float | None = None
+    apparent_power_voltamperes: float | None = None  # VA, where the MIB meters no watts
 
 
 @dataclass
@@ -28,3 +29,6 @@ class Reading:
     unit_voltage_volts: float | None = None
     identity: dict[str, str] = field(default_factory=dict)  # vendor, model, firmware, serial
     invalid: dict[str, int] = field(default_factory=dict)  # reason -> values dropped
+    outlet_table: str = ""  # index_from of the outlet table read (a profile's fallbacks)
+    banks: list[OutletReading] = field(default_factory=list)  # index: bank number
+    phases: list[OutletReading] = field(default_factory=list)  # index: phase number

@@ -53,6 +53,7 @@ NAMES = {
     "WattbitNvmeCriticalWarning",
     "WattbitNvmeSpareLow",
     "WattbitNvmeMediaErrors",
+    "WattbitPcieLinkDowngraded",
 }
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.demo.responder import Responder
-from collector.demo.snmprec import read_snmprec
+from collector.pdu.responder import Responder
+from collector.pdu.snmprec import read_snmprec
 from exporters.snmp.oid import under
 from exporters.snmp.types import Value
 from tests.support.env import RECORDINGS, require

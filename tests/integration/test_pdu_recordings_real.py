@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from collector.site.profiles import load_profiles
-from exporters.pdu.profile import Condition, Metric, Profile
+from exporters.pdu.profile import Condition, Metric, Outlets, Profile
 from tests.support.env import FIXTURES, OWN_RECORDINGS, RECORDINGS, require
 from tests.support.realparts import Collector, parse_samples
 from tests.support.snmpagents import SnmpSim, have_netsnmp, have_snmpsim, snmpwalk_values
@@ -33,6 +33,7 @@ OUTLET_METRICS = {
     "current_amperes": "wattbit_pdu_outlet_current_amperes",
     "voltage_volts": "wattbit_pdu_outlet_voltage_volts",
     "energy_joules": "wattbit_pdu_outlet_energy_joules_total",
+    "apparent_power_voltamperes": "wattbit_pdu_outlet_apparent_power_voltamperes",
 }
 UNIT_METRICS = {
     "power_watts": "wattbit_pdu_power_watts",
@@ -209,6 +210,15 @@ class Snmpwalk:
             return int(raw.split()[0])
         return None
 
+    def decimal(self, oid: str, column: str) -> Fraction | None:
+        """A DisplayString holding a decimal number ("0.61"), as net-snmp shows it."""
+        typ, raw = self.column(column).get(oid, ("", ""))
+        text = raw.strip().strip('"') if typ == "STRING" else ""
+        try:
+            return Fraction(text) if text and text[-1].isdigit() else None
+        except ValueError:
+            return None
+
     def text(self, oid: str, column: str) -> str:
         typ, raw = self.column(column).get(oid, ("", ""))
         if typ == "Hex-STRING":
@@ -223,7 +233,11 @@ class Snmpwalk:
 def _expected(w: Snmpwalk, spec: Metric, index: str) -> Fraction | None:
     """raw x scale / 10^digits for one row, from snmpwalk; None where it is no reading."""
     row = f"{index}.{spec.suffix}" if spec.suffix else index
-    raw = w.number(f"{spec.oid}.{row}", spec.oid)
+    raw: int | Fraction | None
+    if spec.text:
+        raw = w.decimal(f"{spec.oid}.{row}", spec.oid)
+    else:
+        raw = w.number(f"{spec.oid}.{row}", spec.oid)
     if raw is None:
         return None
     value = Fraction(raw) * Fraction(str(spec.scale))
@@ -249,6 +263,8 @@ def _holds(w: Snmpwalk, cond: Condition, row: str) -> bool:
         subject = w.number(oid, cond.oid)
         if subject is None:
             subject = w.text(oid, cond.oid) or None
+        if cond.or_absent and oid not in w.column(cond.oid):
+            return True
     if cond.empty:
         return subject in (None, "")
     if subject is None:
@@ -295,6 +311,23 @@ def _unit_candidates(w: Snmpwalk, spec: object) -> list[Fraction]:
     return out
 
 
+def _table_rows(w: Snmpwalk, spec: Outlets) -> set[str]:
+    """The rows of an outlet table as net-snmp reads them: index column and value columns."""
+    rows = set(w.rows(spec.index_from))
+    for _, metric in spec.metrics():
+        cut = f".{metric.suffix}" if metric.suffix else ""
+        rows |= {r.removesuffix(cut) for r in w.rows(metric.oid) if r.endswith(cut)}
+    return {r for r in rows if len(r.split(".")) == len(spec.index)}
+
+
+def _outlet_table(w: Snmpwalk, profile: Profile) -> Outlets | None:
+    """The profile's outlet table the MIB's rules pick: the first of the chain with rows."""
+    if profile.outlets is None:
+        return None
+    chain = list(profile.outlets.chain())
+    return next((spec for spec in chain if _table_rows(w, spec)), chain[-1])
+
+
 def _profile(scraped: dict, pdu: str, profiles: dict[str, Profile]) -> Profile:
     for (name, labels), _ in scraped.items():
         lab = dict(labels)
@@ -315,8 +348,9 @@ def test_every_exported_value_equals_snmpwalk(pdu: str, sim: SnmpSim, scraped: d
             continue
         if name in OUTLET_METRICS.values():
             key = next(k for k, v in OUTLET_METRICS.items() if v == name)
-            assert profile.outlets is not None
-            spec = getattr(profile.outlets, key)
+            table = _outlet_table(w, profile)
+            assert table is not None
+            spec = getattr(table, key)
             expected = _expected(w, spec, lab["outlet"])
             assert expected is not None, f"{pdu} {name} outlet {lab['outlet']}: snmpwalk has none"
             assert value == pytest.approx(float(expected), rel=1e-9, abs=1e-9), (pdu, name, lab)
@@ -351,13 +385,14 @@ def test_every_exported_value_equals_snmpwalk(pdu: str, sim: SnmpSim, scraped: d
         "schleifenbauer_dpm27e",
         "eaton_pdu-mib-dbq145412",
         "panduit_p32g13m",
+        "cyberpower_pdu81005",
     }
     outlet_series = [
         k for k in scraped if k[0] in OUTLET_METRICS.values() and dict(k[1]).get("pdu") == pdu
     ]
     if _origin(pdu) in metered_outlets:
         assert outlet_series, f"{pdu} meters outlets but none were exported"
-    elif _origin(pdu).startswith("cyberpower"):
+    elif _origin(pdu) == "cyberpower_pdu44005":
         assert not outlet_series, "CyberPower's unmetered outlets read 0: never export them"
     assert checked > 0 or _origin(pdu).startswith("servertech_sentry4"), f"nothing for {pdu}"
 
@@ -390,15 +425,11 @@ def _reading(w: Snmpwalk, spec: Metric, row: str) -> bool:
 def test_every_reading_snmpwalk_shows_is_exported(pdu: str, sim: SnmpSim, scraped: dict) -> None:
     profiles = {p.name: p for p in load_profiles()}
     profile = _profile(scraped, pdu, profiles)
-    if profile.outlets is None:
-        return
-    spec = profile.outlets
     w = Snmpwalk(sim, pdu)
-    rows = set(w.rows(spec.index_from))
-    for _, metric in spec.metrics():
-        cut = f".{metric.suffix}" if metric.suffix else ""
-        rows |= {r.removesuffix(cut) for r in w.rows(metric.oid) if r.endswith(cut)}
-    rows = {r for r in rows if len(r.split(".")) == len(spec.index)}
+    spec = _outlet_table(w, profile)
+    if spec is None:
+        return
+    rows = _table_rows(w, spec)
     rows = {r for r in rows if not any(_holds(w, c, r) for c in spec.skip_if)}
     if spec.metered_if:
         rows = {r for r in rows if any(_holds(w, c, r) for c in spec.metered_if)}

@@ -136,7 +136,10 @@ def test_every_metric_a_rule_reads_is_documented_or_recorded_before() -> None:
                 f"{rule['record']} reads {name}, not in docs/exporters/"
             )
         for ident in IDENT.findall(expr):
-            if ":" in ident:
+            if ident == rule["record"]:
+                # a latch: the rule keeps its own last value (docs/rules.md, "last seen alone")
+                assert f"last_over_time({ident}[" in expr, f"{ident} reads itself, not a latch"
+            elif ":" in ident:
                 assert ident in recorded, f"{rule['record']} reads {ident} before it is recorded"
         recorded.add(rule["record"])
     # the rules read what the brief says they read
@@ -346,3 +349,35 @@ def test_prometheus_joins_agents_and_collector_on_host(tmp_path: Path) -> None:
                 proc.kill()
                 proc.wait()
             log.close()
+
+
+# --- what limits it (alerts/tests/limits_test.yml) -----------------------------------------------
+
+
+def test_the_limits_cases_are_generated_and_current() -> None:
+    """limits_test.yml is what gen_limits.py makes, and covers every "what limits it" rule
+    with the issue's runs and its near misses."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("gen_limits", ALERTS / "tests" / "gen_limits.py")
+    assert spec and spec.loader
+    gen = importlib.util.module_from_spec(spec)
+    sys.modules["gen_limits"] = gen  # its dataclasses look their module up
+    spec.loader.exec_module(gen)
+    path = ALERTS / "tests" / "limits_test.yml"
+    assert path.read_text() == gen.render(), "run alerts/tests/gen_limits.py"
+    text = path.read_text()
+    for case in ("disks 96 % busy", "the workload is random", "24 disks on three 8-port",
+                 "16 disks on three 8-port", "Highpoint: 1 controller(s), 8 drives",
+                 "Highpoint: 2 controller(s)", "both NICs' interrupts on CPU 0",
+                 "a CPU busy with an unrelated job", "NIC-bound, TCP loss"):  # fmt: skip
+        assert case in text, case
+    # every rule of the section is read by at least one check or by a rule a check reads
+    first = "host_device:wattbit_disk_busy_by_controller:ratio1m"
+    start = [r["record"] for r in rules()].index(first)
+    section = rules()[start:]
+    used = {m for r in section for m in IDENT.findall(r["expr"]) if ":" in m}
+    checked = set(re.findall(r"[a-z_]+:wattbit_[a-z_]+:[a-z0-9_]+", text))
+    for rule in section:
+        assert rule["record"] in used | checked, f"no promtool case reads {rule['record']}"

@@ -1,6 +1,6 @@
 """Many simulated PDUs in one thread: a UDP port each, all answered by one SNMPv2c responder.
 
-The demo's responder (collector/demo/responder.py) answers every port from the same recording
+The demo's responder (collector/pdu/responder.py) answers every port from the same recording
 (by default the demo's APC AP8641), so a hundred PDUs cost one thread and one copy of the rows.
 The farm remembers which source addresses asked each port: with one SNMPv2c socket per
 collector process, that says which collector polled which PDU, independently of /metrics.
@@ -15,8 +15,8 @@ import threading
 from collections import defaultdict
 from pathlib import Path
 
-from collector.demo.responder import Responder
-from collector.demo.snmprec import read_recording
+from collector.pdu.responder import Responder
+from collector.pdu.snmprec import read_recording
 
 DEMO_RECORDING = Path(__file__).resolve().parents[2] / "deploy" / "demo" / "apc_ap8641.snmprec"
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from collector.demo.snmprec import read_recording
+from collector.pdu.snmprec import read_recording
 from exporters.pdu.decode import decode
 from exporters.pdu.detect import detect_in_walk
 from exporters.pdu.profile import Profile

@@ -1,6 +1,6 @@
 """Real SNMP agents for tests: snmpsim serving recordings, fault agents, net-snmp reads.
 
-RawAgent is the demo's SNMPv2c responder (collector/demo/responder.py) serving a recording,
+RawAgent is the demo's SNMPv2c responder (collector/pdu/responder.py) serving a recording,
 with its faults switched on as a test asks.
 
 How snmpsim is started (snmpsim 1.2.2, `snmpsim-command-responder` from this venv):
@@ -52,8 +52,8 @@ from pathlib import Path
 from typing import Any
 
 from collector.demo.procs import free_port
-from collector.demo.responder import Faults, Responder
-from collector.demo.snmprec import read_snmprec
+from collector.pdu.responder import Faults, Responder
+from collector.pdu.snmprec import read_snmprec
 from exporters.snmp import ber
 from exporters.snmp.oid import oid_arcs
 from exporters.snmp.types import Value

@@ -3,7 +3,8 @@ end-to-end output): a change in any exporter's output shows as one reviewable di
 tests/fixtures/metrics/agent.prom.
 
 The machine read is a VM captured from the fixtures: /sys is tests/fixtures/sys/captured_vm.tar
-(virtio disk vda on PCI 0000:00:02.0) plus, built below, its virtio NIC eth0 on 0000:00:03.0
+(virtio disk vda on PCI 0000:00:02.0; its MSI-X vectors 35 and 36 are added below, as
+interrupts-6.18-virtio numbers them) plus, built below, its virtio NIC eth0 on 0000:00:03.0
 (and lo and a docker0 the exclude pattern drops); /proc is the same VM's diskstats, interrupts,
 softirqs, softnet_stat, snmp and netstat from tests/fixtures/proc; ethtool -S is
 tests/fixtures/ethtool/virtio_net.txt, from a virtio_net before Linux 6.10 (which still had
@@ -63,6 +64,8 @@ PROC = {
     "net/netstat": "nic/netstat-6.18-virtio",
 }
 IRQ_AFFINITY = {"37": ("0-1", "0"), "38": ("0-1", "1"), "39": ("0-1", "0")}
+DISK_PCI = "devices/pci0000:00/0000:00:02.0"  # virtio1 (vda) in interrupts-6.18-virtio
+DISK_IRQ_AFFINITY = {"35": ("0-1", "1"), "36": ("0-1", "1")}
 
 
 def _write(path: Path, text: str) -> None:
@@ -99,6 +102,8 @@ def machine(root: Path) -> tuple[Path, Path]:
     _write(pci / "numa_node", "-1\n")
     for irq in IRQ_AFFINITY:
         _write(pci / "msi_irqs" / irq, "msix\n")
+    for irq in DISK_IRQ_AFFINITY:
+        _write(sys_root / DISK_PCI / "msi_irqs" / irq, "msix\n")
     virtio = pci / "virtio2"
     (sys_root / "bus/virtio/drivers/virtio_net").mkdir(parents=True)
     _link(virtio / "driver", sys_root / "bus/virtio/drivers/virtio_net")
@@ -111,7 +116,7 @@ def machine(root: Path) -> tuple[Path, Path]:
     proc_root = root / "proc"
     for name, fixture in PROC.items():
         _write(proc_root / name, (FIXTURES / "proc" / fixture).read_text())
-    for irq, (allowed, effective) in IRQ_AFFINITY.items():
+    for irq, (allowed, effective) in (IRQ_AFFINITY | DISK_IRQ_AFFINITY).items():
         _write(proc_root / "irq" / irq / "smp_affinity_list", f"{allowed}\n")
         _write(proc_root / "irq" / irq / "effective_affinity_list", f"{effective}\n")
     return sys_root, proc_root
@@ -189,6 +194,7 @@ def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> bytes:
             "backend: diskstats (configured)",
             "",
             "every 300s, timeout 30s",
+            "",
         ]
         smart = exporters[2]
         assert isinstance(smart, SmartExporter)
@@ -217,12 +223,19 @@ def test_golden_metrics(agent_metrics: bytes) -> None:
 
 def test_golden_covers_every_exporter(agent_metrics: bytes) -> None:
     text = agent_metrics.decode()
-    for exporter in ("blockio", "nic", "smart"):
+    for exporter in ("blockio", "nic", "smart", "pcie"):
         assert f'wattbit_exporter_up{{exporter="{exporter}"}} 1.0\n' in text
     assert 'wattbit_disk_io_bytes_total{device="vda",op="read"}' in text
     assert 'wattbit_nic_queue_bytes_total{direction="rx",interface="eth0",queue="0"}' in text
     assert 'wattbit_nic_irq_info{affinity="0-1",effective_affinity="1",interface="eth0"' in text
     assert 'wattbit_disk_smart_available{device="vda",reason="no_smart"} 0.0\n' in text
+    # virtio on conventional PCI: the chain is there, no link values (never made-up zeros)
+    assert (
+        'wattbit_pcie_link_info{driver="",pci="0000:00:02.0",role="controller",'
+        'root="pci0000:00",upstream=""} 1.0\n'
+    ) in text
+    assert "wattbit_pcie_link_current_width{" not in text
+    assert 'wattbit_controller_cpu_interrupts_total{controller="0000:00:02.0",cpu="1"}' in text
     assert 'interface="docker0"' not in text and 'interface="lo"' not in text
     assert "process_" not in text
 

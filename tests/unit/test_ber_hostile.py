@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import ValidationError
 
-from collector.demo.snmprec import parse_snmprec
+from collector.pdu.snmprec import parse_snmprec
 from collector.site.config import PduConfig
 from collector.site.profiles import load_profiles
 from exporters.base import ExportersCollector

@@ -57,9 +57,14 @@ class _Fake(CoreBackend):
         self.nbounds = N - 1
         self.size_histogram = False
         self.clocks = {}
-        self.rows: dict[tuple[int, int], list[int]] = {}
-        self._names = lambda dev: f"d{dev}"  # type: ignore[assignment,method-assign]
+        self.rows: dict[tuple[int, int, int], list[int]] = {}
         self.attached: list[str] = []
+
+        class _Disks:
+            def live(self, seen: dict[tuple[int, int], int]) -> dict[tuple[int, int], str]:
+                return {ident: f"d{ident[0]}" for ident in seen}
+
+        self.disks = _Disks()  # type: ignore[assignment]
 
         class _Issue:
             attached = False
@@ -75,7 +80,7 @@ class _Fake(CoreBackend):
         self._issue = _Issue()  # type: ignore[assignment]
         self.diskstats = _Diskstats()  # type: ignore[assignment]
 
-    def _raw(self) -> dict[tuple[int, int], list[int]]:
+    def _raw(self) -> dict[tuple[int, int, int], list[int]]:
         return self.rows
 
 
@@ -88,12 +93,12 @@ def _slots(**at: int) -> list[int]:
 
 def test_clock_is_chosen_once_and_never_mixed() -> None:
     b = _Fake()
-    b.rows = {(1, 0): _value(_slots(s3=5), _slots())}
+    b.rows = {(1, 0, 9): _value(_slots(s3=5), _slots())}
     d = b.read()["d1"]
     assert d.clock == "device" and d.ops["read"].lat_slots == _slots(s3=5)
     # Later the queue loses its statistics: queue-clock requests appear. The device stays on
     # the device clock; the others are counted untimed, not added to the histogram.
-    b.rows = {(1, 0): _value(_slots(s3=5), _slots(s4=7))}
+    b.rows = {(1, 0, 9): _value(_slots(s3=5), _slots(s4=7))}
     d = b.read()["d1"]
     assert d.clock == "device"
     assert d.ops["read"].lat_slots == _slots(s3=5)
@@ -103,7 +108,7 @@ def test_clock_is_chosen_once_and_never_mixed() -> None:
 
 def test_queue_clock_device_and_untimed_attach_the_issue_program() -> None:
     b = _Fake()
-    b.rows = {(2, 1): _value(_slots(), _slots(s0=3)), (3, 0): _value(_slots(), _slots(), 4)}
+    b.rows = {(2, 1, 9): _value(_slots(), _slots(s0=3)), (3, 0, 9): _value(_slots(), _slots(), 4)}
     out = b.read()
     assert out["d2"].clock == "queue" and out["d2"].ops["write"].lat_slots == _slots(s0=3)
     assert out["d3"].clock is None and out["d3"].ops["read"].lat_slots is None
@@ -115,7 +120,7 @@ def test_queue_clock_device_and_untimed_attach_the_issue_program() -> None:
 
 def test_ops_beyond_the_four_are_ignored() -> None:
     b = _Fake()
-    b.rows = {(1, 7): _value(_slots(s0=1), _slots())}
+    b.rows = {(1, 7, 9): _value(_slots(s0=1), _slots())}
     assert b.read() == {}
 
 
@@ -123,11 +128,11 @@ def test_slot_copies_are_summed_per_claiming_key() -> None:
     """A queue id reused by another disk: some CPUs' copies of the slot hold the former disk's
     counts, others the new one's; each key gets only its own copies."""
     words = core.WORDS
-    pick = list(range(1, 8))  # ios .. size_sum
+    pick = list(range(core.IOS, core.IOS + 7))  # ios .. size_sum
 
-    def copy(key: int, ios: int) -> list[int]:
+    def copy(key: int, ios: int, seq: int = 1) -> list[int]:
         v = [0] * words
-        v[core.KEY], v[core.IOS] = key, ios
+        v[core.KEY], v[core.SEQ], v[core.IOS] = key, seq, ios
         return v
 
     import struct
@@ -135,8 +140,11 @@ def test_slot_copies_are_summed_per_claiming_key() -> None:
     def pack(*copies: list[int]) -> bytes:
         return b"".join(struct.pack(f"={words}Q", *c) for c in copies)
 
-    same = core._by_key(pack(copy(5, 3), copy(5, 4), copy(0, 0)), pick)
-    assert same == [(5, [7, 0, 0, 0, 0, 0, 0])]
+    same = core._by_key(pack(copy(5, 3), copy(5, 4), copy(0, 0, 0)), pick)
+    assert same == [((5, 1), [7, 0, 0, 0, 0, 0, 0])]
     split = dict(core._by_key(pack(copy(5, 3), copy(9, 4), copy(5, 1)), pick))
-    assert split == {5: [4, 0, 0, 0, 0, 0, 0], 9: [4, 0, 0, 0, 0, 0, 0]}
-    assert core._by_key(pack(copy(0, 0)), pick) == []
+    assert split == {(5, 1): [4, 0, 0, 0, 0, 0, 0], (9, 1): [4, 0, 0, 0, 0, 0, 0]}
+    # The same dev_t, re-created (a new diskseq): two disks, never summed.
+    again = dict(core._by_key(pack(copy(5, 3, seq=1), copy(5, 4, seq=2)), pick))
+    assert again == {(5, 1): [3, 0, 0, 0, 0, 0, 0], (5, 2): [4, 0, 0, 0, 0, 0, 0]}
+    assert core._by_key(pack(copy(0, 0, 0)), pick) == []

@@ -192,3 +192,16 @@ def test_cli_bad_site_profile_exits_2(tmp_path: Path) -> None:
     assert r.returncode == 2, r.stderr
     assert f"{tmp_path / 'mine.yaml'}: key 'unit.power_watts': give 'instance'" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_nic_link_speeds(tmp_path: Path) -> None:
+    """nic.link_speeds: bits/s per interface, bounded; errors name the key, never the value."""
+    f = tmp_path / "agent.yml"
+    f.write_text("nic:\n  link_speeds: {veth-wb0: 1e9, eth9: 2500000000}\n")
+    assert load_model(AgentConfig, f).nic.link_speeds == {"veth-wb0": 1e9, "eth9": 2.5e9}
+    for bad in ("{veth0: 0}", "{veth0: .nan}", "{veth0: 1e15}", "{'a/b': 1e9}", "{veth0: fast}"):
+        f.write_text(f"nic:\n  link_speeds: {bad}\n")
+        with pytest.raises(ConfigError) as err:
+            load_model(AgentConfig, f)
+        assert "nic.link_speeds" in err.value.key, err.value
+        assert "1e15" not in str(err.value) and "fast" not in str(err.value)

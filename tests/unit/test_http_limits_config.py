@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 
 from collector.agent.config import AgentConfig
-from collector.config import ConfigError, HttpConfig, ProcessConfig, load_model
+from collector.config import ConfigError, load_model
+from collector.daemon.config import ProcessConfig
 from collector.runs.api import api_app
 from collector.runs.registry import RunRegistry
 from collector.site.config import CollectorConfig, redacted
-from collector.web.limits import MAX_BODY_KEY
+from collector.web.limits import MAX_BODY_KEY, HttpConfig
 from collector.web.server import Limits
 from tests.support.cli import wattbit
 

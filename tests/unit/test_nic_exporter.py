@@ -84,7 +84,8 @@ def test_all_queues_on_cpu0_stands_out() -> None:
         )
         == 1.0
     )
-    assert sample(s, "wattbit_nic_link_speed_bytes_per_second", interface="eth2") == 1.25e9
+    speed = sample(s, "wattbit_nic_link_speed_bytes_per_second", interface="eth2", source="kernel")
+    assert speed == 1.25e9
 
 
 def _fake_net(
@@ -344,3 +345,33 @@ def test_qstats_without_pyroute2_is_unavailable_not_a_crash(monkeypatch) -> None
         monkeypatch.setitem(sys.modules, mod, None)  # import raises ImportError
     with pytest.raises(QstatsUnavailable, match="pyroute2 cannot be imported"):
         NetdevQstats().read()
+
+
+def test_configured_speed_only_where_the_kernel_reports_none() -> None:
+    """nic.link_speeds gives a veth its speed (source=config); a kernel speed is never replaced."""
+    veth = NicInfo("veth0", "veth", "", "", None, ())
+    snap = NicSnapshot(
+        links=[
+            LinkStats("eth2", 3, 9000, "up", "", stats={"tx_bytes": 10}),
+            LinkStats("veth0", 4, 1500, "up", "", stats={"tx_bytes": 10}),
+            LinkStats("veth1", 5, 1500, "up", "", stats={"tx_bytes": 10}),
+        ],
+        infos={"eth2": _ixgbe_info(()), "veth0": veth, "veth1": veth},
+        configured_speeds={"eth2": 1.25e8, "veth0": 6.25e7},
+    )
+    s = _samples(snap)
+    key = "wattbit_nic_link_speed_bytes_per_second"
+    assert sample(s, key, interface="eth2", source="kernel") == 1.25e9
+    assert sample(s, key, interface="veth0", source="config") == 6.25e7
+    assert not any(k[0] == key and ("interface", "veth1") in k[1] for k in s)  # never a guess
+    eth2 = [dict(k[1]) for k in s if k[0] == key and ("interface", "eth2") in k[1]]
+    assert [d["source"] for d in eth2] == ["kernel"]
+
+
+def test_exporter_takes_bits_and_exports_bytes(tmp_path: Path) -> None:
+    """The exporter's link_speeds are bits/s (as the config key), the metric bytes/s."""
+    e = NicExporter(link_speeds={"veth0": 500e6}, sys_root=tmp_path, proc_root=tmp_path)
+    try:
+        assert e.configured_speeds == {"veth0": 62.5e6}
+    finally:
+        e.close()

@@ -10,7 +10,7 @@ import asyncio
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from collector.demo.snmprec import parse_snmprec
+from collector.pdu.snmprec import parse_snmprec
 from collector.site.profiles import load_profiles
 from exporters.base import ExportersCollector
 from exporters.pdu.exporter import PduExporter, snmp_counters

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from collector.config import ConfigError
-from collector.demo.snmprec import parse_snmprec
-from collector.demo.snmpwalk import parse_snmpwalk
+from collector.pdu.snmprec import parse_snmprec
+from collector.pdu.snmpwalk import parse_snmpwalk
 from collector.site.profiles import load_profile, load_profiles
 from exporters.pdu.decode import decode, metered, text_of
 from exporters.pdu.detect import family_matches
@@ -87,6 +87,8 @@ RECORDING_PROFILE = {
     "gude_epc-8031.snmprec": "gude_epc8031",
     "apc_epdu1116s.snmprec": "apc_epdu",
     "rittal_pdu-controller.snmprec": "rittal_cmc3",
+    # tests/fixtures/pdu/recordings: newer generations and vendors (issue 25)
+    "cyberpower_pdu81005.snmprec": "cyberpower",
 }
 
 

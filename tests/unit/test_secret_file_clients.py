@@ -1,5 +1,5 @@
 """`wattbit run --token-file` and the simulated PDU's `--community-file` read their secret file
-by the collector's own rules (collector.site.config.read_secret_file): one line, a regular
+by the collector's own rules (collector.secretfile.read_secret_file): one line, a regular
 file, not readable by every user. A refusal exits 2 naming the file, never its content."""
 
 from __future__ import annotations

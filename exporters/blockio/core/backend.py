@@ -10,7 +10,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ..bpfshared import DevNames, fdinfo, kernel_at_least, prog_stats, sum_percpu
+from ..bpfshared import Identity, LiveDisks, fdinfo, kernel_at_least, prog_stats, sum_percpu
 from ..diskstats import DiskstatsBackend
 from ..model import (
     MAX_LAT_BOUNDS,
@@ -30,19 +30,21 @@ BTF = Path("/sys/kernel/btf/vmlinux")
 
 # struct stat_val in blockio.bpf.c, in u64 words.
 _LAT_SLOTS = MAX_LAT_BOUNDS + 1
-KEY, IOS, BYTES, ERRORS, UNTIMED, LSUM_DEV, LSUM_Q, SSUM = range(8)
-LAT_DEV = 8
+KEY, SEQ, IOS, BYTES, ERRORS, UNTIMED, LSUM_DEV, LSUM_Q, SSUM = range(9)
+LAT_DEV = 9
 # Their positions in what read() sums (_words: these seven first, then the slots).
 P_IOS, P_BYTES, P_ERRORS, P_UNTIMED, P_LSUM_DEV, P_LSUM_Q, P_SSUM = range(7)
 LAT_Q = LAT_DEV + _LAT_SLOTS
 SIZE = LAT_Q + _LAT_SLOTS
 WORDS = SIZE + SIZE_SLOTS
-_KEY = struct.Struct("=II")  # struct stat_key: dev, op
+_KEY = struct.Struct("=IIQ")  # struct stat_key: dev, op, seq (diskseq)
 # the .rodata cfg: bounds, size_histogram, max_queues, stamps
 _CFG = struct.Struct(f"={MAX_LAT_BOUNDS}QQQQ")
 STAMP_DEVICE, STAMP_QUEUE = 1, 2
 NOPS = 4  # slots per queue id in `slots`
 MAX_SLOTS = 4096  # blockio.bpf.c's `used`
+MAP_FULL = ("stats", "start")  # blockio.bpf.c's map_full[], by index
+STATS_ENTRIES = 4096  # the hash map's max_entries in blockio.bpf.c
 
 
 def queue_slots(sys_root: Path = Path("/sys")) -> int:
@@ -61,21 +63,24 @@ _NO_BOUND = (1 << 64) - 1
 _PREALLOC_ENTRIES = 1024  # before 6.1: 256 disks x 4 ops, preallocated per CPU
 
 
-def _by_key(value: bytes | memoryview, pick: list[int]) -> list[tuple[int, list[int]]]:
-    """One array slot's per-CPU copies summed per claiming key (normally one key: every CPU
-    claimed the slot for the same (dev, op); after a queue id was reused by another disk,
-    some CPUs' copies still hold the former's)."""
+def _by_key(value: bytes | memoryview, pick: list[int]) -> list[tuple[tuple[int, int], list[int]]]:
+    """One array slot's per-CPU copies summed per claiming (key, diskseq): normally one, as
+    every CPU claimed the slot for the same disk; after the queue id went to another disk,
+    the CPUs that have not completed its I/O yet still hold the former's copies."""
     flat = memoryview(value).cast("B").cast("Q")
-    keys = set(flat[KEY::WORDS]) - {0}
-    if len(keys) <= 1:
-        return [(k, sum_percpu(value, WORDS, pick)) for k in keys]
+    claims = set(zip(flat[KEY::WORDS], flat[SEQ::WORDS], strict=True))
+    claims = {c for c in claims if c[0]}
+    if len(claims) <= 1:
+        return [(c, sum_percpu(value, WORDS, pick)) for c in claims]
     ncpus = len(flat) // WORDS
     out = []
-    for k in keys:
+    for c in claims:
         mine = b"".join(
-            bytes(flat[c * WORDS : (c + 1) * WORDS]) for c in range(ncpus) if flat[c * WORDS] == k
+            bytes(flat[i * WORDS : (i + 1) * WORDS])
+            for i in range(ncpus)
+            if (flat[i * WORDS + KEY], flat[i * WORDS + SEQ]) == c
         )
-        out.append((k, sum_percpu(mine, WORDS, pick)))
+        out.append((c, sum_percpu(mine, WORDS, pick)))
     return out
 
 
@@ -99,10 +104,12 @@ class CoreBackend:
         btf_path: Path = BTF,
         stamps: int = STAMP_DEVICE | STAMP_QUEUE,
         max_queues: int | None = None,
+        stats_entries: int = STATS_ENTRIES,
     ) -> None:
         """stamps: the kernel timestamps to use; tests clear bits to exercise the queue clock
         and the issue-side timing on devices that carry both. max_queues: queue ids with an
-        array slot (default: queue_slots(); 0 sends everything through the hash map)."""
+        array slot (default: queue_slots(); 0 sends everything through the hash map).
+        stats_entries: the hash map's size (tests fill a small one)."""
         if os.geteuid() != 0:
             raise BackendUnavailable("not root", "loading BPF programs needs root (CAP_BPF)")
         if not btf_path.exists():
@@ -125,11 +132,15 @@ class CoreBackend:
         self.max_queues = queue_slots(sys_root) if max_queues is None else max_queues
         if not 0 <= self.max_queues * NOPS <= MAX_SLOTS:
             raise ValueError(f"max_queues: 0 to {MAX_SLOTS // NOPS}")
+        if not 0 < stats_entries <= STATS_ENTRIES:
+            raise ValueError(f"stats_entries: 1 to {STATS_ENTRIES}")
+        self.stats_entries = stats_entries
         self.obj = self._load(obj_path, bounds, size_histogram, stamps)
         self.ncpus = libbpf.possible_cpus()
         self._stats = self.obj.map("stats")
         self._slots = self.obj.map("slots")
         self._used = self.obj.map(".data.used")
+        self._full = self.obj.map(".data.full")
         self._complete = self.obj.program("complete")
         self._issue = self.obj.program("issue")
         try:
@@ -139,11 +150,11 @@ class CoreBackend:
             raise BackendUnavailable(
                 "attach failed", f"attaching tp_btf/block_rq_complete failed ({exc})"
             ) from exc
-        self._names = DevNames(sys_root)
+        self.disks = LiveDisks(sys_root)
         self.diskstats = DiskstatsBackend(proc_root)
-        # The clock each device's histogram is in, fixed at its first timed request (a
-        # device's series must not change meaning between scrapes).
-        self.clocks: dict[int, str] = {}
+        # The clock each disk's histogram is in, fixed at its first timed request (a disk's
+        # series must not change meaning between scrapes); forgotten when the disk goes.
+        self.clocks: dict[Identity, str] = {}
         self._pick = self._words()
 
     def _load(
@@ -163,12 +174,13 @@ class CoreBackend:
             cfg = _CFG.pack(*padded, int(size_histogram), self.max_queues, stamps)
             ctypes.memmove(rodata, cfg, _CFG.size)
             obj.map("slots").set_max_entries(max(1, self.max_queues * NOPS))
+            stats = obj.map("stats")
+            stats.set_max_entries(self.stats_entries)
             if not kernel_at_least(6, 1):
                 # Run-time allocated maps in tracing programs are safe only since 6.1
                 # (bpf_mem_alloc): before, preallocate a smaller map instead.
-                stats = obj.map("stats")
                 stats.set_flags(0)
-                stats.set_max_entries(_PREALLOC_ENTRIES)
+                stats.set_max_entries(min(self.stats_entries, _PREALLOC_ENTRIES))
             obj.program("empty").set_autoload(False)
             obj.load()
         except BackendUnavailable:
@@ -192,9 +204,9 @@ class CoreBackend:
             pick += range(SIZE, SIZE + SIZE_SLOTS)
         return pick
 
-    def values(self) -> Iterator[tuple[tuple[int, int] | None, bytes | memoryview]]:
+    def values(self) -> Iterator[tuple[tuple[int, int, int] | None, bytes | memoryview]]:
         """The raw per-CPU values: each claimed array slot (key None: its copies say whose
-        they are), then the hash map's entries by (dev, op)."""
+        they are), then the hash map's entries by (dev, op, diskseq)."""
         value_size = WORDS * 8 * self.ncpus
         used = self._used.lookup(b"\0\0\0\0", MAX_SLOTS * 8) or b""
         for idx, claim in enumerate(struct.unpack(f"={len(used) // 8}Q", used)):
@@ -205,24 +217,40 @@ class CoreBackend:
         for raw_key, value in self._stats.lookup_batch(_KEY.size, value_size):
             yield _KEY.unpack(raw_key), value
 
-    def _raw(self) -> dict[tuple[int, int], list[int]]:
-        """(dev, op) -> summed words in _pick order, added up where both the array and the
-        hash map hold a (dev, op)."""
-        out: dict[tuple[int, int], list[int]] = {}
+    def _raw(self) -> dict[tuple[int, int, int], list[int]]:
+        """(dev, op, diskseq) -> summed words in _pick order, added up where both the array
+        and the hash map hold one."""
+        out: dict[tuple[int, int, int], list[int]] = {}
 
-        def add(dev: int, op: int, val: list[int]) -> None:
-            have = out.get((dev, op))
+        def add(k: tuple[int, int, int], val: list[int]) -> None:
+            have = out.get(k)
             if have is not None:
                 val = [a + b for a, b in zip(have, val, strict=True)]
-            out[(dev, op)] = val
+            out[k] = val
 
         for key, value in self.values():
             if key is None:
-                for claim, val in _by_key(value, self._pick):
-                    add(claim >> 8, (claim & 0xFF) - 1, val)
+                for (claim, seq), val in _by_key(value, self._pick):
+                    add((claim >> 8, (claim & 0xFF) - 1, seq), val)
             else:
-                add(*key, sum_percpu(value, WORDS, self._pick))
+                add(key, sum_percpu(value, WORDS, self._pick))
         return out
+
+    def _forget(self, dead: list[tuple[int, int, int]]) -> None:
+        """Delete the hash map entries of disks that are gone (no more completions can come
+        for them: their queue is gone, or their diskseq superseded). Array slots are reset
+        by the program itself when their queue id's next disk completes I/O."""
+        for dev, op, seq in dead:
+            try:
+                self._stats.delete(_KEY.pack(dev, op, seq))
+            except OSError as exc:  # never fatal to a scrape
+                log.debug("blockio: deleting a gone disk's entry: %s", exc)
+
+    def map_full(self) -> dict[str, int]:
+        """Updates that failed because a map was full, by map: stats (completions not
+        counted) and start (requests not timed)."""
+        raw = self._full.lookup(b"\0\0\0\0", 8 * len(MAP_FULL)) or bytes(8 * len(MAP_FULL))
+        return dict(zip(MAP_FULL, struct.unpack(f"={len(MAP_FULL)}Q", raw), strict=True))
 
     def read(self) -> dict[str, DeviceStats]:
         """Cumulative per-device statistics since the program was loaded."""
@@ -231,20 +259,26 @@ class CoreBackend:
         lat_q = slice(7 + n, 7 + 2 * n)
         size = slice(7 + 2 * n, 7 + 2 * n + SIZE_SLOTS)
         raw = self._raw()
-        by_dev: dict[int, dict[int, list[int]]] = {}
-        for (dev, op), val in raw.items():
-            if op < len(OPS):
-                by_dev.setdefault(dev, {})[op] = val
+        seen: dict[Identity, int] = {}
+        for dev, _op, seq in raw:
+            seen[(dev, seq)] = seen.get((dev, seq), 0) + raw[(dev, _op, seq)][P_IOS]
+        live = self.disks.live(seen)
+        self._forget([k for k in raw if (k[0], k[2]) not in live])
+        by_disk: dict[Identity, dict[int, list[int]]] = {}
+        for (dev, op, seq), val in raw.items():
+            if op < len(OPS) and (dev, seq) in live:
+                by_disk.setdefault((dev, seq), {})[op] = val
+        self.clocks = {k: v for k, v in self.clocks.items() if k in live}
         out: dict[str, DeviceStats] = {}
         untimed_seen = False
-        for dev, ops in by_dev.items():
-            clock = self.clocks.get(dev)
+        for ident, ops in by_disk.items():
+            clock = self.clocks.get(ident)
             if clock is None:
                 if any(sum(v[lat_dev]) for v in ops.values()):
-                    clock = self.clocks[dev] = "device"
+                    clock = self.clocks[ident] = "device"
                 elif any(sum(v[lat_q]) for v in ops.values()):
-                    clock = self.clocks[dev] = "queue"
-            stats = out.setdefault(self._names(dev), DeviceStats())
+                    clock = self.clocks[ident] = "queue"
+            stats = out.setdefault(live[ident], DeviceStats())
             stats.clock = clock
             for op, v in ops.items():
                 dev_slots, q_slots = v[lat_dev], v[lat_q]

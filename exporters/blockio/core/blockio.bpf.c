@@ -59,14 +59,24 @@ const volatile struct {
 #define STAMP_DEVICE 1
 #define STAMP_QUEUE 2
 
+/* A disk's identity is (dev, diskseq): the kernel gives every disk a new sequence number
+ * when it is created and when its medium changes (a loop device's attach and detach), and
+ * never reuses one (include/linux/blkdev.h; "block: add disk sequence number", Linux 5.15,
+ * https://lore.kernel.org/all/20210623105858.6978-1-mcroce@linux.microsoft.com/), where the
+ * dev_t is reused at once by the next disk of the driver (a re-created loop7, an NVMe-oF
+ * namespace after a reconnect). Keyed by it, a new disk starts from zero, exactly from its
+ * first request, however soon after its predecessor it came and whenever userspace looks.
+ * 0 on kernels before 5.15 (no diskseq: there the dev_t alone names the disk). */
 struct stat_key {
 	u32 dev;
 	u32 op;
+	u64 seq;
 };
 
 /* Keep in step with backend.py's word numbers. */
 struct stat_val {
 	u64 key;			/* dev << 8 | (op + 1) once claimed, in `slots` */
+	u64 seq;			/* the claiming disk's diskseq, in `slots` */
 	u64 ios;
 	u64 bytes;
 	u64 errors;
@@ -110,6 +120,13 @@ struct {
  * own, so it is the whole of one map for userspace (libbpf maps each .data.* section). */
 #define MAX_SLOTS 4096
 u64 used[MAX_SLOTS] SEC(".data.used") = {};
+
+/* Updates that failed because the map was full, by map (FULL_STATS: a completion not
+ * counted at all; FULL_START: a request not timed): never silent, exported as
+ * wattbit_blockio_bpf_map_full_total. Atomic adds: only on that rare path. */
+#define FULL_STATS 0
+#define FULL_START 1
+u64 map_full[2] SEC(".data.full") = {};
 
 /* Issue times of requests without a kernel timestamp; only filled while `issue` is attached. */
 struct {
@@ -175,7 +192,8 @@ int BPF_PROG(issue, struct request *rq)
 	u64 key = (u64)rq;
 	u64 now = bpf_ktime_get_ns();
 
-	bpf_map_update_elem(&start, &key, &now, BPF_ANY);
+	if (bpf_map_update_elem(&start, &key, &now, BPF_ANY))
+		__sync_fetch_and_add(&map_full[FULL_START], 1);
 	return 0;
 }
 
@@ -196,27 +214,36 @@ int BPF_PROG(complete, struct request *rq, blk_status_t error, unsigned int nr_b
 	u32 qid = rq->q->id;
 	struct stat_val *s = 0;
 
+	if (bpf_core_field_exists(disk->diskseq))
+		sk.seq = disk->diskseq;
 	if (qid < cfg.max_queues) {
 		u32 idx = qid * NOPS + op;
 
 		s = bpf_map_lookup_elem(&slots, &idx);
-		if (s && s->key != key) {
-			if (s->key == 0) {
-				s->key = key;	/* first use on this CPU */
-				used[idx & (MAX_SLOTS - 1)] = key;
-			} else {
-				s = 0;		/* the id now names another disk */
-			}
+		if (s && (s->key != key || s->seq != sk.seq)) {
+			/* Another disk's counts: the id was freed with that disk's queue (ids are
+			 * unique among live queues, blk_queue_ida), so that disk is gone and its
+			 * slot is this one's. Reset on this CPU only: no other CPU writes this copy
+			 * (tracing programs do not nest, and a copy is per CPU), so unlike a reset
+			 * from userspace this can lose nothing of the new disk's. */
+			if (s->key)
+				*s = zero_val;
+			s->key = key;
+			s->seq = sk.seq;
+			used[idx & (MAX_SLOTS - 1)] = key;
 		}
 	}
 	if (!s)
 		s = bpf_map_lookup_elem(&stats, &sk);
 	if (!s) {
-		/* Only a (dev, op)'s first completion gets here. */
+		/* Only a (dev, op)'s first completion gets here. Userspace deletes the entries of
+		 * disks that are gone, so the map holds the disks present, not all that ever were. */
 		bpf_map_update_elem(&stats, &sk, &zero_val, BPF_NOEXIST);
 		s = bpf_map_lookup_elem(&stats, &sk);
-		if (!s)
+		if (!s) {
+			__sync_fetch_and_add(&map_full[FULL_STATS], 1);
 			return 0;
+		}
 	}
 	s->ios += 1;
 	s->bytes += nr_bytes;

@@ -47,6 +47,7 @@ enum {
 struct gendisk {
 	int major;
 	int first_minor;
+	u64 diskseq;		/* since 5.15: bpf_core_field_exists() before reading it */
 } __attribute__((preserve_access_index));
 
 struct request_queue {

@@ -65,6 +65,7 @@ def _load() -> ctypes.CDLL:
         ),
         "bpf_map_get_next_key": (ctypes.c_int, [ctypes.c_int, _c_p, _c_p]),
         "bpf_map_lookup_elem": (ctypes.c_int, [ctypes.c_int, _c_p, _c_p]),
+        "bpf_map_delete_elem": (ctypes.c_int, [ctypes.c_int, _c_p]),
     }
     for fn, (restype, argtypes) in sig.items():
         f = getattr(lib, fn)
@@ -165,6 +166,15 @@ class Map:
             return None
         _check(rc, f"{self.name}: lookup")
         return value.raw
+
+    def delete(self, key: bytes) -> bool:
+        """Delete one entry; False if there was none."""
+        k = ctypes.create_string_buffer(key, len(key))
+        rc = lib().bpf_map_delete_elem(self.fd, k)
+        if rc == -errno.ENOENT:
+            return False
+        _check(rc, f"{self.name}: delete")
+        return True
 
     def lookup_batch(
         self, key_size: int, value_size: int, chunk: int = 256

@@ -1,5 +1,5 @@
 """The one reader of snmpsim ``.snmprec`` recordings: the simulated PDU serves what it reads,
-and the tests serve it (collector/demo/responder.py) or decode it with no SNMP at all.
+and the tests serve it (collector/pdu/responder.py) or decode it with no SNMP at all.
 
 It returns a ``Walk`` (OID without leading dot -> ``Value``) shaped like what the poller builds:
 OctetStrings are bytes, OIDs and IpAddresses dotted strings, every integer type an int. A
@@ -106,7 +106,7 @@ def read_snmprec(path: Path | str) -> Walk:
 
 def read_recording(path: Path | str) -> Walk:
     """A PDU recording as a Walk: ``.snmpwalk`` (net-snmp ``-On`` text), else ``.snmprec``."""
-    from collector.demo.snmpwalk import parse_snmpwalk
+    from collector.pdu.snmpwalk import parse_snmpwalk
 
     p = Path(path)
     if p.suffix == ".snmpwalk":

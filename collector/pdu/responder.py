@@ -1,10 +1,10 @@
 """The one SNMPv2c command responder: GET, GETNEXT and GETBULK over a view of recorded rows.
 
-The simulated PDU (pdusim.py) serves a recording through it and writes its modelled watts into
-the view once a second; the tests serve recordings through it, some with faults switched on
-(`Faults`: a GETBULK above a size answered with tooBig, cut in half or not at all; side-by-side
-answers laid out subtree by subtree; OIDs that stop increasing). The rows are `Value`s as
-snmprec.read_snmprec returns them, keyed by OID arcs.
+The simulated PDU (collector/demo/pdusim.py) serves a recording through it and writes its
+modelled watts into the view once a second; the tests serve recordings through it, some with
+faults switched on (`Faults`: a GETBULK above a size answered with tooBig, cut in half or not at
+all; side-by-side answers laid out subtree by subtree; OIDs that stop increasing). The rows are
+`Value`s as snmprec.read_snmprec returns them, keyed by OID arcs.
 
 Messages are decoded and encoded by pysnmp's SNMPv2c protocol module (pyasn1's BER codec), not by
 exporters/snmp/ber.py: that codec is the client's half only (it builds requests and reads

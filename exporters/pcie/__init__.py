@@ -1,0 +1,1 @@
+"""PCIe links, disk link rates and storage-controller interrupts (docs/exporters/pcie.md)."""

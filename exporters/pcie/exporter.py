@@ -1,0 +1,297 @@
+"""The pcie exporter: PCIe links of storage controllers and NICs, the bridges above them, the
+disks' SATA/SAS link rates, and which CPUs take the storage controllers' interrupts.
+
+docs/exporters/pcie.md is the contract. Which devices: the controllers of the disks blockio
+exports and the PCI functions of the interfaces the nic exporter exports, found with those
+exporters' own readers (exporters.blockio.topology, exporters.nic.sysfs) and the same exclude
+patterns. The chains are cached; only current link state, link rates, /proc/interrupts and IRQ
+affinities are read per scrape.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from exporters.base import Exporter
+from exporters.blockio.exporter import DEFAULT_EXCLUDE as BLOCK_EXCLUDE
+from exporters.blockio.topology import read_attr, read_topology, resolve_in
+from exporters.nic.exporter import DEFAULT_EXCLUDE as NIC_EXCLUDE
+from exporters.nic.links import interface_names, is_loopback
+from exporters.nic.procfs import Interrupts, parse_interrupts
+from exporters.nic.sysfs import irq_affinity, msi_irqs, nic_info
+
+from .disklinks import DiskLink, disk_link, read_rate
+from .links import Link, Node, read_chains, read_links, topology_names
+
+log = logging.getLogger(__name__)
+
+# /proc/interrupts is about 100 bytes per IRQ per 10 CPUs: 1 MiB on a large host. Beyond
+# 32 MiB it is not a file the kernel wrote.
+_MAX_PROC = 32 << 20
+
+
+@dataclass(frozen=True)
+class ControllerIrq:
+    """One interrupt of a storage controller this scrape."""
+
+    controller: str
+    irq: str
+    counts: dict[int, int]  # cpu -> interrupts
+    affinity: str
+    effective: str
+
+
+@dataclass
+class PcieSnapshot:
+    """Everything one scrape read, ready to render (pure data)."""
+
+    nodes: dict[str, Node]
+    links: dict[str, Link]
+    disk_rates: list[tuple[str, str, float]] = field(default_factory=list)  # device, transport
+    irqs: list[ControllerIrq] = field(default_factory=list)
+
+
+@dataclass
+class _Topology:
+    """What is cached between refreshes."""
+
+    names: tuple[str, ...]
+    read_at: float
+    nodes: dict[str, Node]
+    disk_links: list[DiskLink]
+    controller_irqs: dict[str, tuple[str, ...]]  # controller -> its IRQ numbers
+
+
+def _cut(path: tuple[str, ...] | None, pci: str) -> tuple[str, ...] | None:
+    """path up to its last component named pci, None if pci is not on it."""
+    if path is None:
+        return None
+    for i in range(len(path) - 1, -1, -1):
+        if path[i] == pci:
+            return path[: i + 1]
+    return None
+
+
+def controller_irqs(
+    interrupts: Interrupts,
+    wanted: dict[str, tuple[str, ...]],
+    affinity: Callable[[str], tuple[str, str]],
+) -> list[ControllerIrq]:
+    """The interrupts of each controller found in /proc/interrupts, with their affinities."""
+    out = []
+    for controller, irqs in sorted(wanted.items()):
+        for irq in irqs:
+            row = interrupts.rows.get(irq)
+            if row is None or len(row.counts) != len(interrupts.cpus):
+                continue  # gone meanwhile, or an arch row that is not this IRQ
+            allowed, effective = affinity(irq)
+            counts = dict(zip(interrupts.cpus, row.counts, strict=True))
+            out.append(ControllerIrq(controller, irq, counts, allowed, effective))
+    return out
+
+
+def _value(x: float | int) -> float:
+    return float(x)
+
+
+def render(snap: PcieSnapshot) -> Iterator[Metric]:
+    """The pcie metric families of one snapshot (pure)."""
+    info = GaugeMetricFamily(
+        "wattbit_pcie_link_info",
+        "A PCI function of a storage controller's or NIC's chain up to the root complex.",
+        labels=["pci", "role", "upstream", "root", "driver"],
+    )
+    lab = ["pci"]
+    gauges = {
+        "speed": GaugeMetricFamily(
+            "wattbit_pcie_link_current_transfers_per_second",
+            "Current PCIe link speed (transfers/s).",
+            labels=lab,
+        ),
+        "max_speed": GaugeMetricFamily(
+            "wattbit_pcie_link_max_transfers_per_second",
+            "Maximum PCIe link speed of this function (transfers/s).",
+            labels=lab,
+        ),
+        "width": GaugeMetricFamily(
+            "wattbit_pcie_link_current_width",
+            "Current PCIe link width (lanes; 0: link down).",
+            labels=lab,
+        ),
+        "max_width": GaugeMetricFamily(
+            "wattbit_pcie_link_max_width", "Maximum PCIe link width of this function.", labels=lab
+        ),
+        "usable": GaugeMetricFamily(
+            "wattbit_pcie_link_usable_bytes_per_second",
+            "Payload bandwidth per direction at the current speed and width, after encoding.",
+            labels=lab,
+        ),
+    }
+    downgraded = GaugeMetricFamily(
+        "wattbit_pcie_link_downgraded",
+        "1 if the link trained below its maximum speed or width (docs/exporters/pcie.md).",
+        labels=lab,
+    )
+    for address in sorted(snap.nodes):
+        node = snap.nodes[address]
+        info.add_metric([address, node.role, node.upstream, node.root, node.driver], 1.0)
+        link = snap.links.get(address)
+        if link is None:
+            continue
+        for attr, family in gauges.items():
+            value = getattr(link, attr)
+            if value is not None:
+                family.add_metric([address], _value(value))
+        if link.downgraded is not None:
+            downgraded.add_metric([address], 1.0 if link.downgraded else 0.0)
+    yield info
+    yield from gauges.values()
+    yield downgraded
+
+    rate = GaugeMetricFamily(
+        "wattbit_disk_link_rate_bits_per_second",
+        "Negotiated SATA/SAS line rate of the disk's link (bits/s, before 8b/10b).",
+        labels=["device", "transport"],
+    )
+    for device, transport, bits in sorted(snap.disk_rates):
+        rate.add_metric([device, transport], bits)
+    yield rate
+
+    irq_info = GaugeMetricFamily(
+        "wattbit_controller_irq_info",
+        "A storage controller's interrupt: the CPUs it may run on and does (effective).",
+        labels=["controller", "irq", "affinity", "effective_affinity"],
+    )
+    per_cpu: dict[tuple[str, int], int] = {}
+    for irq in snap.irqs:
+        irq_info.add_metric([irq.controller, irq.irq, irq.affinity, irq.effective], 1.0)
+        for cpu, count in irq.counts.items():
+            per_cpu[(irq.controller, cpu)] = per_cpu.get((irq.controller, cpu), 0) + count
+    cpu_irqs = CounterMetricFamily(
+        "wattbit_controller_cpu_interrupts",
+        "Interrupts of a storage controller taken by each CPU (CPUs that took none left out).",
+        labels=["controller", "cpu"],
+    )
+    for (controller, cpu), count in sorted(per_cpu.items()):
+        if count:
+            cpu_irqs.add_metric([controller, str(cpu)], float(count))
+    yield irq_info
+    yield cpu_irqs
+
+
+class PcieExporter(Exporter):
+    """Caches the chains; reads link state, link rates and interrupts on each scrape."""
+
+    name = "pcie"
+
+    def __init__(
+        self,
+        block_exclude: str = BLOCK_EXCLUDE,
+        nic_exclude: str = NIC_EXCLUDE,
+        refresh: float = 60.0,
+        sys_root: Path = Path("/sys"),
+        proc_root: Path = Path("/proc"),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.block_exclude = re.compile(block_exclude)
+        self.nic_exclude = re.compile(nic_exclude) if nic_exclude else None
+        self.refresh = refresh
+        self.sys_root = sys_root
+        self.proc_root = proc_root
+        self._clock = clock
+        self._topology: _Topology | None = None
+
+    def _devices(self) -> tuple[dict[str, str], dict[str, tuple[str, ...]], list[DiskLink]]:
+        """{pci: role}, {pci: resolved path} and the disks' links, as the other exporters see."""
+        roles: dict[str, str] = {}
+        paths: dict[str, tuple[str, ...]] = {}
+        disk_links: list[DiskLink] = []
+        for name, disk in read_topology(self.sys_root).items():
+            if self.block_exclude.search(name) or (
+                disk.parent and self.block_exclude.search(disk.parent)
+            ):
+                continue
+            path = resolve_in(self.sys_root, ("class", "block", name))
+            if disk.controller:
+                roles[disk.controller] = "controller"
+                hint = _cut(path, disk.controller)
+                if hint is not None:
+                    paths[disk.controller] = hint
+            if not disk.parent and path is not None:
+                link = disk_link(self.sys_root, name, path)
+                if link is not None:
+                    disk_links.append(link)
+        for name in interface_names(self.sys_root):
+            if (self.nic_exclude and self.nic_exclude.search(name)) or is_loopback(
+                self.sys_root, name
+            ):
+                continue
+            pci = nic_info(self.sys_root, name).pci
+            if pci and pci not in roles:
+                roles[pci] = "nic"
+                hint = _cut(resolve_in(self.sys_root, ("class", "net", name, "device")), pci)
+                if hint is not None:
+                    paths[pci] = hint
+        return roles, paths, disk_links
+
+    def _read_topology(self, names: tuple[str, ...], now: float) -> _Topology:
+        roles, paths, disk_links = self._devices()
+        nodes = read_chains(self.sys_root, roles, paths)
+        irqs: dict[str, tuple[str, ...]] = {}
+        for pci, node in nodes.items():
+            if node.role != "controller":
+                continue
+            vectors = msi_irqs(self.sys_root.joinpath(*node.path))
+            if not vectors:
+                # legacy INTx: the function's one interrupt line ("0": none assigned)
+                line = read_attr(self.sys_root, node.path, "irq")
+                if line.isascii() and line.isdigit() and line.lstrip("0"):
+                    vectors = (line.lstrip("0"),)
+            irqs[pci] = vectors
+        return _Topology(names, now, nodes, disk_links, irqs)
+
+    def _proc(self, rel: str) -> str:
+        try:
+            with open(self.proc_root / rel, "rb") as f:
+                return f.read(_MAX_PROC).decode("ascii", "replace")
+        except OSError:
+            return ""
+
+    def snapshot(self) -> PcieSnapshot:
+        """Read what changes every scrape; re-read the chains when the topology changed."""
+        now = self._clock()
+        names = topology_names(self.sys_root)
+        topo = self._topology
+        if topo is None or topo.names != names or now - topo.read_at >= self.refresh:
+            topo = self._topology = self._read_topology(names, now)
+        rates = []
+        for link in topo.disk_links:
+            bits = read_rate(self.sys_root, link)
+            if bits is not None:
+                rates.append((link.device, link.transport, bits))
+        irqs: list[ControllerIrq] = []
+        if any(topo.controller_irqs.values()):
+            interrupts = parse_interrupts(self._proc("interrupts"))
+            irqs = controller_irqs(
+                interrupts,
+                topo.controller_irqs,
+                lambda irq: irq_affinity(self.proc_root, irq),
+            )
+        return PcieSnapshot(
+            nodes=topo.nodes,
+            links=read_links(self.sys_root, topo.nodes),
+            disk_rates=rates,
+            irqs=irqs,
+        )
+
+    def collect(self) -> Iterator[Metric]:
+        """Read and render."""
+        yield from render(self.snapshot())

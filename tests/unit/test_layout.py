@@ -1,0 +1,151 @@
+"""The package layout, read from the imports (README.md#layout): no cycle between the
+sub-packages of collector/ and exporters/, and exporters never import collector.
+
+A node is a sub-package (``collector.site``, ``exporters.pdu``) or a top-level module
+(``collector.config``); an edge is any import of one from another, at module level or inside a
+function (a lazy import is still a dependency). A cycle means a helper lives in the wrong room:
+move it to the room of its users (e.g. ``read_secret_file`` to ``collector/secretfile.py``).
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from collections import defaultdict
+from pathlib import Path
+
+from tests.support.env import ROOT
+
+TOPS = ("collector", "exporters")
+Edges = dict[str, dict[str, list[str]]]  # node -> node it imports -> ["file:line", ...]
+
+
+def _node(module: str) -> str | None:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] in TOPS and len(parts) > 1 else None
+
+
+def _imported(tree: ast.AST, package: str) -> list[tuple[str, int]]:
+    """Every module named by an import in ``tree`` (relative ones resolved), with its line."""
+    out: list[tuple[str, int]] = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            out += [(a.name, n.lineno) for a in n.names]
+        elif isinstance(n, ast.ImportFrom):
+            if n.level:
+                base = package.split(".")[: len(package.split(".")) - (n.level - 1)]
+                module = ".".join([*base, *([n.module] if n.module else [])])
+            else:
+                module = n.module or ""
+            # `from collector import site` names the sub-package in the alias
+            out += [(module, n.lineno)] + [(f"{module}.{a.name}", n.lineno) for a in n.names]
+    return out
+
+
+def import_graph() -> Edges:
+    """The sub-package import graph of collector/ and exporters/."""
+    edges: Edges = defaultdict(lambda: defaultdict(list))
+    for top in TOPS:
+        for f in sorted((ROOT / top).rglob("*.py")):
+            parts = f.relative_to(ROOT).with_suffix("").parts
+            module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            package = module if f.name == "__init__.py" else module.rpartition(".")[0]
+            src = _node(module)
+            if src is None:
+                continue
+            for target, line in _imported(ast.parse(f.read_text(), str(f)), package):
+                dst = _node(target)
+                if dst is not None and dst != src and _exists(dst):
+                    where = f"{f.relative_to(ROOT)}:{line}"
+                    if where not in edges[src][dst]:
+                        edges[src][dst].append(where)
+    return edges
+
+
+def _exists(node: str) -> bool:
+    path = ROOT / Path(*node.split("."))
+    return path.is_dir() or path.with_suffix(".py").is_file()
+
+
+def cycles(edges: Edges) -> list[list[str]]:
+    """One cycle through each strongly connected component of more than one node."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(_a_cycle(edges, set(comp)))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _a_cycle(edges: Edges, comp: set[str]) -> list[str]:
+    """A closed path inside one strongly connected component, from its first node."""
+    start = min(comp)
+    path, seen = [start], {start}
+    while True:
+        nxt = sorted(w for w in edges[path[-1]] if w in comp)
+        back = [w for w in nxt if w == start]
+        if back and len(path) > 1:
+            return [*path, start]
+        fresh = [w for w in nxt if w not in seen]
+        w = fresh[0] if fresh else nxt[0]
+        if w in seen:
+            return [*path[path.index(w) :], w]
+        path.append(w)
+        seen.add(w)
+
+
+def _describe(edges: Edges, cycle: list[str]) -> str:
+    steps = [f"  {a} -> {b} ({', '.join(edges[a][b])})" for a, b in itertools.pairwise(cycle)]
+    return " -> ".join(cycle) + "\n" + "\n".join(steps)
+
+
+def test_no_package_cycle() -> None:
+    edges = import_graph()
+    found = cycles(edges)
+    assert not found, "package cycles (move the helper to the room of its users):\n" + "\n".join(
+        _describe(edges, c) for c in found
+    )
+
+
+def test_exporters_never_import_collector() -> None:
+    edges = import_graph()
+    bad = [
+        f"{src} -> {dst} ({', '.join(where)})"
+        for src, dsts in edges.items()
+        if src.startswith("exporters.")
+        for dst, where in dsts.items()
+        if dst.startswith("collector.")
+    ]
+    assert not bad, "exporters import collector:\n" + "\n".join(bad)
+
+
+def test_the_graph_sees_imports_and_cycles() -> None:
+    # the reader itself: lazy and relative imports count, and a planted cycle is found
+    edges = import_graph()
+    assert "collector/pdu/cli.py" in " ".join(edges["collector.pdu"]["collector.site"])
+    assert "exporters.base" in edges["exporters.pdu"]
+    planted: Edges = {"a.x": {"a.y": ["f:1"]}, "a.y": {"a.z": ["g:2"]}, "a.z": {"a.x": ["h:3"]}}
+    assert cycles(planted) == [["a.x", "a.y", "a.z", "a.x"]]
+    assert cycles({"a.x": {"a.y": ["f:1"]}, "a.y": {}}) == []

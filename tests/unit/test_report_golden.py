@@ -1,0 +1,71 @@
+"""The report's whole output over two hand-built windows, byte for byte: RUN.json, RUN.md,
+RUN.html and the lines `wattbit report` prints, so that a change in the analysis or the
+renderers shows as one reviewable diff of tests/fixtures/report/.
+
+The charts' PNGs are left out (their bytes are matplotlib's, which changes them between
+versions); the per-bin series they draw are kept as RUN.series.json instead.
+
+The windows are test_report_math's: ``small`` (two hosts, disks, an energy counter and a switch
+on watts, compared with itself) and ``ph`` (three phase runs, idle watts from the idle
+phases). Two things vary from run to run and are fixed here: ``generated_at`` (``now``) and
+the timings.
+
+After an intended change, rewrite the goldens with WATTBIT_UPDATE_GOLDEN=1 and review the diff;
+by default a mismatch fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+
+from collector.report import render
+from collector.report.analyse import Result, analyse, compare
+from collector.report.gather import Gathered
+from tests.support.env import FIXTURES
+from tests.unit.test_report_math import phased_window, small_window
+
+GOLDEN = FIXTURES / "report"
+UPDATE = os.environ.get("WATTBIT_UPDATE_GOLDEN") == "1"
+NOW = 1_714_557_600.0
+PNG = re.compile(r"data:image/png;base64,[A-Za-z0-9+/=]+")
+TIMINGS = {"count": 0.25, "compute": 0.001, "total": 0.5}
+
+
+def _result(g: Gathered, compared: bool) -> Result:
+    res = analyse(g, now=NOW)
+    doc = replace(res.doc, timings_seconds=dict(TIMINGS))
+    if compared:
+        doc = replace(doc, compare=compare(doc, doc))
+    return replace(res, doc=doc)
+
+
+@pytest.mark.parametrize(
+    ("window", "compared"), [(small_window, True), (phased_window, False)], ids=["small", "ph"]
+)
+def test_report_output_is_the_golden(window: object, compared: bool, tmp_path: Path) -> None:
+    res = _result(window(), compared)  # type: ignore[operator]
+    paths = render.write(res, tmp_path)
+    text = tmp_path / f"{res.doc.run}.txt"
+    text.write_text("\n".join(render.summary_lines(res.doc)) + "\n")
+    series = tmp_path / f"{res.doc.run}.series.json"
+    charts = {
+        "timelines": {k: asdict(v) for k, v in res.timelines.items()},
+        "disk_busy": res.disk_busy,
+        "edges": res.grid.edges,
+    }
+    series.write_text(json.dumps(charts, indent=1) + "\n")
+    for got in [*paths, text, series]:
+        golden = GOLDEN / got.name
+        out = PNG.sub("data:image/png;base64,PNG", got.read_text())
+        if UPDATE:
+            golden.write_text(out)
+        assert golden.exists(), f"no golden {golden}: run with WATTBIT_UPDATE_GOLDEN=1"
+        assert out == golden.read_text(), (
+            f"{got.name} differs from {golden}: intended? WATTBIT_UPDATE_GOLDEN=1"
+        )
