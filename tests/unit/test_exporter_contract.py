@@ -15,6 +15,7 @@ from exporters.cpu.exporter import CpuExporter
 from exporters.nic.exporter import NicExporter
 from exporters.pcie.exporter import PcieExporter
 from exporters.pdu.exporter import PduExporter
+from exporters.power.exporter import PowerExporter
 from exporters.smart.exporter import SmartExporter
 
 
@@ -24,6 +25,7 @@ from exporters.smart.exporter import SmartExporter
         BlockioExporter,
         NicExporter,
         PduExporter,
+        PowerExporter,
         SmartExporter,
         RunRegistry,
         PcieExporter,

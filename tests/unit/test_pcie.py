@@ -616,3 +616,23 @@ def test_affinity_labels_follow_within_the_refresh(trees: dict[str, Path], tmp_p
     assert hba() == ({"2"}, {"2": 5000.0, "3": 9007.0})
     clock[0] = 61.0
     assert hba() == ({"3"}, {"2": 5000.0, "3": 9007.0})
+
+
+def test_vmd_domain(tmp_path: Path) -> None:
+    """Intel VMD: NVMe behind root ports of a domain (10000) under a VMD endpoint on bus 0."""
+    root = tmp_path / "sys"
+    vmd = root / "devices/pci0000:00/0000:00:0e.0/pci10000:00"
+    port, drive = vmd / "10000:00:02.0", vmd / "10000:00:02.0/10000:01:00.0"
+    for d, (cur, mx) in ((port, ("4", "4")), (drive, ("4", "4"))):
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "current_link_speed").write_text("16.0 GT/s PCIe\n")
+        (d / "max_link_speed").write_text("16.0 GT/s PCIe\n")
+        (d / "current_link_width").write_text(cur + "\n")
+        (d / "max_link_width").write_text(mx + "\n")
+    _link(root / "bus/pci/devices/10000:01:00.0", drive)
+    nodes = read_chains(root, {"10000:01:00.0": "controller"})
+    assert {p: (n.role, n.upstream, n.root) for p, n in nodes.items()} == {
+        "10000:00:02.0": ("root_port", "", "10000:00:02.0"),
+        "10000:01:00.0": ("controller", "10000:00:02.0", "10000:00:02.0"),
+    }
+    assert not any(link.downgraded for link in read_links(root, nodes).values())
