@@ -269,11 +269,23 @@ def main() -> None:
     dur = re.compile(rb"(wattbit_exporter_duration_seconds\{[^}]*\}) \S+")
     assert dur.sub(b"", renderer.render()) == dur.sub(b"", body)
     # Alternate the two renderers in one run so drift on the machine hits both alike.
-    times: dict[str, list[float]] = {"wattbit": [], "generate_latest": []}
+    # The same host without the pcie exporter, to see what it adds to a render.
+    without = CollectorRegistry(auto_describe=False)
+    without.register(
+        ExportersCollector(
+            [
+                SyntheticBlockio(args.disks, ops, args.size_histogram),
+                SyntheticNic(args.nics, args.queues, args.cpus),
+            ]
+        )
+    )
+    without_pcie = TextRenderer(without)
+    times: dict[str, list[float]] = {"wattbit": [], "generate_latest": [], "without pcie": []}
     for _ in range(args.repeat):
         for name, fn in (
             ("wattbit", renderer.render),
             ("generate_latest", lambda: generate_latest(registry)),
+            ("without pcie", without_pcie.render),
         ):
             t0 = time.perf_counter()
             fn()
