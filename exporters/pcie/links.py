@@ -21,7 +21,7 @@ from pathlib import Path
 
 from exporters.blockio.topology import read_attr, resolve_in
 
-_PCI_ADDR = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+PCI_ADDR = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _ROOT_BUS = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
 _SPEED = re.compile(r"^([0-9]{1,3}(?:\.[0-9]{1,2})?) GT/s(?: PCIe)?$")
 _WIDTH = re.compile(r"^x?([0-9]{1,2})$")
@@ -103,14 +103,14 @@ def _chain(
 ) -> list[tuple[str, tuple[str, ...]]] | None:
     """(address, resolved path) from the top of pci's chain down to pci, plus the root bus
     as a first pseudo entry ("pci0000:00", ()) when the chain starts at one; None if absent."""
-    if not _PCI_ADDR.match(pci):
+    if not PCI_ADDR.match(pci):
         return None
     path = hint or resolve_in(sys_root, ("bus", "pci", "devices", pci))
     if path is None or not path or path[-1] != pci:
         return None
     out: list[tuple[str, tuple[str, ...]]] = []
     i = len(path) - 1
-    while i >= 0 and _PCI_ADDR.match(path[i]) and len(out) < _MAX_CHAIN:
+    while i >= 0 and PCI_ADDR.match(path[i]) and len(out) < _MAX_CHAIN:
         out.append((path[i], path[: i + 1]))
         i -= 1
     if i >= 0 and _ROOT_BUS.match(path[i]):

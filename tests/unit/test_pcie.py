@@ -464,9 +464,14 @@ def test_symlink_loops_and_escapes(tmp_path: Path) -> None:
     (root / "bus/pci/devices/0000:08:00.0").symlink_to("../../../../../../etc")  # escapes
     devices = {p: "nic" for p in ("0000:05:00.0", "0000:07:00.0", "0000:08:00.0", "bogus")}
     assert read_chains(root, devices) == {}
-    # and through the exporter: a class/block entry looping on itself
+    # and through the exporter: a class/block entry looping on itself, an interface whose
+    # device link loops, one leaving the tree for the machine's own /etc
     (root / "class/block").mkdir(parents=True)
     (root / "class/block/sdx").symlink_to("sdx")
+    (root / "class/net/eth9").mkdir(parents=True)
+    (root / "class/net/eth9/device").symlink_to("device")
+    (root / "class/net/eth8").mkdir(parents=True)
+    (root / "class/net/eth8/device").symlink_to("/sys/devices/pci0000:00")
     assert scrape(PcieExporter(sys_root=root, proc_root=tmp_path / "noproc")) == {}
 
 
