@@ -3,14 +3,14 @@ disks' SATA/SAS link rates, and which CPUs take the storage controllers' interru
 
 docs/exporters/pcie.md is the contract. Which devices: the controllers of the disks blockio
 exports and the PCI functions of the interfaces the nic exporter exports, found with those
-exporters' own readers (exporters.blockio.topology, exporters.nic.sysfs) and the same exclude
-patterns. The chains are cached; only current link state, link rates, /proc/interrupts and IRQ
-affinities are read per scrape.
+exporters' own readers (exporters.blockio.topology, exporters.nic.sysfs and .procfs) and the
+same exclude patterns. The chains, the files to read and the IRQ affinities are cached until
+the topology changes or pcie.refresh passes; current link state, link rates and the
+controllers' rows of /proc/interrupts are read every scrape.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -30,8 +30,6 @@ from exporters.nic.sysfs import irq_affinity, msi_irqs
 
 from .disklinks import DiskLink, disk_link, read_rate
 from .links import PCI_ADDR, Link, Node, read_chains, read_links, topology_names
-
-log = logging.getLogger(__name__)
 
 # /proc/interrupts is about 100 bytes per IRQ per 10 CPUs: 1 MiB on a large host. Beyond
 # 32 MiB it is not a file the kernel wrote.
@@ -112,10 +110,6 @@ def controller_irqs(
     return out
 
 
-def _value(x: float | int) -> float:
-    return float(x)
-
-
 def render(snap: PcieSnapshot) -> Iterator[Metric]:
     """The pcie metric families of one snapshot (pure)."""
     info = GaugeMetricFamily(
@@ -163,7 +157,7 @@ def render(snap: PcieSnapshot) -> Iterator[Metric]:
         for attr, family in gauges.items():
             value = getattr(link, attr)
             if value is not None:
-                family.add_metric([address], _value(value))
+                family.add_metric([address], float(value))
         if link.downgraded is not None:
             downgraded.add_metric([address], 1.0 if link.downgraded else 0.0)
     yield info
@@ -219,7 +213,7 @@ class PcieExporter(Exporter):
         self.block_exclude = re.compile(block_exclude)
         self.nic_exclude = re.compile(nic_exclude) if nic_exclude else None
         self.refresh = refresh
-        self.controller_irqs = controller_irqs
+        self._with_irqs = controller_irqs
         self.sys_root = sys_root
         self.proc_root = proc_root
         self._clock = clock
@@ -263,11 +257,12 @@ class PcieExporter(Exporter):
         nodes = read_chains(self.sys_root, roles, paths)
         irqs: dict[str, tuple[str, ...]] = {}
         for pci, node in nodes.items():
-            if node.role != "controller" or not self.controller_irqs:
+            if node.role != "controller" or not self._with_irqs:
                 continue
             vectors = msi_irqs(self.sys_root.joinpath(*node.path))
             if not vectors:
-                # legacy INTx: the function's one interrupt line ("0": none assigned)
+                # legacy INTx: the function's one interrupt line ("0": none assigned); a line
+                # shared with other devices counts their interrupts too
                 line = read_attr(self.sys_root, node.path, "irq")
                 if line.isascii() and line.isdigit() and line.lstrip("0"):
                     vectors = (line.lstrip("0"),)
