@@ -241,10 +241,15 @@ def run_picker() -> table.Panel:
     start = "wattbit_run_start_time_seconds * 1000"
     # an active run has no end yet: it ends now
     end = "wattbit_run_end_time_seconds * 1000 or on (run) (wattbit_run_active * 0 + time() * 1000)"
+    # The run's own from/to only: ${__url_time_range} would put the current range first, and
+    # Grafana keeps that. `.numeric` is the field's number (epoch ms); the field alone is its
+    # display text, here an ISO date that from= does not take. Grafana's __data macro reads
+    # `fields.start.numeric` with lodash property() on getFieldDisplayValuesProxy's values:
+    # https://github.com/grafana/grafana/blob/main/packages/grafana-data/src/field/getFieldDisplayValuesProxy.ts
     link = (
-        "/d/${__dashboard.uid}/${__dashboard}?${__url_time_range}&${host:queryparam}"
-        "&var-run=${__data.fields.run}"
-        "&from=${__data.fields.start:raw}&to=${__data.fields.end:raw}"
+        "/d/${__dashboard.uid}/${__dashboard}?${host:queryparam}"
+        "&var-run=${__data.fields.run:percentencode}"
+        "&from=${__data.fields.start.numeric}&to=${__data.fields.end.numeric}"
     )
     return (
         table.Panel()

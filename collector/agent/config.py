@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from collector.config import Duration, Regex, Strict
-from collector.daemon.config import ProcessConfig
+from collector.daemon.config import AGENT_PORT, Listen, ProcessConfig
 from exporters.blockio.exporter import DEFAULT_EXCLUDE
 from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, MAX_LAT_BOUNDS
 from exporters.nic.exporter import DEFAULT_EXCLUDE as NIC_EXCLUDE
@@ -126,9 +126,9 @@ class CpuConfig(Strict):
 class AgentConfig(ProcessConfig):
     """`wattbit agent` configuration."""
 
-    default_port: ClassVar[int] = 9731
+    default_port: ClassVar[int] = AGENT_PORT
 
-    listen: str = ":9731"
+    listen: Listen = Listen.default(AGENT_PORT)
     blockio: BlockioConfig = BlockioConfig()
     nic: NicConfig = NicConfig()
     smart: SmartConfig = SmartConfig()

@@ -44,6 +44,7 @@ NAMES = {
     "WattbitPduInvalidValues",
     "WattbitExporterDown",
     "WattbitBlockioFallback",
+    "WattbitBlockioMapFull",
     "WattbitNicDrops",
     "WattbitTcpRetransmits",
     "WattbitOutletPowerHigh",
