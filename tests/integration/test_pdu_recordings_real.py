@@ -46,6 +46,9 @@ UNIT_METRICS = {
 # A whole PDU, bank or phase mapped to one host (collector.yml `feeds:`): pdu -> (feed, host)
 FEEDS = {
     "cyberpower_pdu81005": [("unit", "mover81")],
+    "cyberpower_pdu44005": [("phase:1", "mover44")],
+    # the outlets of this PDU feed srv01 (below): its phase may feed another host
+    "apc_ap8641": [("phase:1", "mover41")],
     "riedo_updu-rn3214": [("phase:0.2", "mover32"), ("bank:3.0", "mover33")],
     "apc_isx-pdu": [("phase:1", "mover15")],
     "eaton_epdu-ma-24x5-20r": [("unit", "mover24")],
@@ -235,8 +238,9 @@ class Snmpwalk:
 
     def decimal(self, oid: str, column: str) -> Fraction | None:
         """A DisplayString holding a decimal number ("0.61"), as net-snmp shows it."""
-        typ, raw = self.column(column).get(oid, ("", ""))
-        text = raw.strip().strip('"') if typ == "STRING" else ""
+        typ, _ = self.column(column).get(oid, ("", ""))
+        # net-snmp shows every OCTET STRING as hex here (-Ox): its bytes, as text
+        text = self.text(oid, column).strip() if typ == "Hex-STRING" else ""
         try:
             return Fraction(text) if text and text[-1].isdigit() else None
         except ValueError:
@@ -541,7 +545,7 @@ def test_feeds_carry_the_unit_bank_or_phase_values_to_their_host(
                 else:
                     assert joules not in feeds
             checked += 1
-    assert checked == 6
+    assert checked == 8
     # only mapped feeds with a reading are exported (the Sentry3 capture has no unit power)
     assert {k[1] for k in feeds} == set(FEEDS) - {"servertech_sentry3-cwg-30vde455"}
     assert (
