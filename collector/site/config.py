@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from collector.config import Duration, DurationOrZero, Regex, Strict, parse_listen
-from collector.daemon.config import ProcessConfig
+from collector.daemon.config import COLLECTOR_PORT, Listen, ProcessConfig
 from collector.secretfile import read_secret_file
 from collector.site.shard import WHOLE, Shard, parse_shard
 
@@ -303,6 +303,8 @@ class RunsConfig(Strict):
     token_file: Path | None = None
     token_env: str | None = None
     keep: int = Field(default=100, ge=0, le=100_000)  # ended runs kept and exported, at least
+    # runs kept in all (4 series each on /metrics; every change rewrites the file of them)
+    max_runs: int = Field(default=1000, ge=1, le=100_000)
     # 0: ended runs are kept by `keep` alone
     retention: Annotated[DurationOrZero, BeforeValidator(_long_duration)] = 7 * 86400.0
 
@@ -310,6 +312,8 @@ class RunsConfig(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> RunsConfig:
+        if self.keep > self.max_runs:
+            raise ValueError("keep must not exceed max_runs (the most runs kept in all)")
         token = _resolve(self.token, self.token_file, self.token_env, "token")
         if token is not None:
             value = token.get_secret_value()
@@ -331,9 +335,9 @@ ShardKey = Annotated[
 class CollectorConfig(ProcessConfig):
     """`wattbit collector` configuration."""
 
-    default_port: ClassVar[int] = 9732
+    default_port: ClassVar[int] = COLLECTOR_PORT
 
-    listen: str = ":9732"
+    listen: Listen = Listen.default(COLLECTOR_PORT)
     interval: Duration = 10.0
     concurrency: int = Field(default=32, ge=1, le=1024)  # PDUs polled at once
     profiles_dir: Path | None = None  # extra profiles, next to the built-in ones

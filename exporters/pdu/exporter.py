@@ -41,6 +41,10 @@ class PduExporter(Exporter):
         self.configured = len(poller.targets) if configured is None else configured
         self._targets: dict[str, PduTarget] = {t.name: t for t in poller.targets}
 
+    def close(self) -> None:
+        """Close the poller's SNMP client: its sockets and v3 engines (idempotent)."""
+        self.poller.client.close()
+
     def collect(self) -> Iterator[Metric]:
         """Render the last completed poll of every PDU (never a poll in progress)."""
         states = self.poller.states  # one consistent snapshot of the dict
