@@ -8,7 +8,10 @@ docs/report.md describes every key; tests/unit/test_report_math.py pins the key 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .power import HostPower
 
 from .limits import LimitedBy
 
@@ -225,9 +228,10 @@ class HostScope(Scope):
     """A host: its scope figures, then its interfaces, outlets and disks."""
 
     interfaces: list[str]
-    outlets: list[str]  # pdu/outlet
+    outlets: list[str]  # the meters of its energy: pdu/outlet, pdu/feed or bmc:NAME
     disks: dict[str, DiskFigures]  # by device
     disk_summary: DiskSummary | None  # None without disks
+    power_source: str | None = None  # outlets | pdu | redfish | ipmi; None without any
     limited_by: LimitedBy | None = None  # what limited it over the whole window
 
     def to_json(self) -> Json:
@@ -235,6 +239,7 @@ class HostScope(Scope):
         return {
             **super().to_json(),
             "interfaces": list(self.interfaces),
+            "power_source": self.power_source,
             "outlets": list(self.outlets),
             "disks": {dev: d.to_json() for dev, d in self.disks.items()},
             "disk_summary": (
@@ -414,6 +419,7 @@ class Report:
     compare: Comparison | None = None  # with --compare only
     phases: list[PhaseFigures] = field(default_factory=list)  # written after ``window``
     energy_view: EnergyView | None = None  # the site's; written after ``site``
+    power: dict[str, HostPower] = field(default_factory=dict)  # by host (collector/report/power)
 
     def to_json(self) -> Json:
         """The whole of ``RUN.json``."""
@@ -433,6 +439,7 @@ class Report:
             "energy_view": self.energy_view.to_json() if self.energy_view is not None else None,
             "hosts": {h: d.to_json() for h, d in self.hosts.items()},
             "components": {c: d.to_json() for c, d in self.components.items()},
+            "power": {h: p.to_json() for h, p in self.power.items()},
             "outlets": [o.to_json() for o in self.outlets],
             "sources": {s: c.to_json() for s, c in self.sources.items()},
             "warnings": list(self.warnings),
