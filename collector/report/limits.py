@@ -35,7 +35,6 @@ ALONE_BUSY, OTHERS_IDLE, BUSY_DISK = 0.9, 0.05, 0.5
 INTERRUPT_SHARE = 0.1  # a CPU this much in irq + softirq moves data (a virtual NIC's softirq)
 TCP_SATURATED = 0.01  # a 1 % retransmitted share is a TCP utilisation of 1
 MOVING_NIC, MOVING_DISK = 10e6 / 8, 1e6  # bytes/s: a host below both moved no data
-CPU_TOP = 2  # CPUs per host and step fetched (the busiest moving data)
 _CPU_MODES = "user|nice|system|idle|iowait|irq|softirq|steal"
 _NOUN = {
     "disk": "disk-bound",
@@ -115,21 +114,13 @@ def fetch(
     def sel(metric: str, labels: dict[str, str] | None = None, **regex: str) -> str:
         return selector(metric, {**m, **(labels or {})}, **regex)
 
-    def cpu(modes: str) -> str:
+    def cpu(by: str, modes: str) -> str:
+        # node_exporter's, else the agent's own (cpu.enabled) where a host has no node_exporter
         return (
-            f"(sum by (host, cpu) (rate({sel('node_cpu_seconds_total', mode=modes)}[{w}]))"
-            f" or sum by (host, cpu) (rate({sel('wattbit_cpu_seconds_total', mode=modes)}[{w}])))"
+            f"sum by ({by}) (rate({sel('node_cpu_seconds_total', mode=modes)}[{w}]))"
+            f" or sum by ({by}) (rate({sel('wattbit_cpu_seconds_total', mode=modes)}[{w}]))"
         )
 
-    total = f"({cpu(_CPU_MODES)} > 0)"
-    busy = f"clamp(1 - {cpu('idle|iowait')} / {total}, 0, 1)"
-    interrupt = f"({cpu('irq|softirq')} / {total})"
-    irq = (
-        f"(sum by (host, cpu) (rate({sel('wattbit_nic_cpu_interrupts_total')}[{w}])) > 0"
-        f" or sum by (host, cpu) (rate({sel('wattbit_controller_cpu_interrupts_total')}[{w}])) > 0)"
-    )
-    io_busy = f"({busy} and on (host, cpu) ({irq} or {interrupt} >= {INTERRUPT_SHARE}))"
-    top = f"topk by (host) ({CPU_TOP}, {io_busy})"
     at = grid.end
     instant: dict[str, str] = {
         "disk_info": f"max by (host, device, controller) "
@@ -150,8 +141,13 @@ def fetch(
     ranged: dict[str, str] = {
         "ios": f"sum by (host, device) "
         f"(rate({sel('wattbit_disk_ios_total', op='read|write')}[{w}]))",
-        "cpu_busy": top,
-        "cpu_softirq": f"{cpu('softirq')} / {total} and on (host, cpu) {top}",
+        # plain sums per CPU (and mode): which CPUs move data is decided here, not by a topk
+        # of joins in Prometheus, which costs it tens of seconds over a day at 1 s
+        "cpu_modes": cpu("host, cpu, mode", "idle|iowait|irq|softirq"),
+        "cpu_total": cpu("host, cpu", _CPU_MODES),
+        "cpu_irqs": f"sum by (host, cpu) (rate({sel('wattbit_nic_cpu_interrupts_total')}[{w}]))"
+        f" > 0 or sum by (host, cpu) "
+        f"(rate({sel('wattbit_controller_cpu_interrupts_total')}[{w}])) > 0",
         "tcp": f"sum by (host) (rate({sel('wattbit_tcp_retransmitted_segments_total')}[{w}]))"
         f" / (sum by (host) "
         f"(rate({sel('wattbit_tcp_segments_total', {'direction': 'out'})}[{w}])) > 0)",
@@ -188,10 +184,49 @@ def fetch(
     i = {_hd(s): v for s in seeded["alone_ios"] if (v := _last(s)) is not None}
     raw.alone = {k: (b[k], i.get(k, 0.0)) for k in b}
     raw.disk_ios = {_hd(s): v for s, v in per["ios"]}
-    raw.cpu_busy = {_hc(s): v for s, v in per["cpu_busy"]}
-    raw.cpu_softirq = {_hc(s): v for s, v in per["cpu_softirq"]}
+    raw.cpu_busy, raw.cpu_softirq = _cpus(per["cpu_modes"], per["cpu_total"], per["cpu_irqs"])
     raw.tcp_ratio = {s.labels.get("host", ""): v for s, v in per["tcp"]}
     return raw
+
+
+def _cpus(
+    modes: list[tuple[Series, Bins]],
+    totals: list[tuple[Series, Bins]],
+    irqs: list[tuple[Series, Bins]],
+) -> tuple[dict[tuple[str, str], Bins], dict[tuple[str, str], Bins]]:
+    """Per CPU moving data and step, its busy share and its softirq share (None: not moving
+    data, or no figure): CPUs taking NIC or storage interrupts, or INTERRUPT_SHARE of their
+    time in irq + softirq. Busy is everything but idle and iowait."""
+    total = {_hc(s): b for s, b in totals}
+    irq = {_hc(s): b for s, b in irqs}
+    by_mode: dict[tuple[str, str], dict[str, Bins]] = defaultdict(dict)
+    for s, b in modes:
+        by_mode[_hc(s)][s.labels.get("mode", "")] = b
+    busy: dict[tuple[str, str], Bins] = {}
+    soft: dict[tuple[str, str], Bins] = {}
+    for key, tot in total.items():
+        mb = by_mode.get(key, {})
+        n = len(tot)
+        zero: Bins = [None] * n
+
+        def at(mode: str, k: int, mb: dict[str, Bins] = mb, zero: Bins = zero) -> float:
+            return mb.get(mode, zero)[k] or 0.0
+
+        b_out: Bins = [None] * n
+        s_out: Bins = [None] * n
+        taking = irq.get(key, zero)
+        for k in range(n):
+            t = tot[k]
+            if t is None or t <= 0:
+                continue
+            interrupt = (at("irq", k) + at("softirq", k)) / t
+            if taking[k] is None and interrupt < INTERRUPT_SHARE:
+                continue  # not moving data in this step
+            b_out[k] = min(1.0, max(0.0, 1.0 - (at("idle", k) + at("iowait", k)) / t))
+            s_out[k] = at("softirq", k) / t
+        if any(v is not None for v in b_out):
+            busy[key], soft[key] = b_out, s_out
+    return busy, soft
 
 
 def _hd(s: Series) -> tuple[str, str]:
@@ -278,11 +313,19 @@ def usage(grid: Grid, tracks: Iterable[Track], raw: Raw) -> Usage:
         ways = [through[(h, pci, d)] for d in ("up", "down") if (h, pci, d) in through]
         if ways:
             own[(h, pci)] = _busier(ways, cap)
+    # a port's own link figures are of its link to the one device below it: shared only where
+    # two or more functions are below (a dual-port NIC's two functions, a switch's devices)
+    below: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for h, pci, _d in through:
+        info = raw.links.get((h, pci), {})
+        for above in {info.get("upstream", ""), info.get("root", "")} - {"", pci}:
+            below[(h, above)].add(pci)
     shared: dict[tuple[str, str, str], Bins] = defaultdict(lambda: [None] * n)
     for (h, pci, d), b in list(through.items()):
         info = raw.links.get((h, pci), {})
         for above in {info.get("upstream", ""), info.get("root", "")} - {"", pci}:
-            _add(shared[(h, above, d)], b)
+            if len(below[(h, above)]) >= 2:
+                _add(shared[(h, above, d)], b)
     for h, pci in sorted({(h, pci) for h, pci, _d in shared}):
         link = raw.usable.get((h, pci))
         if link:
@@ -462,6 +505,8 @@ def verdict(u: Usage, host: str, steps: Iterable[int]) -> LimitedBy:
             v, c = max(here)
             top.append(v)  # type: ignore[arg-type]
             count[c] += 1
+        elif cpus:
+            top.append(0.0)  # no CPU moved data in this step: none was busy doing so
     if top:
         means[("cpu", max(sorted(count), key=lambda c: count[c]))] = math.fsum(top) / len(top)
     per: dict[str, tuple[float, str]] = {}

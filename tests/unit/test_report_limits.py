@@ -4,6 +4,10 @@ from raw per-step series as the report does on backfilled data."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from collector.report.limits import Raw, usage, verdict
 from collector.report.series import BUSY, DISK_IO, NIC, Grid, Track
 
@@ -222,3 +226,37 @@ def test_shared_switch_uplink() -> None:
     lb = verdict(usage(GRID, tracks, raw), h, range(N))
     assert (lb.resource, lb.subject, lb.utilisation) == ("pcie", up, 1.0)
     assert abs(lb.others["nic"] - 0.8) < 1e-9
+
+
+def test_gen4_nvme_trained_at_gen3_from_a_real_capture(tmp_path: Path) -> None:
+    """The pcie exporter on node_exporter's captured tree (tests/fixtures/sys/pcie: a Gen4 x4
+    NVMe 0000:01:00.0 trained at Gen3 x4 below root port 0000:00:02.1), and a drive reading
+    3.8e9 B/s through it: its link (3.94e9 B/s usable) is the limit, the controller is named
+    ahead of the 100 % busy disk, and the root port, whose link is the same one, is not a
+    second, shared link."""
+    from exporters.pcie.exporter import PcieExporter
+    from tests.support.ttar import extract
+    from tests.unit.test_pcie import NVME, NVME_PORT, PCIE, add_disk, scrape
+
+    extract(PCIE / "node_exporter-sys.ttar", tmp_path / "ne")
+    root = tmp_path / "ne" / "sys"
+    nvme = root / "devices/pci0000:00/0000:00:02.1/0000:01:00.0"
+    add_disk(root, str((nvme / "nvme/nvme0").relative_to(root)), "nvme0n1", 0)
+    samples = scrape(PcieExporter(sys_root=root, proc_root=tmp_path / "noproc"))
+    h = "nvme01"
+    raw = Raw(whole_disks={(h, "nvme0n1")}, disk_controller={(h, "nvme0n1"): NVME})
+    for (name, labels), v in samples.items():
+        lab = dict(labels)
+        if name == "wattbit_pcie_link_info":
+            raw.links[(h, lab["pci"])] = {k: lab[k] for k in ("role", "upstream", "root")}
+        elif name == "wattbit_pcie_link_usable_bytes_per_second":
+            raw.usable[(h, lab["pci"])] = v
+    assert raw.links[(h, NVME)]["upstream"] == NVME_PORT  # the capture's chain, as exported
+    usable = raw.usable[(h, NVME)]
+    assert usable == pytest.approx(8e9 * 4 / 8 * 128 / 130)  # Gen3 x4, not the drive's Gen4
+    tracks = _disks(h, {"nvme0n1": (_flat(1.0), _flat(3.8e9))})
+    lb = verdict(usage(GRID, tracks, raw), h, range(N))
+    assert (lb.resource, lb.subject) == ("controller", NVME), lb
+    assert lb.utilisation == pytest.approx(3.8e9 / usable)
+    assert lb.others == {"disk": 1.0}  # no pcie: the root port's link is the drive's own
+    assert lb.evidence.startswith(f"controller {NVME} at 96 %")
