@@ -1,4 +1,5 @@
-"""`wattbit collector`: the site collector polling PDUs over SNMP and keeping the run registry."""
+"""`wattbit collector`: the site collector polling PDUs over SNMP and BMCs over Redfish or IPMI,
+and keeping the run registry."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from collector.config import parse_listen
 from collector.runs.api import API_PREFIX, api_routes
 from collector.runs.registry import STATE_FILE, RunRegistry
+from collector.site.bmcs import build_bmc_poller
 from collector.site.config import CollectorConfig
 from collector.site.profiles import require_profile, site_profiles
 from collector.site.targets import pdu_target
@@ -23,6 +25,7 @@ from collector.web.config import WebConfig
 from collector.web.exposition import metrics_app
 from collector.web.server import landing_page, start_server
 from exporters.base import ExportersCollector
+from exporters.bmc.exporter import BmcExporter
 from exporters.pdu.exporter import PduExporter
 from exporters.pdu.poller import PduPoller
 from exporters.pdu.profile import Profile
@@ -99,11 +102,13 @@ def run(
     host, port = parse_listen(cfg.listen, DEFAULT_PORT)
     client = SnmpClient()
     poller = build_poller(cfg, profiles, client)
+    bmc_poller = build_bmc_poller(cfg)
     runs = open_runs(cfg)
     registry = CollectorRegistry(auto_describe=False)
     pdus = PduExporter(poller, shard=(cfg.shard.k, cfg.shard.n), configured=len(cfg.pdus))
     # Only the registry's holder exports wattbit_exporter_up{exporter="runs"}: one per site.
-    registry.register(ExportersCollector([pdus, runs] if holds_registry(cfg) else [pdus]))
+    sources = [pdus, BmcExporter(bmc_poller)] if cfg.bmcs else [pdus]
+    registry.register(ExportersCollector([*sources, runs] if holds_registry(cfg) else sources))
     ProcessCollector(registry=registry)
     server = start_server(
         host,
@@ -136,6 +141,13 @@ def run(
         )
         if not poller.targets and cfg.pdus:
             log.warning("shard %s owns none of the configured PDUs", cfg.shard)
+    if cfg.bmcs:
+        log.info(
+            "polling %d of the %d BMC(s) configured every %gs",
+            len(bmc_poller.targets),
+            len(cfg.bmcs),
+            cfg.interval,
+        )
     stop = stop or threading.Event()
 
     async def main() -> None:
@@ -147,6 +159,7 @@ def run(
         # A threading.Event set by a caller (tests, the demo) also stops the loop.
         loop.run_in_executor(None, lambda: (stop.wait(), loop.call_soon_threadsafe(done.set)))
         task = asyncio.create_task(poller.run(done))
+        bmc_task = asyncio.create_task(bmc_poller.run(done))
         try:
             await done.wait()
         finally:
@@ -156,6 +169,10 @@ def run(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            bmc_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await bmc_task
+            await bmc_poller.close()  # Redfish sessions logged out, connections closed
             # The SNMP sockets belong to this loop: close them while it still runs (closing
             # them after asyncio.run() returned raised "Event loop is closed", exit 1).
             client.close()
