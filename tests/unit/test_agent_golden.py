@@ -10,10 +10,10 @@ softirqs, softnet_stat, snmp and netstat from tests/fixtures/proc; ethtool -S is
 tests/fixtures/ethtool/virtio_net.txt, from a virtio_net before Linux 6.10 (which still had
 per-queue counters there), so that the per-queue families have series; smartctl is what
 this VM's virtio disk answered (tests/fixtures/smart/local_vda.json: no SMART). The agent is
-built as `wattbit agent` builds it (build_exporters, build_registry) with backend: diskstats,
-and /metrics is what its WSGI app serves. Two things vary from run to run and are normalised:
-the process_* families (this test process's own resource use) are left out, and
-wattbit_exporter_duration_seconds reads 0.
+built as `wattbit agent` builds it (build_exporters, collector.daemon.serve.build_registry) with
+backend: diskstats, and /metrics is what its WSGI app serves. Two things vary from run to run
+and are normalised: the process_* families (this test process's own resource use) are left
+out, and wattbit_exporter_duration_seconds reads 0.
 
 After an intended change, rewrite the golden with WATTBIT_UPDATE_GOLDEN=1 and review the diff;
 by default a mismatch fails.
@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 
 from collector.agent.config import AgentConfig
-from collector.agent.main import build_exporters, build_registry
+from collector.agent.main import build_exporters
+from collector.daemon.serve import build_registry
 from collector.web.exposition import metrics_app
 from exporters.smart.exporter import SmartExporter
 from exporters.smart.runner import RunOutcome
@@ -194,6 +195,7 @@ def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> bytes:
             "backend: diskstats (configured)",
             "",
             "every 300s, timeout 30s",
+            "rapl: no powercap zones; hwmon: 0 power, 0 energy channels",  # a VM: neither
             "",
         ]
         smart = exporters[2]
