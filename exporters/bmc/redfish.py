@@ -102,6 +102,10 @@ class RedfishClient:
     def _auth_headers(self) -> dict[str, str]:
         if self._token is not None:
             return {"X-Auth-Token": self._token}
+        if self.t.auth == "session" and not self._login_tried:
+            # Before the login only the service root is read, which needs no credentials
+            # (DSP0266 "Service root request"): the password goes into the login's body only.
+            return {}
         if self.t.username or self.t.password:
             return {"Authorization": self._basic}
         return {}

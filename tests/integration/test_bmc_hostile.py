@@ -135,3 +135,46 @@ def test_each_failure_is_clean_and_the_good_stay_fresh(farm, caplog) -> None:  #
     import base64
 
     assert base64.b64encode(f"wattbit:{PASSWORD}".encode()).decode() not in caplog.text
+
+
+def test_session_login_relogin_and_logout(tmp_path: Path) -> None:
+    """A service that answers only a Redfish session (a real mockup behind it): the poller logs
+    in, sends the token and no Basic header, logs in again when its session expires, and
+    deletes its session when it stops."""
+    import json
+    import urllib.request
+
+    user = "wattbit"
+    # A command line is visible to this machine's users: a throwaway password for a test peer.
+    secret = "Session-test-pw-3"
+    srv = HostileBmc(
+        "session",
+        tmp_path,
+        extra=[
+            "--mockup",
+            str(MOCKUPS / "hpe-dl325-gen10plus"),
+            "--user",
+            user,
+            "--password",
+            secret,
+        ],
+    )
+    try:
+        rf = RedfishTarget(srv.url, user, secret, auth="session", timeout=5)
+        poller = BmcPoller([BmcTarget("s", "redfish", redfish=rf, deadline=20)], interval=30)
+
+        async def polls() -> list[bool]:
+            ups = [(await poller.poll_all())[0].up for _ in range(4)]
+            await poller.close()
+            return ups
+
+        ups = asyncio.run(polls())
+        with urllib.request.urlopen(srv.url + "/_stats", timeout=10) as r:
+            stats = json.loads(r.read())
+    finally:
+        srv.stop()
+    assert ups == [True] * 4, poller.states["s"].error
+    assert [m.power.power_watts for m in poller.states["s"].mapped] == [97.0]
+    assert stats["logins"] >= 2, stats  # sessions expired every 6 GETs: logged in again
+    assert stats["basic"] == 0, stats  # the password went only into the login's body
+    assert stats["logouts"] == 1, stats
