@@ -15,8 +15,9 @@ import base64
 import contextlib
 import logging
 import ssl
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
@@ -30,11 +31,13 @@ from .redfish_parse import (
     odata_path,
     parse_document,
 )
-from .types import BmcError, BmcReading, SupplyPower
+from .types import BmcError, BmcReading, ChassisPower, SupplyPower
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 MAX_REDIRECTS = 3
+CONNECTIONS = 4  # requests in flight to one BMC (many BMCs serve few at once)
 CHUNK = 64 * 1024
 
 
@@ -85,7 +88,7 @@ class RedfishClient:
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(
-                limit=4, ssl=ssl_context(self.t), enable_cleanup_closed=True
+                limit=CONNECTIONS, ssl=ssl_context(self.t), enable_cleanup_closed=True
             )
             timeout = aiohttp.ClientTimeout(
                 total=self.t.timeout, sock_connect=self.t.timeout, sock_read=self.t.timeout
@@ -138,8 +141,8 @@ class RedfishClient:
                             raise BmcError("redirect", f"{path}: redirect to another host refused")
                         url = nxt
                         continue
-                    if status >= 400 or status == 204 or method == "DELETE":
-                        return status, None, resp.headers
+                    if status >= 400 or status == 204 or method != "GET":
+                        return status, None, resp.headers  # a login's body is not needed
                     ctype = resp.headers.get("Content-Type", "")
                     if ctype.split(";")[0].strip().lower() != "application/json":
                         raise BmcError("content_type", f"{path}: not application/json")
@@ -231,16 +234,16 @@ class RedfishClient:
         if chassis_path is None:
             raise BmcError("garbage", "the service root links no Chassis collection")
         collection = await self.get(chassis_path)
+        # Chassis read side by side (at most CONNECTIONS requests in flight to one BMC): a
+        # blade enclosure's dozens of chassis must fit in one interval. Their order is kept.
+        found = await _all(
+            [self._chassis(path, reading) for path in members(collection, self.t.max_chassis)]
+        )
         manager: str | None = None
-        for path in members(collection, self.t.max_chassis):
-            chassis = await self.get(path, optional=True)
-            if chassis is None:
-                reading.drop("missing")
+        for chassis, power in found:
+            if chassis is None or power is None:
                 continue
-            power = await self._optional(chassis, "Power", reading)
-            environment = await self._optional(chassis, "EnvironmentMetrics", reading)
-            supplies = await self._subsystem_supplies(chassis, reading)
-            reading.chassis.append(chassis_power(chassis, power, environment, supplies, reading))
+            reading.chassis.append(power)
             if identity and manager is None:
                 links = chassis.get("Links")
                 by = links.get("ManagedBy") if isinstance(links, dict) else None
@@ -263,6 +266,23 @@ class RedfishClient:
             for key, value in list(reading.identity.items()):
                 reading.identity[key] = value.strip()[:128]
         return reading
+
+    async def _chassis(
+        self, path: str, reading: BmcReading
+    ) -> tuple[dict[str, Any] | None, ChassisPower | None]:
+        """One chassis and its power resources (Power, EnvironmentMetrics, PowerSubsystem)."""
+        chassis = await self.get(path, optional=True)
+        if chassis is None:
+            reading.drop("missing")
+            return None, None
+        power, environment, supplies = await _all(
+            [
+                self._optional(chassis, "Power", reading),
+                self._optional(chassis, "EnvironmentMetrics", reading),
+                self._subsystem_supplies(chassis, reading),
+            ]
+        )
+        return chassis, chassis_power(chassis, power, environment, supplies, reading)
 
     async def _optional(
         self, doc: dict[str, Any], key: str, reading: BmcReading
@@ -300,6 +320,18 @@ class RedfishClient:
                     await asyncio.wait_for(self._request("DELETE", self._session_uri), 2.0)
             self._token = None
             await self._session.close()
+
+
+async def _all(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """The coroutines' results, run side by side; the first failure cancels the others and is
+    raised as itself (a BmcError keeps its reason), not as an ExceptionGroup."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(c) for c in coros]
+    except BaseExceptionGroup as eg:
+        errors = [e for e in eg.exceptions if isinstance(e, BmcError)] or list(eg.exceptions)
+        raise errors[0] from None
+    return [t.result() for t in tasks]
 
 
 def _why(exc: BaseException | None) -> str:
