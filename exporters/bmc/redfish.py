@@ -275,14 +275,16 @@ class RedfishClient:
         if chassis is None:
             reading.drop("missing")
             return None, None
-        power, environment, supplies = await _all(
-            [
-                self._optional(chassis, "Power", reading),
-                self._optional(chassis, "EnvironmentMetrics", reading),
-                self._subsystem_supplies(chassis, reading),
-            ]
+        try:
+            async with asyncio.TaskGroup() as group:
+                power = group.create_task(self._optional(chassis, "Power", reading))
+                env = group.create_task(self._optional(chassis, "EnvironmentMetrics", reading))
+                supplies = group.create_task(self._subsystem_supplies(chassis, reading))
+        except BaseExceptionGroup as eg:
+            raise _first(eg) from None
+        return chassis, chassis_power(
+            chassis, power.result(), env.result(), supplies.result(), reading
         )
-        return chassis, chassis_power(chassis, power, environment, supplies, reading)
 
     async def _optional(
         self, doc: dict[str, Any], key: str, reading: BmcReading
@@ -329,9 +331,14 @@ async def _all(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(c) for c in coros]
     except BaseExceptionGroup as eg:
-        errors = [e for e in eg.exceptions if isinstance(e, BmcError)] or list(eg.exceptions)
-        raise errors[0] from None
+        raise _first(eg) from None
     return [t.result() for t in tasks]
+
+
+def _first(eg: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The failure to raise from a group: a BmcError (it has the reason) before anything else."""
+    errors: list[BaseException] = list(eg.exceptions)
+    return next((e for e in errors if isinstance(e, BmcError)), errors[0])
 
 
 def _why(exc: BaseException | None) -> str:
