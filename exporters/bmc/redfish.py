@@ -84,6 +84,8 @@ class RedfishClient:
             f"{target.username}:{target.password}".encode()
         ).decode("ascii")
         self._login_tried = False
+        self._login_lock = asyncio.Lock()
+        self._root: dict[str, Any] = {}
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -204,12 +206,13 @@ class RedfishClient:
 
     async def get(self, path: str, optional: bool = False) -> dict[str, Any] | None:
         """A resource; None if optional and it answers 404 (or a Redfish error body)."""
+        token = self._token
         status, doc, _ = await self._request("GET", path)
-        if status == 401 and self._token is not None:
-            self._token = None  # the session expired: log in again, once
-            self._login_tried = False
-            root = await self.get("/redfish/v1")
-            await self._login(root or {})
+        session = self.t.auth == "session" and bool(self.t.username or self.t.password)
+        if status == 401 and session and (token is not None or not self._login_tried):
+            # The session expired (or the service wants one even for its root, against
+            # DSP0266): log in again once, however many requests in flight saw the 401.
+            await self._relogin(token)
             status, doc, _ = await self._request("GET", path)
         if status in (401, 403):
             raise BmcError("auth", f"{path}: {status}")
@@ -223,13 +226,21 @@ class RedfishClient:
             raise BmcError("http", f"{path}: a Redfish error body")
         return doc
 
+    async def _relogin(self, stale: str | None) -> None:
+        async with self._login_lock:
+            if self._token is not None and self._token != stale:
+                return  # another request has logged in again meanwhile
+            self._token = None
+            await self._login(self._root)
+
     async def read(self, identity: bool) -> BmcReading:
         """One poll: every chassis' power (and the identity when asked)."""
         reading = BmcReading()
         root = await self.get("/redfish/v1")
         assert root is not None
+        self._root = root
         if not self._login_tried:
-            await self._login(root)
+            await self._relogin(None)
         chassis_path = link(root, "Chassis")
         if chassis_path is None:
             raise BmcError("garbage", "the service root links no Chassis collection")
