@@ -411,7 +411,12 @@ class BmcConfig(Strict):
                 raise ValueError("a Redfish user name cannot hold ':' (HTTP Basic)")
         else:
             wrong = [k for k in _REDFISH_ONLY if k in given]
-            parse_listen(self.address, 623)
+            host, _port = parse_listen(self.address, 623)
+            # FreeIPMI reads ',' and '[n-m]' in a host name as several hosts (ipmi-raw(8)
+            # "HOSTRANGED SUPPORT"): a name or an address only.
+            bad = not re.fullmatch(r"[A-Za-z0-9.:-]+", host) or host.startswith("-")
+            if bad or self.address.strip().startswith(":"):
+                raise ValueError("an IPMI address is HOST[:PORT]: a host name or an address")
             for what, value, most in (("username", self.username, 16), ("password", None, 20)):
                 text = (
                     value

@@ -110,6 +110,9 @@ def test_shard_rule_is_the_pdus(tmp_path: Path) -> None:
         ),
         ({"protocol": "ipmi", "address": "h", "password": "x" * 21}, "bmcs[0]", "at most 20"),
         ({"protocol": "ipmi", "address": "h:99999"}, "bmcs[0]", "port"),
+        ({"protocol": "ipmi", "address": "'node[1-9]'"}, "bmcs[0]", "host"),
+        ({"protocol": "ipmi", "address": "':623'"}, "bmcs[0]", "a host name or an address"),
+        ({"protocol": "ipmi", "address": "'a,b'"}, "bmcs[0]", "a host name or an address"),
         (
             {"protocol": "redfish", "address": "https://h", "ca_file": "/nonexistent/ca.pem"},
             "bmcs[0].ca_file",
