@@ -85,6 +85,7 @@ class RedfishClient:
         ).decode("ascii")
         self._login_tried = False
         self._login_lock = asyncio.Lock()
+        self._slots = asyncio.Semaphore(CONNECTIONS)
         self._root: dict[str, Any] = {}
 
     def _http(self) -> aiohttp.ClientSession:
@@ -132,9 +133,15 @@ class RedfishClient:
         for _ in range(MAX_REDIRECTS + 1):
             headers = self._auth_headers() if auth else {}
             try:
-                async with http.request(
-                    method, url, json=body, headers=headers, allow_redirects=False
-                ) as resp:
+                # The slot is taken before the request's timeout starts: aiohttp counts the
+                # wait for a pooled connection in `total`, and requests queued behind a slow
+                # BMC's other chassis must not time out while it is answering.
+                async with (
+                    self._slots,
+                    http.request(
+                        method, url, json=body, headers=headers, allow_redirects=False
+                    ) as resp,
+                ):
                     status = resp.status
                     if status in (301, 302, 303, 307, 308):
                         location = resp.headers.get("Location", "")

@@ -7,6 +7,7 @@ Modes (every path answers the same way):
   redirect  302 to the same path on 127.0.0.2 (another address)
   ctype     a JSON body labelled text/html
   garbage   a body that is not JSON
+  slow      not hostile: serves the mockup directory --mockup, each answer after 0.25 s
   session   not hostile: serves the mockup directory --mockup, but only to a Redfish session
             (POST /redfish/v1/SessionService/Sessions with the --user/--password JSON gives
             X-Auth-Token; anything else 401), and forgets every session after each 6 GETs, as
@@ -73,6 +74,13 @@ async def handle(request: web.Request) -> web.StreamResponse:
     mode = request.app["mode"]
     if mode == "session":
         return await session_mode(request)
+    if mode == "slow":
+        await asyncio.sleep(0.25)
+        rel = request.path.rstrip("/").removeprefix("/redfish/v1").strip("/")
+        f = Path(request.app["mockup"]) / rel / "index.json"
+        if not f.is_file():
+            raise web.HTTPNotFound()
+        return web.Response(body=f.read_bytes(), content_type="application/json")
     if mode == "redirect":
         other = request.app["other_port"] or request.url.port
         raise web.HTTPFound(f"http://127.0.0.2:{other}{request.path}")
