@@ -131,6 +131,9 @@ def test_each_failure_is_clean_and_the_good_stay_fresh(farm, caplog) -> None:  #
     assert watts == {"good": 97.0, "good-tls": 374.0, "insecure-ok": 100.0}
     assert PASSWORD not in text
     assert PASSWORD not in caplog.text
+    # the explicit opt-out is said in the log, for that BMC only
+    off = [r.getMessage() for r in caplog.records if "verification is OFF" in r.getMessage()]
+    assert len(off) == 1 and "insecure-ok" in off[0], off
     # The Basic credentials are sent base64-encoded: not in the log either.
     import base64
 
