@@ -51,10 +51,8 @@ import logging
 import os
 import platform
 import random
-import resource
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -107,21 +105,25 @@ UNIT_BY_CURRENT = ("1.3.6.1.4.1.318.1.1.26.6.3.1.5.1",)  # rPDU2PhaseStatusCurre
 
 Row = tuple[str, str, str]  # oid, tag, value text (snmprec)
 
-
-def arcs(oid: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in oid.split("."))
-
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from bench.harness import (  # noqa: E402
+    children_cpu,
+    cpu_model,
+    cpu_seconds,
+    free_port,
+    load_average,
+    machine_busy_seconds,
+)
+from collector.pdu.snmprec import snmprec_rows  # noqa: E402
+from exporters.snmp.oid import oid_arcs  # noqa: E402
 
 # --- synthetic recordings ----------------------------------------------------------------------
 
 
 def read_snmprec(path: Path) -> list[Row]:
-    rows = []
-    for line in path.read_text(encoding="latin-1").splitlines():
-        if line.strip() and not line.startswith("#"):
-            oid, tag, value = line.split("|", 2)
-            rows.append((oid, tag, value))
-    return rows
+    """The recording's rows as written (latin-1: every byte kept, written back the same)."""
+    return [(o, t, v) for _, o, t, v in snmprec_rows(path.read_text(encoding="latin-1"))]
 
 
 def _outlet_row(oid: str) -> tuple[str, int, int] | None:
@@ -145,7 +147,7 @@ def synthesize(source: list[Row], outlets: int, seed: int) -> list[Row]:
     if outlets < base or base == 0:
         raise ValueError(f"cannot make {outlets} outlets from a recording with {base}")
     if outlets == base:
-        return sorted(rows, key=lambda r: arcs(r[0]))
+        return sorted(rows, key=lambda r: oid_arcs(r[0]))
     rnd = random.Random(seed)
     factor = {j: rnd.uniform(0.7, 1.3) for j in range(base + 1, outlets + 1)}
     # index-like columns (index, outlet number): every row's value is its own index
@@ -192,7 +194,7 @@ def synthesize(source: list[Row], outlets: int, seed: int) -> list[Row]:
         elif oid in UNIT_BY_CURRENT:
             value = _scaled(value, ratio["current"])
         out.append((oid, tag, value))
-    return sorted(out, key=lambda r: arcs(r[0]))
+    return sorted(out, key=lambda r: oid_arcs(r[0]))
 
 
 @dataclass(frozen=True)
@@ -256,34 +258,6 @@ def kill_children() -> None:
             p.kill()
 
 
-def proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) a live process has used, from /proc/PID/stat."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_busy() -> float:
-    """CPU seconds all CPUs spent not idle since boot (/proc/stat; guest time is in user)."""
-    v = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def children_cpu() -> float:
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
-def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def loadavg() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
 class Exporter:
     """prometheus-snmp-exporter on 127.0.0.1:<free port> with one module per community."""
 
@@ -313,7 +287,7 @@ class Exporter:
         if exe is None:
             raise RuntimeError(f"{SNMP_EXPORTER} not found: apt-get install {SNMP_EXPORTER}")
         for _ in range(3):
-            self.port = free_tcp_port()
+            self.port = free_port()
             with self.log.open("ab") as log:
                 self.proc = subprocess.Popen(
                     [
@@ -424,14 +398,14 @@ class Bench:
         self.env = {**os.environ, "MIBS": ""}
 
     def agents_cpu(self) -> float:
-        return sum(proc_cpu(p) for p in self.agent_pids)
+        return sum(cpu_seconds(p) for p in self.agent_pids)
 
     def timed(self, tool: str, run: Callable[[], Any], cpu: Callable[[], float]) -> Poll:
-        m0, b0, a0, c0 = machine_busy(), time.process_time(), self.agents_cpu(), cpu()
+        m0, b0, a0, c0 = machine_busy_seconds(), time.process_time(), self.agents_cpu(), cpu()
         t0 = time.perf_counter()
         result = run()
         wall = time.perf_counter() - t0
-        c1, a1, b1, m1 = cpu(), self.agents_cpu(), time.process_time(), machine_busy()
+        c1, a1, b1, m1 = cpu(), self.agents_cpu(), time.process_time(), machine_busy_seconds()
         poll = Poll(tool, wall, c1 - c0, a1 - a0, b1 - b0, m1 - m0)
         poll.extra["_result"] = result
         return poll
@@ -542,7 +516,7 @@ class Bench:
         poll = self.timed(
             "snmp_exporter",
             lambda: list(self.pool.map(self._scrape, paths)),
-            lambda: proc_cpu(pid),
+            lambda: cpu_seconds(pid),
         )
         bodies = poll.extra.pop("_result")
         metric_names = self._exporter_metric_names()
@@ -706,12 +680,7 @@ class Bench:
 
 
 def machine() -> dict[str, Any]:
-    model = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+    model = cpu_model()
     mem = ""
     with contextlib.suppress(OSError):
         mem = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
@@ -901,7 +870,9 @@ def profile_wattbit(bench: Bench, top: int, median_cpu: float, responses: int) -
         f" us CPU, wattbit's ber.py {ours * 1e6:.0f} us ({per_msg / ours:.0f}x); wattbit received"
         f" {responses} responses per poll ({median_cpu:.2f} s CPU per poll)"
     )
-    site = str(Path(__import__("pysnmp").__file__).parent.parent) + "/"
+    import pysnmp
+
+    site = str(Path(pysnmp.__file__ or "").parent.parent) + "/"
     for key in ("tottime", "cumulative"):
         buf = io.StringIO()
         pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
@@ -957,8 +928,6 @@ def signals() -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     from collector.site.profiles import load_profiles
     from tests.support.snmpagents import SnmpSim, have_netsnmp, have_snmpsim
 
@@ -989,7 +958,7 @@ def main(argv: list[str] | None = None) -> int:
         f" {info['kernel']}, Python {info['python']}, pysnmp {info['pysnmp']}"
     )
     print(f"tools: wattbit; {info['snmp_exporter']}; {info['net-snmp']}")
-    load_start = loadavg()
+    load_start = load_average()
     print(f"load average at start: {load_start}")
 
     tmp = Path(tempfile.mkdtemp(prefix="wattbit-bench-pdu-"))
@@ -1078,7 +1047,7 @@ def main(argv: list[str] | None = None) -> int:
                             f"round {r + 1}: {tool} FAILED the check ({len(p.problems)} PDUs):"
                             f" wall {p.wall:.2f} s, CPU {p.cpu:.2f} s, agents CPU"
                             f" {p.agent_cpu:.2f} s, other users' CPU {p.others_cpu:.2f} s,"
-                            f" load average {loadavg()}"
+                            f" load average {load_average()}"
                         )
                         for line in p.problems[:10]:
                             print(f"    {line}")
@@ -1086,7 +1055,7 @@ def main(argv: list[str] | None = None) -> int:
                     got[tool] = p
                     polls[tool].append(p)
                 raw["rounds"].append(
-                    {"round": r + 1, "order": order, "load_average": loadavg()}
+                    {"round": r + 1, "order": order, "load_average": load_average()}
                     | {t: got[t].raw() for t in TOOLS}
                 )
                 cells = " ".join(f"{got[t].cell():>24}" for t in TOOLS)
@@ -1106,7 +1075,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"retries/failures during timed rounds: snmp_exporter packets retried {retried:g},"
                 f" wattbit poll failures {failures}"
             )
-            raw["load_average_end"] = loadavg()
+            raw["load_average_end"] = load_average()
             print(f"load average at end: {raw['load_average_end']} (start: {load_start})")
             if args.profile:
                 raw["profile"] = profile_wattbit(

@@ -82,7 +82,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.pdu_poll import SOURCE, loadavg, machine, proc_cpu, signals, synthesize  # noqa: E402
+from bench.harness import cpu_seconds as proc_cpu  # noqa: E402
+from bench.harness import load_average as loadavg  # noqa: E402
+from bench.pdu_poll import SOURCE, machine, signals, synthesize  # noqa: E402
 from bench.pdu_poll import read_snmprec as read_rows  # noqa: E402
 from collector.demo.procs import Procs, free_port, wait_for  # noqa: E402
 from collector.pdu.responder import Responder  # noqa: E402

@@ -149,3 +149,15 @@ def test_the_graph_sees_imports_and_cycles() -> None:
     planted: Edges = {"a.x": {"a.y": ["f:1"]}, "a.y": {"a.z": ["g:2"]}, "a.z": {"a.x": ["h:3"]}}
     assert cycles(planted) == [["a.x", "a.y", "a.z", "a.x"]]
     assert cycles({"a.x": {"a.y": ["f:1"]}, "a.y": {}}) == []
+
+
+def test_no_test_imports_a_bench() -> None:
+    # a benchmark is a measurement, not a library: what tests and benches share lives in
+    # tests/support (e.g. tests/support/synthetic.py) or in the product
+    bad = [
+        f"{f.relative_to(ROOT)}:{line}"
+        for f in sorted((ROOT / "tests").rglob("*.py"))
+        for module, line in _imported(ast.parse(f.read_text(), str(f)), "tests")
+        if module == "bench" or module.startswith("bench.")
+    ]
+    assert not bad, "tests import a bench:\n" + "\n".join(bad)
