@@ -19,6 +19,7 @@ import yaml
 from pydantic import BeforeValidator, ValidationError
 from pydantic_core import ErrorDetails
 
+from collector.files import MAX_CONFIG_FILE, FileRefused, read_bounded
 from exporters.strict import Strict
 
 __all__ = [
@@ -235,9 +236,9 @@ def load_model(model: type[M], path: str | Path | None, context: dict[str, Any] 
         return model()
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(path, "", f"cannot read: {exc.strerror or type(exc).__name__}") from None
+        text = read_bounded(path, MAX_CONFIG_FILE)[0].decode("utf-8")
+    except FileRefused as exc:  # a FIFO, a link to /dev/zero, a huge file: never read
+        raise ConfigError(path, "", str(exc)) from None
     except UnicodeDecodeError:
         raise ConfigError(path, "", "not valid UTF-8") from None
     try:

@@ -5,9 +5,10 @@ these rules (docs/configuration.md#secret-files)."""
 from __future__ import annotations
 
 import logging
-import os
 import stat
 from pathlib import Path
+
+from collector.files import FileRefused, read_bounded
 
 log = logging.getLogger(__name__)
 
@@ -24,33 +25,20 @@ def read_secret_file(path: Path, warn: bool = True) -> str:
     readable by its group is accepted with a warning. Messages name the file, never its content.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "strerror", None) or "not a valid path"
-        raise ValueError(f"cannot read {path}: {reason}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{path} is not a regular file")
-        if st.st_mode & stat.S_IROTH:
-            raise ValueError(
-                f"{path} is readable by every user (mode {stat.S_IMODE(st.st_mode):04o}): "
-                "make it readable by its owner only (chmod 600)"
-            )
-        if st.st_mode & stat.S_IRGRP and warn:
-            log.warning(
-                "secret file %s is readable by its group (mode %04o); chmod 600 unless meant",
-                path,
-                stat.S_IMODE(st.st_mode),
-            )
-        with os.fdopen(os.dup(fd), "rb") as f:
-            raw = f.read(MAX_SECRET_FILE + 1)
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror or type(exc).__name__}") from None
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_SECRET_FILE:
-        raise ValueError(f"{path} is larger than {MAX_SECRET_FILE} bytes")
+        raw, st = read_bounded(path, MAX_SECRET_FILE)  # regular, capped, never blocking
+    except FileRefused as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    if st.st_mode & stat.S_IROTH:
+        raise ValueError(
+            f"{path} is readable by every user (mode {stat.S_IMODE(st.st_mode):04o}): "
+            "make it readable by its owner only (chmod 600)"
+        )
+    if st.st_mode & stat.S_IRGRP and warn:
+        log.warning(
+            "secret file %s is readable by its group (mode %04o); chmod 600 unless meant",
+            path,
+            stat.S_IMODE(st.st_mode),
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -95,6 +95,14 @@ class SmartConfig(Strict):
         return v
 
 
+class PowerConfig(Strict):
+    """The power exporter's settings (RAPL energy from powercap, hwmon power sensors)."""
+
+    enabled: bool = True
+    rapl: bool = True  # /sys/class/powercap: CPU packages' and DRAM's energy
+    hwmon: bool = True  # /sys/class/hwmon power*_{average,input} and energy*_input
+
+
 class PcieConfig(Strict):
     """The pcie exporter's settings (PCIe links, disk link rates, controller interrupts)."""
 
@@ -124,5 +132,6 @@ class AgentConfig(ProcessConfig):
     blockio: BlockioConfig = BlockioConfig()
     nic: NicConfig = NicConfig()
     smart: SmartConfig = SmartConfig()
+    power: PowerConfig = PowerConfig()
     pcie: PcieConfig = PcieConfig()
     cpu: CpuConfig = CpuConfig()

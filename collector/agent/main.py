@@ -1,4 +1,5 @@
-"""`wattbit agent`: the host agent serving blockio, nic, smart and pcie (and opt-in cpu) metrics."""
+"""`wattbit agent`: the host agent serving blockio, nic, smart, power and pcie (and opt-in cpu)
+metrics."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from exporters.blockio.model import BackendUnavailable
 from exporters.cpu.exporter import CpuExporter
 from exporters.nic.exporter import NicExporter, QueueReader
 from exporters.pcie.exporter import PcieExporter
+from exporters.power.exporter import PowerExporter
 from exporters.smart.exporter import SmartExporter
 from exporters.smart.runner import Runner
 
@@ -80,6 +82,10 @@ def build_exporters(
                 sys_root=sys_root,
                 runner=smartctl,
             )
+        )
+    if cfg.power.enabled:
+        exporters.append(
+            PowerExporter(sys_root=sys_root, rapl=cfg.power.rapl, hwmon=cfg.power.hwmon)
         )
     if cfg.pcie.enabled:
         exporters.append(

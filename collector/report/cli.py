@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from collector.config import duration_arg
+from collector.report.prom import MAX_ANSWER_BYTES, MAX_SERIES
 
 EPILOG = """\
 examples:
@@ -97,9 +98,38 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )  # fmt: skip
     p.add_argument(
         "--timeout", type=duration_arg, default=120.0, metavar="DURATION",
-        help="per-request timeout (default 120s)",
+        help="the most one Prometheus request may take, start to end (default 120s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-answer-bytes", type=size_arg, default=MAX_ANSWER_BYTES, metavar="SIZE",
+        help="refuse a Prometheus answer larger than this (default 64MiB; bytes, KiB, MiB, GiB)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-series", type=count_arg, default=MAX_SERIES, metavar="N",
+        help=f"refuse a Prometheus answer with more series (default {MAX_SERIES})",
     )  # fmt: skip
     p.set_defaults(func=run)
+
+
+_UNITS = {"": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3}
+
+
+def size_arg(text: str) -> int:
+    """A size in bytes: ``1048576``, ``512KiB``, ``64MiB``, ``1GiB`` (at least 1 KiB)."""
+    m = re.fullmatch(r"\s*(\d{1,12})\s*([kKmMgG]i[bB])?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError("give bytes, or a number with KiB, MiB or GiB")
+    value = int(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+    if value < 1024:
+        raise argparse.ArgumentTypeError("at least 1KiB")
+    return value
+
+
+def count_arg(text: str) -> int:
+    """A whole number of at least 1."""
+    if not re.fullmatch(r"\s*\d{1,12}\s*", text) or int(text) < 1:
+        raise argparse.ArgumentTypeError("give a whole number of at least 1")
+    return int(text)
 
 
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -179,7 +209,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"wattbit report: {exc}", file=sys.stderr)
         return 2
     try:
-        prom = Prometheus(args.prometheus, timeout=args.timeout, **_credentials(args))
+        prom = Prometheus(
+            args.prometheus,
+            timeout=args.timeout,
+            max_answer_bytes=getattr(args, "max_answer_bytes", MAX_ANSWER_BYTES),
+            max_series=getattr(args, "max_series", MAX_SERIES),
+            **_credentials(args),
+        )
     except (ValueError, PromError) as exc:
         print(f"wattbit report: {exc}", file=sys.stderr)
         return 2

@@ -16,21 +16,21 @@ from __future__ import annotations
 
 import math
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import compute as C
-from .prom import LabelKey, Prometheus, Series, duration, label_key, selector
+from .prom import LabelKey, PromError, Prometheus, Series, duration, label_key, selector
 from .series import (
     ALL,
     COUNTERS,
     NIC,
     PART_OF_LABEL,
     PHASE_LABEL,
-    POWER,
+    POWERS,
     RUN_ACTIVE,
     RUN_END,
     RUN_INFO,
@@ -72,11 +72,13 @@ def find_run(
         if res:
             start = max(s.samples[-1][1] for s in res)
             break
+    if start is not None and not math.isfinite(start):  # a time; a hostile store sends NaN
+        raise PromError(f"{prom.url}: {RUN_START}{{run={run!r}}} is {start}, not a time")
     if start is None:
         raise ReportError(f"no run called {run!r} in Prometheus (no {RUN_START}{{run=...}})")
     span = duration(max(1.0, now - start) + 60)
     res = prom.query(f"max_over_time({selector(RUN_END, sel)}[{span}])", now)
-    ends = [s.samples[-1][1] for s in res if s.samples[-1][1] >= start]
+    ends = [e for s in res if math.isfinite(e := s.samples[-1][1]) and e >= start]
     if ends:
         return Window(run, start, max(ends), "run")
     # No end time: still going, or the registry never said. Use the run_active series.
@@ -247,9 +249,10 @@ class _Gatherer:
         for metric, fut in count_f.items():
             for s in fut.result():
                 labels = _strip_name(s.labels)
-                tracks[(metric, label_key(labels))] = Track(
-                    metric, labels, n_samples=int(s.samples[-1][1])
-                )
+                n = s.samples[-1][1]
+                if not (math.isfinite(n) and n >= 0):  # a count; a hostile store sends NaN
+                    raise PromError(f"{prom.url}: count_over_time({metric}) answered {n}")
+                tracks[(metric, label_key(labels))] = Track(metric, labels, n_samples=int(n))
         if not tracks:
             raise ReportError(
                 f"no wattbit series in Prometheus between {w.start:.0f} and {w.end:.0f}"
@@ -294,9 +297,10 @@ class _Gatherer:
         counters that reset in the window."""
         t0 = time.monotonic()
         jobs: list[tuple[str, str]] = [(m, "last_over_time") for m in COUNTERS]
-        jobs.append((POWER, "avg_over_time"))
+        jobs += [(m, "avg_over_time") for m in POWERS]
         jobs += [(m, "resets") for m in COUNTERS]
-        bins_f = {j: self.pool.submit(self._bins, grid, *j) for j in jobs}
+        per_metric = Counter(m for m, _k in tracks)
+        bins_f = {j: self.pool.submit(self._bins, grid, *j, per_metric[j[0]]) for j in jobs}
         raw_f = [self.pool.submit(self._raw, tr, grid) for tr in integrate]
         binned = {j: f.result() for j, f in bins_f.items()}
         for tr, f in zip(integrate, raw_f, strict=True):
@@ -309,7 +313,7 @@ class _Gatherer:
                 tr.counter = C.counter_from_last(last)
                 tr.present = [v is not None for v in last[1:]]
             else:
-                points = binned[(POWER, "avg_over_time")].get(key, {})
+                points = binned[(metric, "avg_over_time")].get(key, {})
                 tr.values = [points.get(k + 1) for k in range(grid.n)]
                 tr.present = [v is not None for v in tr.values]
         return [
@@ -351,8 +355,10 @@ class _Gatherer:
         )
         return [p for p in res[0].samples if math.isfinite(p[1])] if res else []
 
-    def _bins(self, grid: Grid, metric: str, fn: str) -> dict[LabelKey, dict[int, float]]:
-        """``fn(metric[bin])`` for every bin: {labels: {edge index: value}}."""
+    def _bins(
+        self, grid: Grid, metric: str, fn: str, series: int = 1
+    ) -> dict[LabelKey, dict[int, float]]:
+        """``fn(metric[bin])`` for every bin: {labels: {edge index: value}}; ``series`` expected."""
         prom, sel = self.prom, self.sel(metric)
         out: dict[LabelKey, dict[int, float]] = defaultdict(dict)
 
@@ -384,6 +390,7 @@ class _Gatherer:
                     grid.edges[first],
                     grid.edges[grid.n - 1],
                     grid.step,
+                    series,
                 )
             )
         last_len = grid.end - grid.edges[grid.n - 1]

@@ -9,14 +9,19 @@ in an instant query) are cut into time chunks so that no single answer grows wit
 from __future__ import annotations
 
 import base64
+import contextlib
+import http.client
 import json
 import math
 import re
+import socket
+import threading
 import time
+import unicodedata
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,9 +40,172 @@ RANGE_PROBE = "count_over_time(vector(1)[10s:1s])"
 
 LabelKey = tuple[tuple[str, str], ...]
 
+# What one answer may hold (`--max-answer-bytes`, `--max-series`). JSON of a matrix grows about
+# 12-fold in memory once parsed (a 64 MiB answer: ~0.8 GB peak RSS, docs/report.md); a series
+# costs ~1 KB however few its samples. A store answering more is refused, not trusted.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+MAX_SERIES = 100_000
+# Range queries are cut into time chunks of at most this many points in all (series × points):
+# a site-wide query of 48,000 disks then stays near 12 MB of JSON per answer, far below the cap.
+POINTS_PER_ANSWER = 400_000
+# An error answer is read this far and shown this far (after control characters go).
+MAX_ERROR_BYTES = 64 * 1024
+MAX_ERROR_SHOWN = 300
+
 
 class PromError(Exception):
-    """Prometheus could not be reached or refused a query."""
+    """Prometheus could not be reached, refused a query or gave an unusable answer."""
+
+    fatal = False  # True: the store is not worth asking anything else
+
+
+class PromTimeout(PromError):
+    """No complete answer within ``--timeout``."""
+
+    fatal = True
+
+
+class PromTooLarge(PromError):
+    """An answer beyond ``--max-answer-bytes`` or ``--max-series``."""
+
+    fatal = True
+
+
+def shown(text: str, limit: int = MAX_ERROR_SHOWN) -> str:
+    """The store's words as they may be printed: one line, no control characters, short.
+
+    Control and format characters (terminal escapes, carriage returns, bidi overrides) become
+    ``?``, runs of blanks one space; longer than ``limit`` is cut with an ellipsis.
+    """
+    out = []
+    for ch in text[: limit * 4]:
+        if ch in "\t\n\r":
+            out.append(" ")
+        elif unicodedata.category(ch)[0] == "C":
+            out.append("?")
+        else:
+            out.append(ch)
+    line = " ".join("".join(out).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+class _Deadline:
+    """The whole of one request (connect, TLS, send, status, headers, body) within ``seconds``.
+
+    urllib's timeout is per socket operation: a store dripping a byte a second never trips it.
+    A timer shuts the request's sockets down when the time is up, which ends any read or write
+    in progress at once; each connect is given what time is left.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._end = time.monotonic() + seconds
+        self._lock = threading.Lock()
+        self._socks: list[socket.socket] = []
+        self._done = False
+        self.expired = False
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def remaining(self) -> float:
+        """Seconds left (at least a millisecond, so a socket timeout is never 0: non-blocking)."""
+        return max(0.001, self._end - time.monotonic())
+
+    def watch(self, sock: socket.socket) -> socket.socket:
+        """Shut ``sock`` down when the time is up (at once when it already is)."""
+        with self._lock:
+            self._socks.append(sock)
+            late = self.expired
+        if late:
+            self._shutdown(sock)
+        return sock
+
+    @staticmethod
+    def _shutdown(sock: socket.socket) -> None:
+        # socket.socket's own shutdown, also on an SSLSocket (whose shutdown() would drop its
+        # TLS state under the reading thread's feet): the reader sees EOF and returns.
+        with contextlib.suppress(OSError):  # closed already
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.expired = True
+            socks = list(self._socks)
+        for sock in socks:
+            self._shutdown(sock)
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._done = True
+        self._timer.cancel()
+
+    def handlers(self) -> list[urllib.request.BaseHandler]:
+        """urllib handlers whose connections this deadline bounds."""
+        deadline = self
+
+        def watched(base: type[http.client.HTTPConnection]) -> Callable[..., Any]:
+            def make(*args: Any, **kw: Any) -> http.client.HTTPConnection:
+                conn = base(*args, **{**kw, "timeout": deadline.remaining()})
+                create = conn._create_connection  # type: ignore[attr-defined]
+                conn._create_connection = lambda *a, **k: deadline.watch(create(*a, **k))  # type: ignore[attr-defined]
+                return conn
+
+            return make
+
+        class HTTPS(http.client.HTTPSConnection):
+            def connect(self) -> None:
+                # HTTPSConnection.connect with the handshake apart, so that the deadline
+                # watches the TLS socket while it shakes hands (CPython 3.11's own steps).
+                http.client.HTTPConnection.connect(self)
+                host = self._tunnel_host or self.host  # type: ignore[attr-defined]
+                tls = self._context.wrap_socket(  # type: ignore[attr-defined]
+                    self.sock, server_hostname=host, do_handshake_on_connect=False
+                )
+                self.sock = deadline.watch(tls)
+                tls.do_handshake()
+
+        class HTTPHandler(urllib.request.HTTPHandler):
+            def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+                return self.do_open(watched(http.client.HTTPConnection), req)  # type: ignore[arg-type]
+
+        class HTTPSHandler(urllib.request.HTTPSHandler):
+            def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+                return self.do_open(watched(HTTPS), req, context=self._context)  # type: ignore[arg-type,attr-defined]
+
+        return [HTTPHandler(), HTTPSHandler()]
+
+
+def _read_capped(resp: Any, limit: int, where: str) -> bytes:
+    """The body of an answer: _TooLarge beyond ``limit`` bytes, PromError when cut short."""
+    header = resp.headers.get("Content-Length")
+    length = int(header) if header is not None and header.strip().isdigit() else None
+    if length is not None and length > limit:
+        raise _TooLarge
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = resp.read(min(1 << 20, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > limit:
+        raise _TooLarge
+    if length is not None and size < length:  # http.client's read(n) returns it short
+        raise PromError(
+            f"{where}: a broken HTTP answer: the body ended early ({size} of {length} bytes)"
+        )
+    return b"".join(chunks)
+
+
+class _TooLarge(Exception):
+    pass
 
 
 @dataclass
@@ -93,6 +261,8 @@ def without_userinfo(url: str) -> str:
 class Prometheus:
     """Client of one Prometheus server (or anything speaking its query API).
 
+    ``timeout`` bounds each request as a whole; ``max_answer_bytes`` and ``max_series`` what
+    one answer may hold. Every unusable answer is a one-line PromError.
     Credentials: basic auth (user, password) or a bearer token, sent with every request
     (never on a redirect to another URL). Credentials in the URL itself are refused (PromError):
     a URL ends up in messages, shell history and `ps`.
@@ -106,15 +276,19 @@ class Prometheus:
         user: str | None = None,
         password: str | None = None,
         token: str | None = None,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
+        max_series: int = MAX_SERIES,
     ) -> None:
-        shown = without_userinfo(url)
-        if shown != url:
+        public = without_userinfo(url)
+        if public != url:
             raise PromError(
-                f"{shown.rstrip('/')}: credentials in the URL are not supported; use "
+                f"{public.rstrip('/')}: credentials in the URL are not supported; use "
                 "--prometheus-user with --prometheus-password-file, or --prometheus-token-file"
             )
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.max_answer_bytes = max_answer_bytes
+        self.max_series = max_series
         self._closed_ranges: bool | None = None
         self.requests = 0
         self._authorization: str | None = None
@@ -127,6 +301,33 @@ class Prometheus:
     # --- transport --------------------------------------------------------------------
 
     def _call(self, path: str, params: dict[str, str] | None = None) -> Any:
+        where = f"{self.url}{path}"
+        with _Deadline(self.timeout) as deadline:
+            try:
+                return self._ask(path, params, deadline)
+            except PromError:
+                if deadline.expired:
+                    raise PromTimeout(self._late(where)) from None
+                raise
+            except _TooLarge:
+                raise PromTooLarge(
+                    f"{where}: the answer is larger than {self.max_answer_bytes} bytes "
+                    "(--max-answer-bytes; a shorter window or a coarser --step asks for less)"
+                ) from None
+            except (http.client.HTTPException, urllib.error.URLError, OSError, ValueError) as exc:
+                if deadline.expired:
+                    raise PromTimeout(self._late(where)) from None
+                if isinstance(exc, urllib.error.URLError) and not isinstance(
+                    exc, urllib.error.HTTPError
+                ):
+                    reason = shown(str(exc.reason))
+                    raise PromError(f"cannot reach Prometheus at {self.url}: {reason}") from None
+                raise PromError(f"{where}: a broken HTTP answer: {_what(exc)}") from None
+
+    def _late(self, where: str) -> str:
+        return f"{where}: no complete answer within {self.timeout:g} s (--timeout)"
+
+    def _ask(self, path: str, params: dict[str, str] | None, deadline: _Deadline) -> Any:
         data = urllib.parse.urlencode(params).encode() if params is not None else None
         req = urllib.request.Request(
             self.url + path,
@@ -139,27 +340,52 @@ class Prometheus:
             # unredirected: urllib copies ordinary headers to wherever a redirect points
             req.add_unredirected_header("Authorization", self._authorization)
         self.requests += 1
+        where = f"{self.url}{path}"
+        opener = urllib.request.build_opener(*deadline.handlers())
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                body = resp.read()
+            with opener.open(req, timeout=deadline.remaining()) as resp:
+                body = _read_capped(resp, self.max_answer_bytes, where)
         except urllib.error.HTTPError as exc:
-            detail = exc.read().decode("utf-8", "replace")
+            try:
+                detail = exc.read(MAX_ERROR_BYTES).decode("utf-8", "replace")
+            except (http.client.HTTPException, OSError):
+                detail = ""
+            finally:
+                exc.close()
             try:
                 err = json.loads(detail)
                 detail = f"{err.get('errorType', '')}: {err.get('error', detail)}"
-            except ValueError:
-                detail = detail.strip()[:300]
-            raise PromError(f"{self.url}{path}: HTTP {exc.code}: {detail}") from exc
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise PromError(f"cannot reach Prometheus at {self.url}: {reason}") from exc
+            except (ValueError, RecursionError, AttributeError):
+                pass
+            raise PromError(f"{where}: HTTP {exc.code}: {shown(detail)}") from None
+        if body.count(b'"metric"') > self.max_series:  # before parsing: a series costs ~1 KB
+            raise self._too_many(where)
         try:
             doc = json.loads(body)
-        except ValueError as exc:
-            raise PromError(f"{self.url}{path}: the answer is not JSON") from exc
+        except (ValueError, RecursionError):
+            raise PromError(f"{where}: the answer is not JSON (or nested too deeply)") from None
+        if not isinstance(doc, dict):
+            raise PromError(f"{where}: the answer is not a JSON object")
         if doc.get("status") != "success":
-            raise PromError(f"{self.url}{path}: {doc.get('errorType')}: {doc.get('error')}")
-        return doc.get("data")
+            raise PromError(
+                f"{where}: {shown(str(doc.get('errorType')))}: {shown(str(doc.get('error')))}"
+            )
+        data = doc.get("data")
+        result = data.get("result") if isinstance(data, dict) else None
+        if isinstance(result, list) and len(result) > self.max_series:
+            raise self._too_many(where)
+        return data
+
+    def _parse(self, data: Any, path: str) -> list[Series]:
+        try:
+            return _parse(data)
+        except PromError as exc:
+            raise PromError(f"{self.url}{path}: {exc}") from None
+
+    def _too_many(self, where: str) -> PromError:
+        return PromTooLarge(
+            f"{where}: the answer holds more than {self.max_series} series (--max-series)"
+        )
 
     # --- server facts -----------------------------------------------------------------
 
@@ -181,13 +407,18 @@ class Prometheus:
         try:
             res = self.query(RANGE_PROBE, float(math.floor(time.time())))
             points = res[0].samples[-1][1] if len(res) == 1 and res[0].samples else None
-        except PromError:
+        except PromError as exc:
+            if exc.fatal:  # no answer in time, or a huge one: the report stops here
+                raise
             points = None
         if points in (10.0, 11.0):
             return points == 11.0
         try:
-            version = str(self._call("/api/v1/status/buildinfo").get("version", ""))
-        except PromError:
+            info = self._call("/api/v1/status/buildinfo")
+            version = str(info.get("version", "")) if isinstance(info, dict) else ""
+        except PromError as exc:
+            if exc.fatal:
+                raise
             version = ""
         m = re.match(r"(\d+)\.", version)
         return not (m and int(m.group(1)) >= 3)
@@ -203,17 +434,21 @@ class Prometheus:
     def query(self, expr: str, at: float) -> list[Series]:
         """Instant query at ``at``: a vector (one sample each) or a matrix (raw samples)."""
         data = self._call("/api/v1/query", {"query": expr, "time": _ts(at), **AS_ASKED})
-        return _parse(data)
+        return self._parse(data, "/api/v1/query")
 
-    def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
+    def query_range(
+        self, expr: str, start: float, end: float, step: float, series: int = 1
+    ) -> list[Series]:
         """Range query evaluated at ``start, start+step, ... <= end``, chunked under 11 000 points.
 
-        Series of the chunks are joined by label set.
+        ``series``, how many series the answer is expected to hold, makes the chunks shorter so
+        that an answer holds about POINTS_PER_ANSWER points in all. Series of the chunks are
+        joined by label set.
         """
         if step <= 0:
             raise ValueError("step must be positive")
         n = math.floor((end - start) / step + 1e-9) + 1
-        per = MAX_POINTS - 1
+        per = max(1, min(MAX_POINTS - 1, POINTS_PER_ANSWER // max(1, series)))
         out: dict[LabelKey, Series] = {}
         for first in range(0, n, per):
             last = min(n, first + per) - 1
@@ -227,7 +462,7 @@ class Prometheus:
                     **AS_ASKED,
                 },
             )
-            _merge(out, _parse(data))
+            _merge(out, self._parse(data, "/api/v1/query_range"))
         return list(out.values())
 
     def raw(
@@ -248,22 +483,72 @@ class Prometheus:
         return [s for s in out.values() if s.samples]
 
 
+def _what(exc: BaseException) -> str:
+    """One line on what was wrong with an HTTP answer, quoting none of it."""
+    if isinstance(exc, http.client.IncompleteRead):
+        return f"the body ended early ({len(exc.partial)} bytes read)"
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return "the connection closed without an answer"
+    if isinstance(exc, http.client.BadStatusLine):
+        return "not an HTTP status line"
+    if isinstance(exc, http.client.LineTooLong):
+        return "a header line is too long"
+    if isinstance(exc, http.client.HTTPException):
+        return shown(str(exc) or type(exc).__name__, 80)  # "got more than 100 headers"
+    if isinstance(exc, OSError):
+        return shown(exc.strerror or str(exc) or type(exc).__name__, 80)
+    return shown(str(exc) or type(exc).__name__, 80)
+
+
+def _sample(pair: Any) -> tuple[float, float]:
+    """One ``[time, "value"]`` pair; ValueError when it is not one."""
+    if not isinstance(pair, list) or len(pair) != 2:
+        raise ValueError("a sample is not a [time, value] pair")
+    t, v = pair
+    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+        raise ValueError("a sample time is not a number")
+    if not isinstance(v, str):
+        raise ValueError("a sample value is not a string")
+    return float(t), float(v)  # "NaN", "+Inf" are values Prometheus sends
+
+
+def _labels(metric: Any) -> dict[str, str]:
+    if not isinstance(metric, dict) or not all(isinstance(v, str) for v in metric.values()):
+        raise ValueError("a series' labels are not a mapping of strings")
+    return dict(metric)
+
+
 def _parse(data: Any) -> list[Series]:
+    """An answer's ``data`` as series; PromError (quoting none of it) when it is malformed."""
+    try:
+        return _parse_checked(data)
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        reason = str(exc) if isinstance(exc, ValueError) and " " in str(exc) else "malformed"
+        raise PromError(f"a malformed answer: {shown(reason, 80)}") from None
+
+
+def _parse_checked(data: Any) -> list[Series]:
+    if not isinstance(data, dict):
+        raise ValueError("data is not an object")
     kind = data.get("resultType")
     result = data.get("result") or []
     out: list[Series] = []
     if kind == "vector":
+        if not isinstance(result, list):
+            raise ValueError("a vector's result is not a list")
         for r in result:
-            t, v = r["value"]
-            out.append(Series(dict(r["metric"]), [(float(t), float(v))]))
+            out.append(Series(_labels(r["metric"]), [_sample(r["value"])]))
     elif kind == "matrix":
+        if not isinstance(result, list):
+            raise ValueError("a matrix's result is not a list")
         for r in result:
-            out.append(Series(dict(r["metric"]), [(float(t), float(v)) for t, v in r["values"]]))
+            if not isinstance(r["values"], list):
+                raise ValueError("a series' values are not a list")
+            out.append(Series(_labels(r["metric"]), [_sample(p) for p in r["values"]]))
     elif kind == "scalar":
-        t, v = result
-        out.append(Series({}, [(float(t), float(v))]))
+        out.append(Series({}, [_sample(result)]))
     else:
-        raise PromError(f"unexpected result type {kind!r}")
+        raise ValueError(f"unexpected result type {shown(str(kind), 40)!r}")
     return out
 
 

@@ -15,7 +15,14 @@ Exported metrics (see docs/runs.md):
 * `wattbit_run_info{run, labels}`: 1, the labels rendered as "k=v,k2=v2", sorted by name.
 
 Ended runs stay exported (and in the file) while they are one of the `keep` most recently
-ended, or ended less than `retention` ago; older ones are pruned.
+ended, or ended less than `retention` ago; older ones are pruned. Never more than `max_runs`
+in all: beyond it the earliest-ended go even within `retention`, and a start is refused while
+`max_runs` runs are active. Every change rewrites the whole file; at the cap (1,000 runs, a
+~300 kB file) that costs a few milliseconds plus one fsync (docs/benchmarks.md, "Run
+registry"), so the file stays one JSON document rather than a log to compact.
+
+Temporaries of a write interrupted by a crash or SIGKILL (`.runs.json.*.tmp`) are removed at
+load.
 
 The HTTP API over it is in api.py; `wattbit run` (cli.py) is its client.
 """
@@ -35,6 +42,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +59,7 @@ MAX_LABELS = 32
 MAX_LABEL_NAME = 64
 MAX_LABEL_VALUE = 256
 DEFAULT_KEEP = 100
+DEFAULT_MAX_RUNS = 1000
 DEFAULT_RETENTION = 7 * 86400.0
 FILE_VERSION = 1
 STATE_FILE = "runs.json"
@@ -170,6 +179,11 @@ class Run:
             "end": _iso(self.end),
         }
 
+    @cached_property
+    def json_line(self) -> str:
+        """to_json() encoded, once per run (a run never changes: stopping makes a new one)."""
+        return json.dumps(self.to_json())
+
     @classmethod
     def from_json(cls, data: object) -> Run:
         """A run from the state file; ValueError if anything in it is off."""
@@ -187,8 +201,15 @@ class Run:
 
 
 def _dump(runs: Mapping[str, Run]) -> str:
+    # One run a line, each by the C encoder (indent= takes json's Python encoder: 40 ms for
+    # 1,000 runs against 4 ms here, every write; docs/benchmarks.md "Run registry").
     ordered = sorted(runs.values(), key=lambda r: (r.start, r.name))
-    return json.dumps({"version": FILE_VERSION, "runs": [r.to_json() for r in ordered]}, indent=2)
+    lines = ",\n  ".join(r.json_line for r in ordered)
+    return (
+        f'{{"version": {FILE_VERSION}, "runs": [\n  {lines}\n]}}'
+        if lines
+        else (f'{{"version": {FILE_VERSION}, "runs": []}}')
+    )
 
 
 def _parse(text: str) -> dict[str, Run]:
@@ -271,11 +292,13 @@ class RunRegistry(Exporter):
         keep: int = DEFAULT_KEEP,
         retention: float = DEFAULT_RETENTION,
         clock: Callable[[], float] = time.time,
+        max_runs: int = DEFAULT_MAX_RUNS,
     ) -> None:
         """`path`: the state file (None: memory only); `clock`: seconds since the epoch."""
         self.path = path
         self.keep = keep
         self.retention = retention
+        self.max_runs = max_runs
         self._clock = clock
         self._lock = threading.Lock()
         self._runs: dict[str, Run] = {}
@@ -291,6 +314,7 @@ class RunRegistry(Exporter):
         """
         if self.path is None:
             return
+        self._remove_temporaries()
         try:
             raw = _read_nofollow(self.path)
         except FileNotFoundError:
@@ -312,6 +336,25 @@ class RunRegistry(Exporter):
             self._runs = self._pruned(runs, self._clock())
         active = sum(1 for r in self._runs.values() if r.active)
         log.info("loaded %d run(s) from %s, %d active", len(self._runs), self.path, active)
+
+    def _remove_temporaries(self) -> None:
+        """Remove what interrupted writes left: `.runs.json.*.tmp` (mkstemp's names) beside it.
+
+        Only this collector writes them, under its lock; at load nothing is writing yet.
+        """
+        assert self.path is not None
+        prefix, removed = f".{self.path.name}.", 0
+        try:
+            names = os.listdir(self.path.parent)
+        except FileNotFoundError:
+            return
+        for name in names:
+            if name.startswith(prefix) and name.endswith(".tmp"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path.parent / name)  # a link itself, never its target
+                    removed += 1
+        if removed:
+            log.warning("removed %d temporary file(s) of interrupted writes", removed)
 
     def _set_aside(self) -> Path:
         """Rename the state file to runs.json.corrupt (or .corrupt.N: never overwrite one)."""
@@ -343,6 +386,9 @@ class RunRegistry(Exporter):
         )
         kept = {r.name for r in ended[: self.keep]}
         kept |= {r.name for r in ended if r.end is not None and now - r.end < self.retention}
+        # max_runs in all, active first: the earliest-ended go, even within retention
+        room = max(0, self.max_runs - sum(1 for r in runs.values() if r.active))
+        kept &= {r.name for r in ended[:room]}
         return {n: r for n, r in runs.items() if r.active or n in kept}
 
     # -- the registry ---------------------------------------------------------------------
@@ -361,6 +407,10 @@ class RunRegistry(Exporter):
             current = self._runs.get(name)
             if current is not None and current.active:
                 raise RunError(409, f"run {name!r} is already active (since {_iso(current.start)})")
+            if sum(1 for r in self._runs.values() if r.active) >= self.max_runs:
+                raise RunError(
+                    409, f"{self.max_runs} runs are active (runs.max_runs): stop one first"
+                )
             now = _ms(self._clock())
             run = Run(name=name, start=now, labels=clean)
             self._commit(self._pruned({**self._runs, name: run}, now))

@@ -77,7 +77,12 @@ def open_runs(cfg: CollectorConfig) -> RunRegistry:
         )
         return RunRegistry(None)
     state = cfg.state_dir
-    runs = RunRegistry(state / STATE_FILE, keep=cfg.runs.keep, retention=cfg.runs.retention)
+    runs = RunRegistry(
+        state / STATE_FILE,
+        keep=cfg.runs.keep,
+        retention=cfg.runs.retention,
+        max_runs=cfg.runs.max_runs,
+    )
     try:
         if cfg.runs.token is not None:
             state.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from collector.config import ConfigError, Strict, load_model
+from collector.files import MAX_CONFIG_FILE, FileRefused, read_bounded
 
 __all__ = [
     "ClientAuthType",
@@ -256,11 +257,9 @@ def _refuse_passphrase() -> bytes:
 def _readable(path: Path, key: str, source: Path | None) -> None:
     """Fail with the key and file name unless `path` can be opened and read."""
     try:
-        with path.open("rb") as fh:
-            fh.read(1)
-    except OSError as exc:
-        reason = f"cannot read file '{path}': {exc.strerror or type(exc).__name__}"
-        raise ConfigError(source or "", key, reason) from None
+        read_bounded(path, MAX_CONFIG_FILE)  # OpenSSL then opens it: a FIFO would block it
+    except FileRefused as exc:
+        raise ConfigError(source or "", key, f"file '{path}': {exc}") from None
 
 
 def _build_ssl_context(tls: TLSServerConfig, source: Path | None) -> ssl.SSLContext:

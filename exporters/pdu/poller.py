@@ -23,14 +23,20 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from exporters.snmp.client import REASONS as SNMP_REASONS
 from exporters.snmp.client import SnmpClient, SnmpError, Target
 
 from .decode import MAX_OUTLETS, decode, metered
+from .decode import REASONS as INVALID_REASONS
 from .detect import Detection, NoProfile, detect
 from .profile import Profile
 from .types import Reading
 
 log = logging.getLogger(__name__)
+
+# Every reason of wattbit_pdu_poll_failures_total, exported at 0 from the start for every PDU:
+# a counter that appears at its first event loses that event to increase() (docs/exporters/pdu.md).
+FAILURE_REASONS = (*sorted(SNMP_REASONS), "deadline", "no_profile")
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,9 @@ class PduTarget:
     # (outlet index, outlet name) -> (host, component)
     labels: Callable[[str, str], tuple[str, str]] = field(default=lambda i, n: ("", ""))
     max_outlets: int = MAX_OUTLETS  # outlets exported at most; the rest counted over_limit
+    # (feed, host, component): a whole PDU ("unit"), bank ("bank:N") or phase ("phase:N")
+    # feeding one host (collector.yml `feeds:`)
+    feeds: tuple[tuple[str, str, str], ...] = ()
 
     def __repr__(self) -> str:
         return f"PduTarget({self.name!r}, {self.target.host}:{self.target.port})"
@@ -86,6 +95,11 @@ class PduPoller:
         self.states: dict[str, PduState] = {}
         self.failures: Counter[tuple[str, str]] = Counter()
         self.invalid: Counter[tuple[str, str]] = Counter()
+        for t in self.targets:  # every known reason at 0 from the start
+            for reason in FAILURE_REASONS:
+                self.failures[(t.name, reason)] += 0
+            for reason in INVALID_REASONS:
+                self.invalid[(t.name, reason)] += 0
         self._failing: set[str] = set()
         self._unmetered_logged: set[str] = set()
         self._sem: asyncio.Semaphore | None = None

@@ -321,6 +321,45 @@ class Outlets(Strict):
         ]
 
 
+_ENTERPRISES = "1.3.6.1.4.1."
+
+
+def enterprise_of(oid: str) -> str | None:
+    """The enterprise arc of an OID under enterprises (1.3.6.1.4.1.N), else None."""
+    if not oid.startswith(_ENTERPRISES):
+        return None
+    rest = oid[len(_ENTERPRISES) :].split(".", 1)[0]
+    return _ENTERPRISES + rest if rest.isdigit() else None
+
+
+def _rebase(data: Any, old: str, new: str) -> Any:
+    """data with every OID under old (an enterprise) moved under new, keys included."""
+    if isinstance(data, str):
+        return new + data[len(old) :] if data == old or data.startswith(old + ".") else data
+    if isinstance(data, list):
+        return [_rebase(x, old, new) for x in data]
+    if isinstance(data, dict):
+        return {_rebase(k, old, new): _rebase(v, old, new) for k, v in data.items()}
+    return data
+
+
+class Oem(Strict):
+    """The same MIB sold under another vendor's enterprise number (Schleifenbauer's databus
+    MIB as Conteg's CONTEG-DATABUS-MIB): the same columns under the OEM's prefix."""
+
+    name: str = Field(min_length=1)
+    vendor: str = Field(min_length=1)
+    mib: str = Field(min_length=1)
+    enterprise: Oid
+    sys_object_ids: list[Oid] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _an_enterprise(self) -> Oem:
+        if enterprise_of(self.enterprise) != self.enterprise:
+            raise ValueError("'enterprise' must be 1.3.6.1.4.1.N")
+        return self
+
+
 class Profile(Strict):
     """One vendor MIB's profile: matching, identity, unit and outlet values."""
 
@@ -338,6 +377,37 @@ class Profile(Strict):
     banks: Outlets | None = None
     phases: Outlets | None = None
     tables: dict[Oid, int] = Field(default_factory=dict)
+    oems: list[Oem] = Field(default_factory=list)
+    oem_of: str = ""  # set on an OEM's profile (oem_profiles): the profile whose MIB it is
+
+    def enterprise(self) -> str | None:
+        """The enterprise (1.3.6.1.4.1.N) the profile's MIB lives under: its first family's."""
+        return enterprise_of(self.sys_object_ids[0])
+
+    def rebased(self, enterprise: str, **fields: Any) -> Profile:
+        """This MIB under another enterprise number (an OEM's), every OID moved; ``fields``
+        (name, vendor, mib, sys_object_ids, notes) replace this profile's."""
+        own = self.enterprise()
+        if own is None:
+            raise ValueError(f"profile {self.name} has no enterprise to move")
+        data = _rebase(self.model_dump(by_alias=True, exclude={"oems"}), own, enterprise)
+        data.update(fields)
+        return Profile.model_validate(data)
+
+    def oem_profiles(self) -> list[Profile]:
+        """A profile for each OEM that sells this MIB under its own enterprise number."""
+        return [
+            self.rebased(
+                o.enterprise,
+                name=o.name,
+                vendor=o.vendor,
+                mib=o.mib,
+                sys_object_ids=o.sys_object_ids,
+                notes=f"{self.mib} ({self.vendor}) under {o.vendor}'s enterprise number",
+                oem_of=self.name,
+            )
+            for o in self.oems
+        ]
 
     @model_validator(mode="after")
     def _tables_cover_columns(self) -> Profile:

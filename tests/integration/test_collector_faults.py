@@ -90,11 +90,15 @@ def outlet_series(s: Samples, pdu: str) -> dict[tuple[str, str], float]:
 
 
 def by_reason(s: Samples, name: str, pdu: str) -> dict[str, float]:
-    """{reason: count} of a counter labelled pdu and reason."""
+    """{reason: count} of a counter labelled pdu and reason, for the reasons that happened.
+
+    Every known reason is exported from 0 (test_pdu_poller); these tests look at which ones
+    counted.
+    """
     return {
         dict(labels)["reason"]: v
         for (n, labels), v in s.items()
-        if n == name and dict(labels).get("pdu") == pdu
+        if n == name and dict(labels).get("pdu") == pdu and v > 0
     }
 
 

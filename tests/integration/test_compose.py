@@ -123,7 +123,8 @@ def test_secrets_are_files_not_inline(resolved: dict[str, Any]) -> None:
     text = (ROOT / "docker-compose.yml").read_text()
     assert not re.search(r"(?i)(password|token|community|secret)\s*[:=]\s*['\"]?\w{6,}", text)
     grafana = resolved["services"]["grafana"]["environment"]
-    assert grafana["GF_SECURITY_ADMIN_PASSWORD__FILE"].startswith("/run/secrets/")
+    assert grafana["GRAFANA_ADMIN_PASSWORD_FILE"].startswith("/run/secrets/")
+    assert not any(k.endswith("__FILE") for k in grafana)  # the image's run.sh would read it
     cfg = yaml.safe_load((ROOT / "deploy/compose/collector.yml").read_text())
     for auth in cfg["auths"].values():
         assert "community" not in auth and "auth_key" not in auth
@@ -255,3 +256,118 @@ def test_grafana_provisioning_points_at_existing_dashboards(resolved: dict[str, 
     m = re.fullmatch(r"http://([a-z0-9-]+):(\d+)", url)
     assert m and m.group(1) in resolved["services"], url
     assert m.group(2) == "9090"
+
+
+# --- issue 26, 8: the stack as it starts: each service's user and its secrets -----------------
+
+# The user each image runs as when the service sets no `user:` (their Dockerfiles' USER):
+# Grafana 472 (https://grafana.com/docs/grafana/latest/setup-grafana/installation/docker/),
+# prom/* nobody, VictoriaMetrics and wattbit's own image (no USER in ./Dockerfile) root.
+IMAGE_USERS = {"grafana/grafana": 472, "prom/": 65534, "victoriametrics/": 0, "wattbit:": 0}
+
+
+def _uid(service: dict[str, Any]) -> int:
+    if "user" in service:
+        return int(str(service["user"]).split(":")[0])
+    image = service["image"]
+    found = [uid for prefix, uid in IMAGE_USERS.items() if image.startswith(prefix)]
+    assert len(found) == 1, f"{image}: which user does it run as? (IMAGE_USERS)"
+    return found[0]
+
+
+def _can_read_as(uid: int, path: Path) -> bool:
+    """Can `uid` (no supplementary groups) open the file, as the process in the container?"""
+    r = subprocess.run(
+        ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "cat", str(path)],
+        capture_output=True,
+    )
+    return r.returncode == 0
+
+
+def _secrets_dir() -> Path:
+    """init-secrets.sh's files in a directory every uid may traverse (a bind mount skips the
+    host's directories: only the file's own owner and mode count in the container)."""
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="wattbit-secrets-", dir="/tmp"))
+    d.chmod(0o711)
+    secrets = d / "secrets"
+    r = subprocess.run(
+        [str(ROOT / "deploy/compose/init-secrets.sh"), str(secrets)], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    secrets.chmod(0o711)
+    return secrets
+
+
+def test_every_service_reads_exactly_its_own_secrets(resolved: dict[str, Any]) -> None:
+    """Each service of every profile, as its user: its own secrets readable, no other one.
+
+    A service reads a secret when it is mounted into it and its uid can open the file. Before
+    init-secrets.sh gave Grafana's file to uid 472 every file was 0600 root: Grafana could not
+    read its password (and started with the default one, see below).
+    """
+    require(os.geteuid() == 0 and shutil.which("setpriv") is not None, "needs root and setpriv")
+    secrets = _secrets_dir()
+    try:
+        names = sorted(resolved["secrets"])
+        for name, svc in sorted(resolved["services"].items()):
+            uid = _uid(svc)
+            own = {s if isinstance(s, str) else s["source"] for s in svc.get("secrets", [])}
+            for secret in names:
+                readable = secret in own and _can_read_as(uid, secrets / secret)
+                assert readable == (secret in own), (name, uid, secret)
+        # and what nobody's mount hides: Grafana's user cannot open the others' files at all
+        for secret in names:
+            assert _can_read_as(472, secrets / secret) == (secret == "grafana_admin_password")
+    finally:
+        shutil.rmtree(secrets.parent)
+
+
+def _grafana_start(password_file: Path) -> subprocess.CompletedProcess[str]:
+    """deploy/compose/grafana-start.sh as Grafana's uid, with a stand-in for the image's
+    /run.sh that says which admin password Grafana would have been given."""
+    stub = password_file.parent.parent / "run.sh"  # a directory uid 472 can reach
+    say = 'echo "grafana server with password <$GF_SECURITY_ADMIN_PASSWORD>"'
+    stub.write_text(f"#!/bin/sh\n{say}\n")
+    stub.chmod(0o755)
+    return subprocess.run(
+        ["setpriv", "--reuid=472", "--regid=472", "--clear-groups",
+         "/bin/sh", str(ROOT / "deploy/compose/grafana-start.sh")],
+        capture_output=True, text=True, timeout=60,
+        env={"PATH": os.environ["PATH"], "GRAFANA_ADMIN_PASSWORD_FILE": str(password_file),
+             "GRAFANA_RUN": str(stub)},
+    )  # fmt: skip
+
+
+def test_grafana_does_not_start_with_the_default_password() -> None:
+    """Its password file unreadable or empty: the start fails instead of running as admin/admin."""
+    require(os.geteuid() == 0 and shutil.which("setpriv") is not None, "needs root and setpriv")
+    secrets = _secrets_dir()
+    try:
+        password = (secrets / "grafana_admin_password").read_text().strip()
+        ok = _grafana_start(secrets / "grafana_admin_password")
+        assert ok.returncode == 0, ok.stderr
+        assert ok.stdout.strip() == f"grafana server with password <{password}>"
+        os.chown(secrets / "grafana_admin_password", 0, 0)  # as init-secrets.sh used to leave it
+        refused = _grafana_start(secrets / "grafana_admin_password")
+        assert refused.returncode != 0 and "grafana server" not in refused.stdout
+        assert "cannot read an admin password" in refused.stderr and password not in refused.stderr
+        (secrets / "grafana_admin_password").write_text("")
+        os.chown(secrets / "grafana_admin_password", 472, 472)
+        empty = _grafana_start(secrets / "grafana_admin_password")
+        assert empty.returncode != 0 and "grafana server" not in empty.stdout
+    finally:
+        shutil.rmtree(secrets.parent)
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["grafana"]
+    assert compose["entrypoint"][-1] == "/etc/wattbit/grafana-start.sh"
+
+
+def test_every_locally_built_image_is_built(resolved: dict[str, Any]) -> None:
+    """Compose v2 pulls an image a service names without `build:`: wattbit's is nowhere."""
+    services = resolved["services"]
+    local = {svc["image"] for svc in services.values() if "build" in svc}
+    assert local, "no service builds the wattbit image"
+    for name, svc in services.items():
+        if svc["image"] in local or svc["image"].startswith("wattbit:"):
+            assert "build" in svc, f"{name} uses the locally built {svc['image']} without build:"

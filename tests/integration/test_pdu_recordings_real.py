@@ -43,6 +43,13 @@ UNIT_METRICS = {
 }
 
 
+# A whole PDU, bank or phase mapped to one host (collector.yml `feeds:`): pdu -> (feed, host)
+FEEDS = {
+    "cyberpower_pdu81005": [("unit", "mover81")],
+    "eaton_epdu-ma-24x5-20r": [("unit", "mover24")],
+    # no unit power in this recording: no feed series, never a 0
+    "servertech_sentry3-cwg-30vde455": [("unit", "mover30")],
+}
 NET_SNMP_LINUX = "1.3.6.1.4.1.8072.3.2.10"
 SYS_OBJECT_ID = "1.3.6.1.2.1.1.2.0"
 PX3 = "raritan_px3-5493u-k2"
@@ -125,9 +132,11 @@ def sim(variants: dict[str, Path]) -> Iterator[SnmpSim]:
 @pytest.fixture(scope="module")
 def scraped(sim: SnmpSim, tmp_path_factory: pytest.TempPathFactory) -> dict:
     names = sim.communities
-    # A poll's deadline is the interval: 5 s holds the biggest recording (Raritan PX4, ~12,000
-    # var-binds) with ~90 PDUs polled at once on a loaded 2-CPU machine (2 s did not, always).
-    lines = ["interval: 5s", "auths:"]
+    # A poll's deadline is the interval: 5 s held the biggest recording (Raritan PX4, ~12,000
+    # var-binds) with ~90 PDUs polled at once on a 2-CPU machine (2 s did not, always), but not
+    # with ~110 PDUs on one shared by eight test runs (Raritan and APC cPDU polls hit it):
+    # 10 s, so only a failure, never the machine's load, can take a PDU down.
+    lines = ["interval: 10s", "auths:"]
     for n in names:
         lines += [f"  {n}:", "    version: 2c", f"    community: {n}"]
     lines.append("pdus:")
@@ -145,6 +154,10 @@ def scraped(sim: SnmpSim, tmp_path_factory: pytest.TempPathFactory) -> dict:
                 "        host: srv01",
                 "        component: server",
             ]
+        if n in FEEDS:
+            lines.append("    feeds:")
+            for feed, host in FEEDS[n]:
+                lines += [f'      - feed: "{feed}"', f"        host: {host}"]
     collector = Collector("\n".join(lines) + "\n", tmp_path_factory.mktemp("collector"))
     try:
         collector.wait_ready()
@@ -464,3 +477,40 @@ def test_identity_and_health(scraped: dict) -> None:
     apc = next(i for i in info if i["pdu"] == "apc_ap8641")
     assert apc["vendor"] == "APC" and apc["profile"] == "apc_rpdu2"
     assert parse_samples  # the module's parser is the one realparts uses
+
+
+def test_feeds_carry_the_unit_bank_or_phase_values_to_their_host(scraped: dict) -> None:
+    """A mapped feed's watts and joules are the unit's (or bank's, phase's) own samples."""
+    unit = {
+        (name, dict(labels)["pdu"]): v
+        for (name, labels), v in scraped.items()
+        if name in ("wattbit_pdu_power_watts", "wattbit_pdu_energy_joules_total")
+    }
+    feeds = {
+        (name, dict(labels)["pdu"], dict(labels)["feed"], dict(labels)["host"]): v
+        for (name, labels), v in scraped.items()
+        if name.startswith("wattbit_pdu_feed_")
+    }
+    checked = 0
+    for pdu, mapped in FEEDS.items():
+        for feed, host in mapped:
+            assert feed == "unit"  # banks and phases: test_feeds_of_banks_and_phases
+            key = ("wattbit_pdu_feed_power_watts", pdu, feed, host)
+            assert (key in feeds) == (("wattbit_pdu_power_watts", pdu) in unit), key
+            if key in feeds:
+                assert feeds[key] == unit[("wattbit_pdu_power_watts", pdu)]
+            joules = ("wattbit_pdu_energy_joules_total", pdu)
+            feed_joules = ("wattbit_pdu_feed_energy_joules_total", pdu, feed, host)
+            assert (feed_joules in feeds) == (joules in unit)  # where the PDU has a register
+            if joules in unit:
+                assert feeds[feed_joules] == unit[joules]
+            checked += 1
+    assert checked == 3
+    # only mapped feeds are exported
+    assert {k[1] for k in feeds} == set(FEEDS) - {"servertech_sentry3-cwg-30vde455"}
+    assert (
+        "wattbit_pdu_feed_energy_joules_total",
+        "eaton_epdu-ma-24x5-20r",
+        "unit",
+        "mover24",
+    ) in feeds

@@ -418,3 +418,102 @@ def test_secret_file_must_be_a_regular_file(tmp_path: Path) -> None:
         load_model(CollectorConfig, f)
     assert err.value.key == "auths.a.community_file" and "regular file" in err.value.reason
     assert os.path.exists("/dev/zero")
+
+
+# --- issue 26, 6: every file an operator names is a regular file, size-capped, never blocking ----
+
+# A wattbit run that blocks on a FIFO or reads /dev/zero would hit this; a refusal takes ~1 s.
+_BOUND_S = 30
+
+
+def _fifo(tmp_path: Path, name: str) -> Path:
+    p = tmp_path / name
+    os.mkfifo(p, 0o600)
+    return p
+
+
+def _web_with_cert(tmp_path: Path, cert: Path) -> Path:
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {tmp_path / 'key.pem'}\n")
+    return web
+
+
+def _hostile_files(tmp_path: Path) -> list[tuple[str, list[str], str, str]]:
+    """(case, wattbit arguments, the file that must be named, the words of the reason)."""
+    big = tmp_path / "big.yml"
+    with big.open("wb") as f:  # sparse: the size is what is refused, before any read
+        f.truncate(64 * 1024 * 1024)
+    profiles_link = tmp_path / "profiles-link"
+    profiles_link.mkdir()
+    (profiles_link / "zero.yaml").symlink_to("/dev/zero")
+    profiles_fifo = tmp_path / "profiles-fifo"
+    profiles_fifo.mkdir()
+    fifo_profile = _fifo(profiles_fifo, "hang.yaml")
+    secret_fifo = _fifo(tmp_path, "community")
+    cfg = tmp_path / "c.yml"
+    empty = tmp_path / "empty.yml"
+    empty.write_text("")
+    cases: list[tuple[str, list[str], str, str]] = [
+        ("config /dev/zero", ["--config", "/dev/zero"], "/dev/zero", "a character device"),
+        ("config FIFO", ["--config", str(_fifo(tmp_path, "c.fifo"))], "c.fifo", "a FIFO"),
+        ("config 64 MiB", ["--config", str(big)], str(big), "larger than"),
+        (
+            "web-config FIFO",
+            ["--config", str(empty), "--web-config", str(_fifo(tmp_path, "w.fifo"))],
+            "w.fifo",
+            "a FIFO",
+        ),
+        (
+            "cert FIFO",
+            [
+                "--config",
+                str(empty),
+                "--web-config",
+                str(_web_with_cert(tmp_path, _fifo(tmp_path, "cert.pem"))),
+            ],
+            "cert.pem",
+            "tls_server_config.cert_file",
+        ),
+    ]
+    for name, directory, named, reason in (
+        ("profile link to /dev/zero", profiles_link, "zero.yaml", "a character device"),
+        ("profile FIFO", profiles_fifo, str(fifo_profile), "a FIFO"),
+    ):
+        c = tmp_path / f"c-{len(cases)}.yml"
+        c.write_text(f"profiles_dir: {directory}\n")
+        cases.append((name, ["--config", str(c)], named, reason))
+    cfg.write_text(f"auths:\n  a: {{version: 2c, community_file: {secret_fifo}}}\n")
+    cases.append(("secret FIFO", ["--config", str(cfg)], "auths.a.community_file", "a FIFO"))
+    return cases
+
+
+def test_hostile_files_exit_2_at_once_naming_file_and_reason(tmp_path: Path) -> None:
+    """--config /dev/zero, FIFOs, a *.yaml link to /dev/zero, a 64 MiB file: exit 2, no hang.
+
+    Before the bounded reader, /dev/zero filled memory and a FIFO blocked the start for ever
+    (here: the subprocess timeout).
+    """
+    for case, args, named, reason in _hostile_files(tmp_path):
+        r = wattbit("collector", *args, "--print-config", timeout=_BOUND_S)
+        assert r.returncode == 2, (case, r.stderr)
+        assert named in r.stderr and reason in r.stderr, (case, r.stderr)
+        assert "Traceback" not in r.stderr, (case, r.stderr)
+    r = wattbit("agent", "--config", "/dev/zero", "--listen", "127.0.0.1:1", timeout=_BOUND_S)
+    assert r.returncode == 2 and "/dev/zero" in r.stderr and "character device" in r.stderr
+
+
+def test_the_bounded_reader(tmp_path: Path) -> None:
+    """Regular files up to the limit; the limit exactly; a file growing past it; a directory."""
+    from collector.files import FileRefused, read_bounded
+
+    f = tmp_path / "f"
+    f.write_bytes(b"x" * 100)
+    assert read_bounded(f, 100)[0] == b"x" * 100
+    with pytest.raises(FileRefused, match="larger than 99 bytes"):
+        read_bounded(f, 99)
+    with pytest.raises(FileRefused, match="a directory"):
+        read_bounded(tmp_path, 100)
+    with pytest.raises(FileRefused, match="cannot read: No such file"):
+        read_bounded(tmp_path / "missing", 100)
+    with pytest.raises(FileRefused, match="not a valid path"):
+        read_bounded("a\0b", 100)

@@ -202,3 +202,54 @@ def test_the_datasource_minimum_interval_is_the_scrape_interval() -> None:
     ds = yaml.safe_load((ROOT / "dashboards/provisioning/datasources/prometheus.yml").read_text())
     prom = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
     assert ds["datasources"][0]["jsonData"]["timeInterval"] == prom["global"]["scrape_interval"]
+
+
+def _grafana_link(url: str, row: dict[str, float | str], units: dict[str, str]) -> str:
+    """A data link as Grafana 11 interpolates it on a table row, for the variables used here.
+
+    ``${__data.fields.F}`` is the field's *display* value (getFieldDisplayValuesProxy returns a
+    DisplayValue whose toString is its formatted text: a dateTimeAsIso field shows an ISO
+    date); ``${__data.fields.F.numeric}`` is the number (the __data macro reads the path with
+    lodash property()); ``${__url_time_range}`` is the current range, ``from=now-6h&to=now``.
+    """
+    import datetime
+    import urllib.parse
+
+    def field(m: re.Match[str]) -> str:
+        name, prop, fmt = m.group(1), m.group(2), m.group(3)
+        value = row[name]
+        if prop == "numeric":
+            text = str(int(value)) if float(value).is_integer() else str(value)
+        elif units.get(name) == "dateTimeAsIso":
+            dt = datetime.datetime.fromtimestamp(float(value) / 1000, datetime.UTC)
+            text = dt.strftime("%Y-%m-%d %H:%M:%S")
+        else:
+            text = str(value)
+        return urllib.parse.quote(text, safe="") if fmt == "percentencode" else text
+
+    url = re.sub(r"\$\{__data\.fields\.(\w+)(?:\.(\w+))?(?::(\w+))?\}", field, url)
+    url = url.replace("${__url_time_range}", "from=now-6h&to=now")
+    return url.replace("${host:queryparam}", "var-host=h1")
+
+
+def test_the_runs_table_link_zooms_to_the_run() -> None:
+    """Issue 26, 8: the link carried ${__url_time_range} before its own from/to, and the
+    fields' display text (an ISO date) as from/to: Grafana kept the current range."""
+    import urllib.parse
+
+    start, end = 1_714_557_600_123, 1_714_561_200_456  # ms, as the table's queries give them
+    found = 0
+    for name, doc in dashboards().items():
+        for p in panels(doc):
+            for link in p.get("fieldConfig", {}).get("defaults", {}).get("links", []):
+                if link.get("title") != "Zoom to this run":
+                    continue
+                found += 1
+                units = {"start": p["fieldConfig"]["defaults"].get("unit", "")}
+                units["end"] = units["start"]
+                row = {"run": "sc10 demo", "start": float(start), "end": float(end)}
+                got = urllib.parse.urlsplit(_grafana_link(link["url"], row, units))
+                query = urllib.parse.parse_qs(got.query)
+                assert query["from"] == [str(start)] and query["to"] == [str(end)], (name, got)
+                assert query["var-run"] == ["sc10 demo"], (name, got)
+    assert found >= 1

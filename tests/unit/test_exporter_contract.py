@@ -13,11 +13,12 @@ from exporters.blockio.diskstats import DiskstatsBackend
 from exporters.blockio.exporter import BlockioExporter
 from exporters.nic.exporter import NicExporter
 from exporters.pdu.exporter import PduExporter
+from exporters.power.exporter import PowerExporter
 from exporters.smart.exporter import SmartExporter
 
 
 @pytest.mark.parametrize(
-    "cls", [BlockioExporter, NicExporter, PduExporter, SmartExporter, RunRegistry]
+    "cls", [BlockioExporter, NicExporter, PduExporter, PowerExporter, SmartExporter, RunRegistry]
 )
 def test_every_exporter_is_an_exporter(cls: type[Exporter]) -> None:
     assert issubclass(cls, Exporter)

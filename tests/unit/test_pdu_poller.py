@@ -214,3 +214,29 @@ def test_failing_pdus_cannot_take_every_polling_slot() -> None:
     assert (
         sample(s, "wattbit_pdu_last_poll_timestamp_seconds", pdu="good") == poller.last_poll["good"]
     )
+
+
+def test_every_known_reason_is_exported_at_0_from_the_start() -> None:
+    """Issue 26, 9: a counter that appears at its first event loses it to increase()."""
+    from exporters.pdu.decode import REASONS as INVALID
+    from exporters.pdu.poller import FAILURE_REASONS
+
+    poller, client = _poller()
+    assert {"timeout", "auth", "deadline", "no_profile", "error"} <= set(FAILURE_REASONS)
+
+    def by_reason(s: dict, name: str, pdu: str) -> dict[str, float]:
+        return {
+            dict(k[1])["reason"]: v for k, v in s.items() if k[0] == name and ("pdu", pdu) in k[1]
+        }
+
+    s = _scrape(poller)  # before any poll
+    for pdu in ("apc", "eaton", "geist"):
+        failures = by_reason(s, "wattbit_pdu_poll_failures_total", pdu)
+        assert failures == dict.fromkeys(FAILURE_REASONS, 0.0), pdu
+        assert by_reason(s, "wattbit_pdu_invalid_values_total", pdu) == dict.fromkeys(INVALID, 0.0)
+    client.fail[2] = "auth"
+    asyncio.run(poller.poll_all())
+    s = _scrape(poller)
+    failures = by_reason(s, "wattbit_pdu_poll_failures_total", "eaton")
+    assert failures == {**dict.fromkeys(FAILURE_REASONS, 0.0), "auth": 1.0}
+    assert set(by_reason(s, "wattbit_pdu_invalid_values_total", "apc")) == set(INVALID)

@@ -89,7 +89,10 @@ RECORDING_PROFILE = {
     "rittal_pdu-controller.snmprec": "rittal_cmc3",
     # tests/fixtures/pdu/recordings: newer generations and vendors (issue 25)
     "cyberpower_pdu81005.snmprec": "cyberpower",
+    "conteg_databus-6x24.snmprec": "conteg",
 }
+# the profiles added with issue 25 (their own tests: test_pdu_profiles_more_vendors.py)
+NEW_PROFILES = {"conteg"}
 
 
 def profile_named(profiles: list[Profile], name: str) -> Profile:
@@ -161,6 +164,7 @@ def test_all_profiles_load(profiles: list[Profile]) -> None:
         "gude_epc8031",
         "apc_epdu",
         "rittal_cmc3",
+        *NEW_PROFILES,
     }
     for p in profiles:
         roots = p.walk_roots()
@@ -870,6 +874,7 @@ DOCUMENTED = {
         "U.voltage_volts": 0.1,
     },
 }
+DOCUMENTED["conteg"] = DOCUMENTED["schleifenbauer"]  # CONTEG-DATABUS-MIB is the same MIB
 
 
 def test_profiles_scale_as_their_mibs_document(profiles: list[Profile]) -> None:

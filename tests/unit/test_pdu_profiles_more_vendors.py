@@ -56,7 +56,7 @@ def test_cyberpower_pdu81005_unit_is_the_first_row_not_the_sum(profiles: list[Pr
     assert r.unit_power_watts == 216
     assert r.unit_current_amperes == pytest.approx(1.1)
     assert r.unit_voltage_volts == pytest.approx(229.0)
-    lnms = {s["sensor_oid"].lstrip("."): s for s in librenms_sensors("cyberpower_pdu81005")}
+    lnms = {s["sensor_oid"].lstrip("."): s for s in librenms_sensors("cyberpower_pdu81005.snmprec")}
     assert lnms[LOAD + "7.1"]["sensor_current"] == r.unit_power_watts
     assert lnms[LOAD + "6.1"]["sensor_current"] == r.unit_voltage_volts
     # The outlets add up to no more than the unit (the loaded ones: 220 W of 216 W, rounding).
@@ -86,3 +86,29 @@ def test_cyberpower_epdu2_rows_win_over_the_older_table(profiles: list[Profile])
     r = decode(p, w)
     assert r.outlet_table == EPDU2_METERED + "7"
     assert [(o.index, o.power_watts) for o in r.outlets] == [("1", 41.0), ("2", 42.0)]
+
+
+# ---- Conteg: SCHLEIFENBAUER-DATABUS-MIB under Conteg's enterprise -----------------------------
+
+CONTEG = E + "28402.12.1.1.2."
+
+
+def test_conteg_is_schleifenbauers_mib_under_its_own_enterprise(profiles: list[Profile]) -> None:
+    conteg, schleifenbauer = _named(profiles, "conteg"), _named(profiles, "schleifenbauer")
+    assert conteg.oem_of == "schleifenbauer" and conteg.vendor == "Conteg"
+    assert conteg.sys_object_ids == [E + "28402.11"]
+    moved = [c.replace(E + "31034.", E + "28402.") for c in schleifenbauer.signature_columns()]
+    assert conteg.signature_columns() == moved
+    w = recording("conteg_databus-6x24.snmprec")
+    p, r = decoded(profiles, w)
+    assert p.name == "conteg"
+    # 6 daisy-chained devices x 24 metered outlets, indexed device.outlet
+    assert len(r.outlets) == 144 and r.outlets[0].index == "1.1" and r.outlets[-1].index == "6.24"
+    for o in r.outlets:
+        assert o.power_watts == raw(w, f"{CONTEG}7.2.1.11.{o.index}")  # W
+        assert o.current_amperes == pytest.approx(raw(w, f"{CONTEG}7.2.1.5.{o.index}") / 100)
+        assert o.voltage_volts == pytest.approx(raw(w, f"{CONTEG}7.2.1.7.{o.index}") / 100)
+        assert o.energy_joules == pytest.approx(raw(w, f"{CONTEG}7.2.1.2.{o.index}") * KWH)
+    lnms = [s for s in librenms_sensors("conteg_databus-6x24.snmprec") if ".6.1.1.10." in s["sensor_oid"]]
+    assert len(lnms) == 6
+    assert r.unit_power_watts == sum(s["sensor_current"] for s in lnms) == 470
