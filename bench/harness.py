@@ -71,6 +71,28 @@ def kernel() -> str:
     return platform.release()
 
 
+def machine(
+    tools: dict[str, list[str]] | None = None, packages: Sequence[str] = ()
+) -> dict[str, Any]:
+    """What the numbers were measured on: the host, kernel, CPU, memory and Python, the
+    versions of ``packages`` (Python) and of ``tools`` (name: the command that says it)."""
+    from importlib.metadata import version
+
+    mem = ""
+    with contextlib.suppress(OSError):
+        mem = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
+    return {
+        "host": platform.node(),
+        "kernel": platform.release(),
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "memory": mem,
+        "python": platform.python_version(),
+        **{p: version(p) for p in packages},
+        **{name: tool_version(cmd) for name, cmd in (tools or {}).items()},
+    }
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds all CPUs spent not idle since boot (/proc/stat; guest time is in user)."""
     v = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
@@ -157,6 +179,24 @@ def stop(
             log(f"pid {proc.pid} did not exit on signal {sig}; killing it")
         proc.kill()
         proc.wait()
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGTERM and SIGHUP interrupt the bench as Ctrl-C does (KeyboardInterrupt), so that its
+    cleanup runs however it is stopped; the previous handlers after."""
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, _interrupt)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:

@@ -49,8 +49,6 @@ import http.client
 import json
 import logging
 import os
-import platform
-import random
 import shutil
 import signal
 import statistics
@@ -59,7 +57,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,10 +66,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "pdu_poll"
 MODULE_TEMPLATE = DATA / "snmp_exporter_module.yml"
-RECORDINGS = Path(
-    os.environ.get("WATTBIT_PDU_RECORDINGS", str(ROOT.parent / "shared" / "pdu-recordings"))
-)
-SOURCE = RECORDINGS / "apc_ap8641.snmprec"
 PROFILE = "apc_rpdu2"
 SNMP_EXPORTER = "prometheus-snmp-exporter"
 SNMPBULKWALK = "snmpbulkwalk"
@@ -79,122 +73,27 @@ TIMEOUT, RETRIES, MAX_REPETITIONS = 2.0, 1, 25
 CPU_GOAL_US = 60.0
 TOOLS = ("wattbit", "snmp_exporter", "net-snmp")
 
-SYSTEM_GROUP = "1.3.6.1.2.1.1."
-RPDU2 = "1.3.6.1.4.1.318.1.1.26."
-# rPDU2 outlet tables (switched .9.2.x, metered .9.4.x): entry.column.outlet, 16 arcs
-OUTLET_TABLES = ("1.3.6.1.4.1.318.1.1.26.9.2.", "1.3.6.1.4.1.318.1.1.26.9.4.")
-OUTLET_ROW_ARCS = 16
-METERED_STATUS = "1.3.6.1.4.1.318.1.1.26.9.4.3.1"
-METERED_COLUMNS = {6, 7, 8, 11}  # current, power, peak power, energy: scaled per new outlet
-NAME_COLUMN = 3  # rPDU2Outlet*Name in every rPDU2 outlet table
-OUTLET_COUNTS = (
-    "1.3.6.1.4.1.318.1.1.26.9.1.0",  # rPDU2OutletSwitchedTableSize
-    "1.3.6.1.4.1.318.1.1.26.9.3.0",  # rPDU2OutletMeteredTableSize
-    "1.3.6.1.4.1.318.1.1.26.4.2.1.4.1",  # rPDU2DevicePropertiesNumOutlets
-    "1.3.6.1.4.1.318.1.1.26.4.2.1.5.1",  # ...NumSwitchedOutlets
-    "1.3.6.1.4.1.318.1.1.26.4.2.1.6.1",  # ...NumMeteredOutlets
-)
-# unit rows scaled with the outlets' power / energy / current
-UNIT_BY_POWER = (
-    "1.3.6.1.4.1.318.1.1.26.4.3.1.5.1",  # rPDU2DeviceStatusPower
-    "1.3.6.1.4.1.318.1.1.26.4.3.1.6.1",  # rPDU2DeviceStatusPeakPower
-    "1.3.6.1.4.1.318.1.1.26.6.3.1.7.1",  # rPDU2PhaseStatusPower
-)
-UNIT_BY_ENERGY = ("1.3.6.1.4.1.318.1.1.26.4.3.1.9.1",)  # rPDU2DeviceStatusEnergy
-UNIT_BY_CURRENT = ("1.3.6.1.4.1.318.1.1.26.6.3.1.5.1",)  # rPDU2PhaseStatusCurrent
-
-Row = tuple[str, str, str]  # oid, tag, value text (snmprec)
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from bench.harness import (  # noqa: E402
     children_cpu,
-    cpu_model,
     cpu_seconds,
     free_port,
+    interruptible,
     load_average,
     machine_busy_seconds,
 )
-from collector.pdu.snmprec import snmprec_rows  # noqa: E402
-from exporters.snmp.oid import oid_arcs  # noqa: E402
+from bench.harness import machine as harness_machine  # noqa: E402
+from tests.support.synthetic_pdu import (  # noqa: E402
+    METERED_STATUS,
+    SOURCE,
+    Row,
+    read_snmprec,
+    synthesize,
+)
 
-# --- synthetic recordings ----------------------------------------------------------------------
-
-
-def read_snmprec(path: Path) -> list[Row]:
-    """The recording's rows as written (latin-1: every byte kept, written back the same)."""
-    return [(o, t, v) for _, o, t, v in snmprec_rows(path.read_text(encoding="latin-1"))]
-
-
-def _outlet_row(oid: str) -> tuple[str, int, int] | None:
-    """(entry, column, outlet) of an rPDU2 outlet-table row, else None."""
-    if not oid.startswith(OUTLET_TABLES):
-        return None
-    a = oid.split(".")
-    if len(a) != OUTLET_ROW_ARCS:
-        return None
-    return ".".join(a[:-2]), int(a[-2]), int(a[-1])
-
-
-def _scaled(value: str, factor: float) -> str:
-    return str(round(int(value) * factor))
-
-
-def synthesize(source: list[Row], outlets: int, seed: int) -> list[Row]:
-    """The source's system group and rPDU2 branch, with `outlets` outlets (>= the source's)."""
-    rows = [r for r in source if r[0].startswith((SYSTEM_GROUP, RPDU2))]
-    base = max((o[2] for r in rows if (o := _outlet_row(r[0]))), default=0)
-    if outlets < base or base == 0:
-        raise ValueError(f"cannot make {outlets} outlets from a recording with {base}")
-    if outlets == base:
-        return sorted(rows, key=lambda r: oid_arcs(r[0]))
-    rnd = random.Random(seed)
-    factor = {j: rnd.uniform(0.7, 1.3) for j in range(base + 1, outlets + 1)}
-    # index-like columns (index, outlet number): every row's value is its own index
-    not_index = {
-        (loc[0], loc[1])
-        for oid, tag, value in rows
-        if (loc := _outlet_row(oid)) and (tag != "2" or value != str(loc[2]))
-    }
-    new: list[Row] = []
-    for oid, tag, value in rows:
-        loc = _outlet_row(oid)
-        if loc is None:
-            continue
-        entry, col, idx = loc
-        for j in range(idx + base, outlets + 1, base):
-            if col == NAME_COLUMN:
-                t, v = "4", f"Outlet {j}"
-            elif entry == METERED_STATUS and col in METERED_COLUMNS and tag == "2":
-                t, v = tag, _scaled(value, factor[j])
-            elif (entry, col) not in not_index:
-                t, v = tag, str(j)
-            else:
-                t, v = tag, value
-            new.append((f"{entry}.{col}.{j}", t, v))
-    rows += new
-
-    def col_sum(col: int, rs: list[Row]) -> int:
-        prefix = f"{METERED_STATUS}.{col}."
-        return sum(int(v) for o, t, v in rs if o.startswith(prefix) and t == "2")
-
-    ratio = {
-        "power": col_sum(7, rows) / max(1, col_sum(7, source)),
-        "energy": col_sum(11, rows) / max(1, col_sum(11, source)),
-        "current": col_sum(6, rows) / max(1, col_sum(6, source)),
-    }
-    out = []
-    for oid, tag, value in rows:
-        if oid in OUTLET_COUNTS and value == str(base):
-            value = str(outlets)
-        elif oid in UNIT_BY_POWER:
-            value = _scaled(value, ratio["power"])
-        elif oid in UNIT_BY_ENERGY:
-            value = _scaled(value, ratio["energy"])
-        elif oid in UNIT_BY_CURRENT:
-            value = _scaled(value, ratio["current"])
-        out.append((oid, tag, value))
-    return sorted(out, key=lambda r: oid_arcs(r[0]))
+# --- what a poll must read (the recordings are tests/support/synthetic_pdu.py's) ----------------
 
 
 @dataclass(frozen=True)
@@ -680,32 +579,14 @@ class Bench:
 
 
 def machine() -> dict[str, Any]:
-    model = cpu_model()
-    mem = ""
-    with contextlib.suppress(OSError):
-        mem = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
-
-    def version(cmd: list[str]) -> str:
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
-        except OSError:
-            return "(missing)"
-        return (out.stdout or out.stderr).strip().splitlines()[0]
-
-    from importlib.metadata import version as pkg_version
-
-    return {
-        "host": platform.node(),
-        "kernel": platform.release(),
-        "cpu": model,
-        "cpus": os.cpu_count(),
-        "memory": mem,
-        "python": platform.python_version(),
-        "pysnmp": pkg_version("pysnmp"),
-        "snmpsim": pkg_version("snmpsim"),
-        "snmp_exporter": version([SNMP_EXPORTER, "--version"]),
-        "net-snmp": version([SNMPBULKWALK, "--version"]),
-    }
+    """What the numbers were measured on."""
+    return harness_machine(
+        packages=("pysnmp", "snmpsim"),
+        tools={
+            "snmp_exporter": [SNMP_EXPORTER, "--version"],
+            "net-snmp": [SNMPBULKWALK, "--version"],
+        },
+    )
 
 
 def report(polls: dict[str, list[Poll]], total_values: int, ncpu: int) -> dict[str, Any]:
@@ -893,10 +774,6 @@ def profile_wattbit(bench: Bench, top: int, median_cpu: float, responses: int) -
 # --- main --------------------------------------------------------------------------------------
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--pdus", type=int, default=100, help="simulated PDUs (half 24, half 48)")
@@ -912,18 +789,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.pdus < 2 or args.rounds < 1 or args.agents < 1 or args.concurrency < 1:
         ap.error("--pdus >= 2, --rounds >= 1, --agents >= 1, --concurrency >= 1")
     return args
-
-
-@contextlib.contextmanager
-def signals() -> Iterator[None]:
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    for s in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, _interrupt)
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -966,7 +831,7 @@ def main(argv: list[str] | None = None) -> int:
     bench: Bench | None = None
     exporter: Exporter | None = None
     raw: dict[str, Any] = {"config": vars(args) | {"json": str(args.json)}, "machine": info}
-    with signals(), contextlib.ExitStack() as stack:
+    with interruptible(), contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, tmp, True)
         try:
             # recordings
