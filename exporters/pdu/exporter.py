@@ -83,7 +83,7 @@ class PduSnapshot:
 def render(snap: PduSnapshot) -> Iterator[Metric]:
     """The pdu metric families of one snapshot (pure)."""
     states = snap.states
-    outlet: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+    outlet: Families = {
         "power": GaugeMetricFamily(
             "wattbit_pdu_outlet_power_watts",
             "Active power of the outlet.",
@@ -119,7 +119,7 @@ def render(snap: PduSnapshot) -> Iterator[Metric]:
         "Energy through a whole PDU, bank or phase mapped to one host, from its register.",
         labels=FEED_LABELS,
     )
-    unit: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+    unit: Families = {
         "power": GaugeMetricFamily(
             "wattbit_pdu_power_watts", "Active power of the whole PDU.", labels=["pdu"]
         ),
@@ -169,33 +169,7 @@ def render(snap: PduSnapshot) -> Iterator[Metric]:
             ],
             1.0,
         )
-        target = snap.targets.get(name)
-        for o in r.outlets:
-            host, component = target.labels(o.index, o.name) if target else ("", "")
-            lv = [name, o.index, o.name, host, component]
-            for key, value in (
-                ("power", o.power_watts),
-                ("current", o.current_amperes),
-                ("voltage", o.voltage_volts),
-                ("energy", o.energy_joules),
-                ("apparent", o.apparent_power_voltamperes),
-            ):
-                if value is not None:  # never a silent 0
-                    outlet[key].add_metric(lv, value)
-        for feed, host, component in target.feeds if target else ():
-            watts, joules = feed_values(r, feed)
-            if watts is not None:
-                feed_power.add_metric([name, feed, host, component], watts)
-            if joules is not None:
-                feed_energy.add_metric([name, feed, host, component], joules)
-        for key, value in (
-            ("power", r.unit_power_watts),
-            ("energy", r.unit_energy_joules),
-            ("current", r.unit_current_amperes),
-            ("voltage", r.unit_voltage_volts),
-        ):
-            if value is not None:
-                unit[key].add_metric([name], value)
+        _readings(name, r, snap.targets.get(name), outlet, (feed_power, feed_energy), unit)
     yield from outlet.values()
     yield from (feed_power, feed_energy)
     yield from unit.values()
@@ -218,6 +192,46 @@ def render(snap: PduSnapshot) -> Iterator[Metric]:
     yield from (failures, invalid)
     yield from _shard_metrics(snap)
     yield from snmp_counters(snap.snmp)
+
+
+Families = dict[str, GaugeMetricFamily | CounterMetricFamily]
+
+
+def _readings(
+    name: str,
+    r: Reading,
+    target: PduTarget | None,
+    outlet: Families,
+    feed: tuple[GaugeMetricFamily, CounterMetricFamily],
+    unit: Families,
+) -> None:
+    """One PDU's outlet, feed and unit readings into their families (never a silent 0)."""
+    for o in r.outlets:
+        host, component = target.labels(o.index, o.name) if target else ("", "")
+        lv = [name, o.index, o.name, host, component]
+        for key, value in (
+            ("power", o.power_watts),
+            ("current", o.current_amperes),
+            ("voltage", o.voltage_volts),
+            ("energy", o.energy_joules),
+            ("apparent", o.apparent_power_voltamperes),
+        ):
+            if value is not None:
+                outlet[key].add_metric(lv, value)
+    for feed_name, host, component in target.feeds if target else ():
+        watts, joules = feed_values(r, feed_name)
+        if watts is not None:
+            feed[0].add_metric([name, feed_name, host, component], watts)
+        if joules is not None:
+            feed[1].add_metric([name, feed_name, host, component], joules)
+    for key, value in (
+        ("power", r.unit_power_watts),
+        ("energy", r.unit_energy_joules),
+        ("current", r.unit_current_amperes),
+        ("voltage", r.unit_voltage_volts),
+    ):
+        if value is not None:
+            unit[key].add_metric([name], value)
 
 
 def _shard_metrics(snap: PduSnapshot) -> Iterator[Metric]:
