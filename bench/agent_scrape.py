@@ -2,9 +2,10 @@
 
 Run: PYTHONPATH=. .venv/bin/python bench/agent_scrape.py [--disks 48] [--ops read,write]
      [--size-histogram] [--nics 8] [--queues 16] [--cpus 64] [--repeat 200]
-Goals: <= 30 ms per render for 48 disks; the blockio series of 48 disks doing reads and writes
-<= 2,500 by default (issue 15's budget, formula in docs/exporters/blockio.md); the NIC part
-(8 NICs x 16 queues) within the series budget of docs/exporters/nic.md.
+Goals: <= 30 ms per render for 48 disks (with the NICs and the pcie exporter's links); the
+blockio series of 48 disks doing reads and writes <= 2,500 by default (issue 15's budget,
+formula in docs/exporters/blockio.md); the NIC part (8 NICs x 16 queues) within the series
+budget of docs/exporters/nic.md; the pcie part as docs/exporters/pcie.md's formula says.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from collector.web.exposition import TextRenderer
 from exporters.base import ExportersCollector
 from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, OPS, SIZE_SLOTS
-from tests.support.synthetic import SyntheticBlockio, SyntheticNic
+from tests.support.synthetic import SyntheticBlockio, SyntheticNic, SyntheticPcie
+
+
+def pcie_series_budget(disks: int, nics: int, cpus: int, hbas: int = 3) -> int:
+    """The documented formula (docs/exporters/pcie.md) for SyntheticPcie's host."""
+    functions = hbas + hbas + nics + (nics + 1) // 2
+    return 7 * functions + disks + hbas * cpus + hbas * cpus
 
 
 def nic_series_budget(nics: int, queues: int, cpus: int) -> int:
@@ -71,12 +78,21 @@ def main() -> None:
         f"nic: nics={args.nics} queues={args.queues} cpus={args.cpus} series={nic_series} "
         f"(budget {budget}: {'within' if nic_series <= budget else 'OVER'})"
     )
+    pcie_only = CollectorRegistry(auto_describe=False)
+    pcie_only.register(SyntheticPcie(args.disks, args.nics, args.cpus))
+    pcie_series = _series(pcie_only)
+    pbudget = pcie_series_budget(args.disks, args.nics, args.cpus)
+    print(
+        f"pcie: disks={args.disks} hbas=3 nics={args.nics} cpus={args.cpus} "
+        f"series={pcie_series} (formula {pbudget})"
+    )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
         ExportersCollector(
             [
                 SyntheticBlockio(args.disks, ops, args.size_histogram),
                 SyntheticNic(args.nics, args.queues, args.cpus),
+                SyntheticPcie(args.disks, args.nics, args.cpus),
             ]
         )
     )
@@ -87,16 +103,31 @@ def main() -> None:
     dur = re.compile(rb"(wattbit_exporter_duration_seconds\{[^}]*\}) \S+")
     assert dur.sub(b"", renderer.render()) == dur.sub(b"", body)
     # Alternate the two renderers in one run so drift on the machine hits both alike.
-    times: dict[str, list[float]] = {"wattbit": [], "generate_latest": []}
+    # The same host without the pcie exporter, to see what it adds to a render.
+    without = CollectorRegistry(auto_describe=False)
+    without.register(
+        ExportersCollector(
+            [
+                SyntheticBlockio(args.disks, ops, args.size_histogram),
+                SyntheticNic(args.nics, args.queues, args.cpus),
+            ]
+        )
+    )
+    without_pcie = TextRenderer(without)
+    times: dict[str, list[float]] = {"wattbit": [], "generate_latest": [], "without pcie": []}
     for _ in range(args.repeat):
         for name, fn in (
             ("wattbit", renderer.render),
             ("generate_latest", lambda: generate_latest(registry)),
+            ("without pcie", without_pcie.render),
         ):
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
-    print(f"host: disks={args.disks} ops={len(ops)} + nic above: series={series} bytes={len(body)}")
+    print(
+        f"host: disks={args.disks} ops={len(ops)} + nic and pcie above: series={series} "
+        f"bytes={len(body)}"
+    )
     for name, ts in times.items():
         med = statistics.median(ts) * 1e3
         p90 = statistics.quantiles(ts, n=10)[-1] * 1e3

@@ -108,6 +108,9 @@ class PcieConfig(Strict):
 
     enabled: bool = True
     refresh: Duration = 60.0  # re-read the chains at least this often (and on device change)
+    # wattbit_controller_irq_info and _cpu_interrupts_total: one series per vector and per
+    # (controller, CPU); off on hosts with many NVMe drives (docs/exporters/pcie.md, budget)
+    controller_irqs: bool = True
 
     @field_validator("refresh")
     @classmethod

@@ -52,6 +52,17 @@ def test_a_real_pdu_of_a_known_enterprise_names_its_profiles_and_their_signature
     assert "lacks its signature columns (one would do): 1.3.6.1.4.1.232.165.7." in out
 
 
+def test_a_real_partial_pdu_names_the_mib_it_partly_answers() -> None:
+    """A WTI MPC captured with its unit name only: WTI-POWER-MIB, one column, no signature."""
+    r = wattbit("pdu", "check", str(UNSUPPORTED / "wti_mpc-partial.snmprec"))
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    at = lines.index("  wti_power (WTI, WTI-POWER-MIB)")
+    assert lines[at + 1] == "    answers 1 of its columns: 1.3.6.1.4.1.2634.3.200.10.1.2"
+    assert lines[at + 2].startswith("    lacks its signature columns (one would do): ")
+    assert "1.3.6.1.4.1.2634.3.100.200.1.8" in lines[at + 2]  # plugPower
+
+
 def test_a_real_pdu_of_no_known_shape_says_so() -> None:
     r = wattbit("pdu", "check", str(UNSUPPORTED / "planet_ipm-8220.snmprec"))
     assert r.returncode == 1

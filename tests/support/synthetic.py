@@ -1,14 +1,13 @@
 """A large host and a site's fleet, synthetic: content for the renderers and the stores.
 
-``SyntheticBlockio`` and ``SyntheticNic`` render, through the exporters' own render(), fixed
-content of a large host (NVMe-like disks with every histogram filled, NICs with their queues
-and IRQs); ``record_exposition`` is such a host's /metrics through the agent's own registry
-and renderer, and ``Exposition`` serves it with its counters moving. The configurations are a
-simulated site's: Prometheus scraping the hosts, a collector polling the PDUs. Used by
-bench/agent_scrape.py, bench/http_scrape.py and bench/fleet.py, and by the tests of the
-exposition (tests/unit/test_exposition.py, tests/unit/test_fleet_sim.py). Nothing here is a
-recording of a real machine.
-"""
+``SyntheticBlockio``, ``SyntheticNic`` and ``SyntheticPcie`` render, through the exporters' own
+render(), fixed content of a large host (NVMe-like disks with every histogram filled, NICs with
+their queues and IRQs, the PCIe links of HBAs and NICs); ``record_exposition`` is such a host's
+/metrics through the agent's own registry and renderer, and ``Exposition`` serves it with its
+counters moving. The configurations are a simulated site's: Prometheus scraping the hosts, a
+collector polling the PDUs. Used by bench/agent_scrape.py, bench/http_scrape.py and
+bench/fleet.py, and by the tests of the exposition (tests/unit/test_exposition.py,
+tests/unit/test_fleet_sim.py). Nothing here is a recording of a real machine."""
 
 from __future__ import annotations
 
@@ -36,6 +35,9 @@ from exporters.nic.exporter import render as render_nic
 from exporters.nic.links import LinkStats
 from exporters.nic.procfs import SoftnetRow
 from exporters.nic.sysfs import NicInfo
+from exporters.pcie.exporter import ControllerIrq, PcieSnapshot
+from exporters.pcie.exporter import render as render_pcie
+from exporters.pcie.links import Link, Node
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = [ROOT / "alerts" / "wattbit-recording.yml", ROOT / "alerts" / "wattbit-alerts.yml"]
@@ -153,6 +155,40 @@ class SyntheticNic(Exporter):
     def collect(self) -> Iterator[Metric]:
         """Render as the real exporter does after reading its sources."""
         yield from render_nic(self.snapshot)
+
+
+class SyntheticPcie(Exporter):
+    """The pcie exporter's rendering: 48 disks' links behind 3 HBAs, NIC functions two per
+    card, each card in its own root port, one MSI-X vector per CPU per HBA."""
+
+    name = "pcie"
+
+    def __init__(self, disks: int, nics: int, cpus: int, hbas: int = 3) -> None:
+        nodes: dict[str, Node] = {}
+        links: dict[str, Link] = {}
+
+        def add(pci: str, role: str, upstream: str, root: str, speed: float, width: int) -> None:
+            nodes[pci] = Node(pci, (), role, upstream, root, "d", role == "root_port", speed, width)
+            links[pci] = Link(speed, width, speed, width, speed * width / 8 * 128 / 130, False)
+
+        irqs = []
+        for h in range(hbas):
+            port, hba = f"0000:00:{h + 1:02x}.0", f"0000:{h + 1:02x}:00.0"
+            add(port, "root_port", "", port, 8e9, 16)
+            add(hba, "controller", port, port, 8e9, 8)
+            for c in range(cpus):
+                irqs.append(ControllerIrq(hba, str(100 + h * cpus + c), {c: 10**6}, str(c), str(c)))
+        for n in range(nics):
+            port = f"0000:80:{n // 2 + 1:02x}.0"
+            if port not in nodes:
+                add(port, "root_port", "", port, 16e9, 16)
+            add(f"0000:{0x81 + n // 2:02x}:00.{n % 2}", "nic", port, port, 16e9, 16)
+        rates = [(f"sd{i}", "sas", 12e9) for i in range(disks)]
+        self.snapshot = PcieSnapshot(nodes, links, rates, irqs)
+
+    def collect(self) -> Iterator[Metric]:
+        """Render as the real exporter does after reading its sources."""
+        yield from render_pcie(self.snapshot)
 
 
 # --- a fleet of such hosts ---------------------------------------------------------------

@@ -228,3 +228,29 @@ def test_machine_is_only_the_fixtures(tmp_path: Path) -> None:
             path = Path(dirpath, name)
             if path.is_symlink():
                 assert os.path.realpath(path).startswith(str(sys_root.resolve()) + os.sep), path
+
+
+def test_cpu_exporter_is_opt_in(tmp_path: Path) -> None:
+    """Off by default (node_exporter has node_cpu_seconds_total); on, the VM's /proc/stat."""
+    sys_root, proc_root = machine(tmp_path)
+    (proc_root / "stat").write_text((FIXTURES / "proc" / "stat-6.18-vm").read_text())
+    default = AgentConfig.model_validate(
+        {"blockio": {"backend": "diskstats"}, "smart": {"enabled": False}}
+    )
+    on = AgentConfig.model_validate(
+        {"blockio": {"backend": "diskstats"}, "smart": {"enabled": False}, "cpu": {"enabled": True}}
+    )
+    for cfg, expected in (
+        (default, ["blockio", "nic", "power", "pcie"]),
+        (on, ["blockio", "nic", "power", "pcie", "cpu"]),
+    ):
+        exporters = build_exporters(
+            cfg, sys_root=sys_root, proc_root=proc_root, ethtool=RecordedEthtool()
+        )
+        try:
+            assert [e.name for e in exporters] == expected
+            body = scrape(metrics_app(build_registry(exporters))).decode()
+        finally:
+            for e in exporters:
+                e.close()
+        assert ('wattbit_cpu_seconds_total{cpu="1",mode="steal"} 0.88' in body) == (cfg is on)
