@@ -83,6 +83,7 @@ from bench.harness import (  # noqa: E402
     interruptible,
     load_average,
     machine_busy_seconds,
+    table,
 )
 from bench.harness import machine as harness_machine  # noqa: E402
 from tests.support.synthetic_pdu import (  # noqa: E402
@@ -592,12 +593,7 @@ def machine() -> dict[str, Any]:
 def report(polls: dict[str, list[Poll]], total_values: int, ncpu: int) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     print()
-    head = (
-        f"{'tool':<14} {'wall s':>8} {'(min..max)':>15} {'CPU s':>7} {'CPU us/value':>13}"
-        f" {'(min..max)':>15} {'agents CPU s':>13} {'others CPU s':>13} {'machine busy':>13}"
-    )
-    print(head)
-    print("-" * len(head))
+    rows: list[list[str]] = []
     for tool, ps in polls.items():
         walls = [p.wall for p in ps]
         cpus = [p.cpu for p in ps]
@@ -614,12 +610,15 @@ def report(polls: dict[str, list[Poll]], total_values: int, ncpu: int) -> dict[s
             "machine_busy_share_median": statistics.median(busy),
         }
         summary[tool] = s
-        print(
-            f"{tool:<14} {s['wall_s_median']:>8.3f} {f'({min(walls):.2f}..{max(walls):.2f})':>15}"
-            f" {s['cpu_s_median']:>7.3f} {s['cpu_us_per_value_median']:>13.1f}"
-            f" {f'({min(per):.0f}..{max(per):.0f})':>15} {s['agent_cpu_s_median']:>13.2f}"
-            f" {s['others_cpu_s_median']:>13.2f} {s['machine_busy_share_median']:>12.0%}"
-        )
+        rows.append([
+            tool, f"{s['wall_s_median']:.3f}", f"({min(walls):.2f}..{max(walls):.2f})",
+            f"{s['cpu_s_median']:.3f}", f"{s['cpu_us_per_value_median']:.1f}",
+            f"({min(per):.0f}..{max(per):.0f})", f"{s['agent_cpu_s_median']:.2f}",
+            f"{s['others_cpu_s_median']:.2f}", f"{s['machine_busy_share_median']:.0%}",
+        ])  # fmt: skip
+    head = ["tool", "wall s", "(min..max)", "CPU s", "CPU us/value", "(min..max)",
+            "agents CPU s", "others CPU s", "machine busy"]  # fmt: skip
+    table(head, rows)
     print()
     print(f"average CPUs in use during a poll (median round; this machine has {ncpu}):")
     for tool, ps in polls.items():
