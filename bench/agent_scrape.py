@@ -2,9 +2,10 @@
 
 Run: PYTHONPATH=. .venv/bin/python bench/agent_scrape.py [--disks 48] [--ops read,write]
      [--size-histogram] [--nics 8] [--queues 16] [--cpus 64] [--repeat 200]
-Goals: <= 30 ms per render for 48 disks; the blockio series of 48 disks doing reads and writes
-<= 2,500 by default (issue 15's budget, formula in docs/exporters/blockio.md); the NIC part
-(8 NICs x 16 queues) within the series budget of docs/exporters/nic.md.
+Goals: <= 30 ms per render for 48 disks (with the NICs and the pcie exporter's links); the
+blockio series of 48 disks doing reads and writes <= 2,500 by default (issue 15's budget,
+formula in docs/exporters/blockio.md); the NIC part (8 NICs x 16 queues) within the series
+budget of docs/exporters/nic.md; the pcie part as docs/exporters/pcie.md's formula says.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ from exporters.nic.exporter import render as render_nic
 from exporters.nic.links import LinkStats
 from exporters.nic.procfs import SoftnetRow
 from exporters.nic.sysfs import NicInfo
+from exporters.pcie.exporter import ControllerIrq, PcieSnapshot
+from exporters.pcie.exporter import render as render_pcie
+from exporters.pcie.links import Link, Node
 
 
 def synthetic_devices(
@@ -151,6 +155,46 @@ class SyntheticNic:
         yield from render_nic(self.snapshot)
 
 
+class SyntheticPcie:
+    """The pcie exporter's rendering: 48 disks' links behind 3 HBAs, NIC functions two per
+    card, each card in its own root port, one MSI-X vector per CPU per HBA."""
+
+    name = "pcie"
+
+    def __init__(self, disks: int, nics: int, cpus: int, hbas: int = 3) -> None:
+        nodes: dict[str, Node] = {}
+        links: dict[str, Link] = {}
+
+        def add(pci: str, role: str, upstream: str, root: str, speed: float, width: int) -> None:
+            nodes[pci] = Node(pci, (), role, upstream, root, "d", role == "root_port", speed, width)
+            links[pci] = Link(speed, width, speed, width, speed * width / 8 * 128 / 130, False)
+
+        irqs = []
+        for h in range(hbas):
+            port, hba = f"0000:00:{h + 1:02x}.0", f"0000:{h + 1:02x}:00.0"
+            add(port, "root_port", "", port, 8e9, 16)
+            add(hba, "controller", port, port, 8e9, 8)
+            for c in range(cpus):
+                irqs.append(ControllerIrq(hba, str(100 + h * cpus + c), {c: 10**6}, str(c), str(c)))
+        for n in range(nics):
+            port = f"0000:80:{n // 2 + 1:02x}.0"
+            if port not in nodes:
+                add(port, "root_port", "", port, 16e9, 16)
+            add(f"0000:{0x81 + n // 2:02x}:00.{n % 2}", "nic", port, port, 16e9, 16)
+        rates = [(f"sd{i}", "sas", 12e9) for i in range(disks)]
+        self.snapshot = PcieSnapshot(nodes, links, rates, irqs)
+
+    def collect(self) -> Iterator[Metric]:
+        """Render as the real exporter does after reading its sources."""
+        yield from render_pcie(self.snapshot)
+
+
+def pcie_series_budget(disks: int, nics: int, cpus: int, hbas: int = 3) -> int:
+    """The documented formula (docs/exporters/pcie.md) for SyntheticPcie's host."""
+    functions = hbas + hbas + nics + (nics + 1) // 2
+    return 7 * functions + disks + hbas * cpus + hbas * cpus
+
+
 def nic_series_budget(nics: int, queues: int, cpus: int) -> int:
     """The documented upper bound (docs/exporters/nic.md) of the nic exporter's series."""
     return 12 * nics + 7 * nics * queues + nics * cpus + 5 * cpus + 10
@@ -200,12 +244,21 @@ def main() -> None:
         f"nic: nics={args.nics} queues={args.queues} cpus={args.cpus} series={nic_series} "
         f"(budget {budget}: {'within' if nic_series <= budget else 'OVER'})"
     )
+    pcie_only = CollectorRegistry(auto_describe=False)
+    pcie_only.register(SyntheticPcie(args.disks, args.nics, args.cpus))
+    pcie_series = _series(pcie_only)
+    pbudget = pcie_series_budget(args.disks, args.nics, args.cpus)
+    print(
+        f"pcie: disks={args.disks} hbas=3 nics={args.nics} cpus={args.cpus} "
+        f"series={pcie_series} (formula {pbudget})"
+    )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
         ExportersCollector(
             [
                 SyntheticBlockio(args.disks, ops, args.size_histogram),
                 SyntheticNic(args.nics, args.queues, args.cpus),
+                SyntheticPcie(args.disks, args.nics, args.cpus),
             ]
         )
     )
@@ -216,16 +269,31 @@ def main() -> None:
     dur = re.compile(rb"(wattbit_exporter_duration_seconds\{[^}]*\}) \S+")
     assert dur.sub(b"", renderer.render()) == dur.sub(b"", body)
     # Alternate the two renderers in one run so drift on the machine hits both alike.
-    times: dict[str, list[float]] = {"wattbit": [], "generate_latest": []}
+    # The same host without the pcie exporter, to see what it adds to a render.
+    without = CollectorRegistry(auto_describe=False)
+    without.register(
+        ExportersCollector(
+            [
+                SyntheticBlockio(args.disks, ops, args.size_histogram),
+                SyntheticNic(args.nics, args.queues, args.cpus),
+            ]
+        )
+    )
+    without_pcie = TextRenderer(without)
+    times: dict[str, list[float]] = {"wattbit": [], "generate_latest": [], "without pcie": []}
     for _ in range(args.repeat):
         for name, fn in (
             ("wattbit", renderer.render),
             ("generate_latest", lambda: generate_latest(registry)),
+            ("without pcie", without_pcie.render),
         ):
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
-    print(f"host: disks={args.disks} ops={len(ops)} + nic above: series={series} bytes={len(body)}")
+    print(
+        f"host: disks={args.disks} ops={len(ops)} + nic and pcie above: series={series} "
+        f"bytes={len(body)}"
+    )
     for name, ts in times.items():
         med = statistics.median(ts) * 1e3
         p90 = statistics.quantiles(ts, n=10)[-1] * 1e3

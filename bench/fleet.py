@@ -110,7 +110,7 @@ def record_exposition(disks: int, nics: int, queues: int, cpus: int, all_ops: bo
     content: every disk reading and writing (all_ops: all four ops and the size histogram,
     the exposition before issue 15's series budget)."""
     from bench.agent_scrape import SyntheticBlockio, SyntheticNic
-    from collector.agent.main import build_registry
+    from collector.daemon.serve import build_registry
     from collector.web.exposition import TextRenderer
 
     registry = build_registry(

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from collector.config import ConfigError
-from collector.daemon.config import ProcessConfig
+from collector.daemon.config import AGENT_PORT, COLLECTOR_PORT, Listen, ProcessConfig
 
 if TYPE_CHECKING:
     from collector.web.config import WebConfig
@@ -22,17 +22,13 @@ def _load(model: type[P], args: argparse.Namespace) -> tuple[P, WebConfig | None
 
     Every problem is a ConfigError (exit 2) raised before anything starts.
     """
-    from collector.config import load_model, parse_listen
+    from collector.config import load_model
     from collector.web.config import load_web_config
 
     cfg = load_model(model, args.config)
     updates: dict[str, object] = {}
     if args.listen:
-        try:
-            parse_listen(args.listen, model.default_port)
-        except ValueError as exc:
-            raise ConfigError("--listen", "listen", str(exc)) from exc
-        updates["listen"] = args.listen
+        updates["listen"] = Listen.option(args.listen, model.default_port)
     if args.web_config:
         updates["web_config"] = args.web_config
     cfg = cfg.model_copy(update=updates)
@@ -102,7 +98,7 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
         "agent", help="host agent: serve block I/O, NIC and drive health metrics on /metrics"
     )
     a.add_argument("--config", help="agent YAML configuration (default: built-in defaults)")
-    a.add_argument("--listen", help="HOST:PORT to serve on (default :9731)")
+    a.add_argument("--listen", help=f"HOST:PORT to serve on (default :{AGENT_PORT})")
     a.add_argument(
         "--web-config",
         help="TLS and basic-auth file, in node_exporter's web-config format",
@@ -112,7 +108,7 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
 
     c = sub.add_parser("collector", help="site collector: poll PDUs over SNMP, serve /metrics")
     c.add_argument("--config", required=True, help="collector YAML configuration")
-    c.add_argument("--listen", help="HOST:PORT to serve on (default :9732)")
+    c.add_argument("--listen", help=f"HOST:PORT to serve on (default :{COLLECTOR_PORT})")
     c.add_argument("--web-config", help="TLS and basic-auth file (node_exporter format)")
     c.add_argument(
         "--print-config",

@@ -80,8 +80,8 @@ SITE_BITS = f"max({nic_bits(ALL_HOSTS, 'direction')})"
 # nothing below 0.01 Gbit/s (the rules' floor, docs/rules.md).
 HOST_JPG = (
     f"avg_over_time(host:wattbit_power_watts:sum{{{H}}}{RI})"
-    f" / on (host) ({nic_bits(H, 'host')} / 1e9 >= 0.01)"
-)
+    f" / on (host) group_left () ({nic_bits(H, 'host')} / 1e9 >= 0.01)"
+)  # group_left keeps the watts' `source` (docs/rules.md, "Host power and its source")
 SITE_JPG = f"avg_over_time(site:wattbit_power_watts:sum{RI}) / on () ({SITE_BITS} / 1e9 >= 0.01)"
 # Bytes/s per whole disk (reads + writes) and the info series that brings its controller and
 # NUMA node: host_controller: and host_numa:wattbit_disk_bytes_per_second:rate1m over RI.
@@ -340,18 +340,20 @@ def streaming() -> Dashboard:
             "watt",
             letters(
                 [
-                    (f"host:wattbit_power_watts:sum{{{H}}}", "{{host}}"),
+                    (f"host:wattbit_power_watts:sum{{{H}}}", "{{host}} ({{source}})"),
                     ("site:wattbit_power_watts:sum", "site"),
                 ]
             ),
-            "Per host: the outlets mapped to it. Site: every PDU's unit reading or outlet sum.",
+            "Per host, from one source, named in brackets: its metered outlets, else a PDU, "
+            "bank or phase mapped to it, else its BMC (redfish, ipmi). Site: every PDU's unit "
+            "reading or outlet sum.",
         )
     )
     d = d.with_panel(
         ts(
             "Joules per gigabit",
             "suffix: J/Gbit",
-            letters([(HOST_JPG, "{{host}}"), (SITE_JPG, "site")]),
+            letters([(HOST_JPG, "{{host}} ({{source}})"), (SITE_JPG, "site")]),
             "Watts averaged over $__rate_interval over the Gbit/s of the same window (the "
             "site: its larger direction); none below 0.01 Gbit/s.",
         )
@@ -391,7 +393,8 @@ def streaming() -> Dashboard:
         stat.Panel()
         .title("Energy in the time range (zoom to a run)")
         .description(
-            "Joules drawn by each host's outlets and by the site in the time range: the mean "
+            "Joules drawn by each host (from its power source, in brackets) and by the site in "
+            "the time range: the mean "
             "watts over the range times its length (the PDUs' energy registers count in steps "
             "too coarse for a run of minutes)."
         )
@@ -400,7 +403,9 @@ def streaming() -> Dashboard:
         .span(24)
         .height(5)
         .graph_mode(common.BigValueGraphMode.NONE)
-        .with_target(qv(energy(f"host:wattbit_power_watts:sum{{{H}}}"), "{{host}}", "A"))
+        .with_target(
+            qv(energy(f"host:wattbit_power_watts:sum{{{H}}}"), "{{host}} ({{source}})", "A")
+        )
         .with_target(qv(energy("site:wattbit_power_watts:sum"), "site", "B"))
     )
     return d
@@ -726,11 +731,51 @@ def power() -> Dashboard:
             "watt",
             letters(
                 [
-                    (f"host:wattbit_power_watts:sum{{{H}}}", "host {{host}}"),
+                    (f"host:wattbit_power_watts:sum{{{H}}}", "host {{host}} ({{source}})"),
                     ("component:wattbit_power_watts:sum", "component {{component}}"),
                     ("site:wattbit_power_watts:sum", "site"),
                 ]
             ),
+            "A host's watts come from one source, in brackets: its metered outlets, else a "
+            "PDU, bank or phase mapped to it, else its BMC (docs/rules.md).",
+        )
+    )
+    d = d.with_row(Row("Power sources"))
+    d = d.with_panel(
+        ts(
+            "Watts per host by source",
+            "watt",
+            letters([(f"host_source:wattbit_power_watts:sum{{{H}}}", "{{host}} {{source}}")]),
+            "Every source that measures a host: outlets, pdu (a PDU, bank or phase mapped to "
+            "it), redfish, ipmi (its BMC), rapl (its CPU packages and DRAM: never the host's "
+            "watts, shown beside them).",
+            w=12,
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "BMC against PDU",
+            "percentunit",
+            letters(
+                [
+                    (
+                        f"host:wattbit_power_bmc_over_pdu:ratio{{{H}}}",
+                        "{{host}} {{bmc_source}} / {{pdu_source}}",
+                    )
+                ]
+            ),
+            "The BMC's watts over the PDU's, where a host has both (100 %: they agree). "
+            "WattbitPowerSourcesDisagree fires beyond 10 % and 20 W for 15 minutes.",
+            w=6,
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "RAPL share of host watts",
+            "percentunit",
+            letters([(f"host:wattbit_power_rapl_share:ratio{{{H}}}", "{{host}} of {{source}}")]),
+            "The CPU packages' and DRAM's watts (RAPL) over the host's watts.",
+            w=6,
         )
     )
     d = d.with_row(Row("Energy"))

@@ -18,8 +18,8 @@ class Exporter(ABC):
 
     Required: ``name`` (its ``exporter`` label in wattbit_exporter_up) and ``collect()``.
     Optional, with defaults here: ``startup_note()`` and ``close()``; the process running
-    the exporters (collector/agent/main.py) logs every note once serving and closes every
-    exporter when it stops, whatever the exporter.
+    the exporters (collector/daemon/serve.py, for the agent and the site collector) logs every
+    note once serving and closes every exporter when it stops, whatever the exporter.
     """
 
     name: str

@@ -11,9 +11,13 @@ cd "$(dirname "$0")/.."
 # (with vmagent and vmalert) is the long-term store the sites remote-write to
 # (docs/longterm-store.md): the fleet and sharding tests start its binaries on free ports with
 # their own data directories; the package's own service is not used by anything here.
+# freeipmi-tools is the BMC poller's IPMI DCMI client (ipmi-raw, exporters/bmc/ipmi.py);
+# ipmitool is the independent reader its tests compare with, openipmi's ipmi_sim the IPMI
+# simulator without DCMI.
 PKGS=(python3-bpfcc bpftrace prometheus fio python3-venv python3-dev iproute2 kmod openssl ethtool iperf3
       util-linux bpftool snmp chromium fonts-liberation prometheus-alertmanager fuse3 libfuse2
-      prometheus-node-exporter docker-compose smartmontools clang libbpf-dev libbpf1 victoria-metrics)
+      prometheus-node-exporter docker-compose smartmontools clang libbpf-dev libbpf1 victoria-metrics
+      freeipmi-tools ipmitool openipmi)
 
 missing=()
 for p in "${PKGS[@]}"; do

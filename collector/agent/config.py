@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from collector.config import Duration, Regex, Strict
-from collector.daemon.config import ProcessConfig
+from collector.daemon.config import AGENT_PORT, Listen, ProcessConfig
 from exporters.blockio.exporter import DEFAULT_EXCLUDE
 from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, MAX_LAT_BOUNDS
 from exporters.nic.exporter import DEFAULT_EXCLUDE as NIC_EXCLUDE
@@ -95,11 +95,22 @@ class SmartConfig(Strict):
         return v
 
 
+class PowerConfig(Strict):
+    """The power exporter's settings (RAPL energy from powercap, hwmon power sensors)."""
+
+    enabled: bool = True
+    rapl: bool = True  # /sys/class/powercap: CPU packages' and DRAM's energy
+    hwmon: bool = True  # /sys/class/hwmon power*_{average,input} and energy*_input
+
+
 class PcieConfig(Strict):
     """The pcie exporter's settings (PCIe links, disk link rates, controller interrupts)."""
 
     enabled: bool = True
     refresh: Duration = 60.0  # re-read the chains at least this often (and on device change)
+    # wattbit_controller_irq_info and _cpu_interrupts_total: one series per vector and per
+    # (controller, CPU); off on hosts with many NVMe drives (docs/exporters/pcie.md, budget)
+    controller_irqs: bool = True
 
     @field_validator("refresh")
     @classmethod
@@ -118,11 +129,12 @@ class CpuConfig(Strict):
 class AgentConfig(ProcessConfig):
     """`wattbit agent` configuration."""
 
-    default_port: ClassVar[int] = 9731
+    default_port: ClassVar[int] = AGENT_PORT
 
-    listen: str = ":9731"
+    listen: Listen = Listen.default(AGENT_PORT)
     blockio: BlockioConfig = BlockioConfig()
     nic: NicConfig = NicConfig()
     smart: SmartConfig = SmartConfig()
+    power: PowerConfig = PowerConfig()
     pcie: PcieConfig = PcieConfig()
     cpu: CpuConfig = CpuConfig()

@@ -1,31 +1,26 @@
-"""`wattbit agent`: the host agent serving blockio, nic, smart and pcie (and opt-in cpu) metrics."""
+"""`wattbit agent`: the host agent serving blockio, nic, smart, power and pcie (and opt-in cpu)
+metrics."""
 
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, ProcessCollector
-
 from collector.agent.config import AgentConfig
-from collector.config import parse_listen
+from collector.daemon.serve import ListenError, serve
 from collector.web.config import WebConfig
-from collector.web.exposition import metrics_app
-from collector.web.server import landing_page, start_server
-from exporters.base import Exporter, ExportersCollector
+from exporters.base import Exporter
 from exporters.blockio.exporter import BlockioExporter
 from exporters.blockio.model import BackendUnavailable
 from exporters.cpu.exporter import CpuExporter
 from exporters.nic.exporter import NicExporter, QueueReader
 from exporters.pcie.exporter import PcieExporter
+from exporters.power.exporter import PowerExporter
 from exporters.smart.exporter import SmartExporter
 from exporters.smart.runner import Runner
 
 log = logging.getLogger("wattbit.agent")
-
-DEFAULT_PORT = AgentConfig.default_port
 
 
 class StartupError(Exception):
@@ -88,6 +83,10 @@ def build_exporters(
                 runner=smartctl,
             )
         )
+    if cfg.power.enabled:
+        exporters.append(
+            PowerExporter(sys_root=sys_root, rapl=cfg.power.rapl, hwmon=cfg.power.hwmon)
+        )
     if cfg.pcie.enabled:
         exporters.append(
             PcieExporter(
@@ -95,6 +94,7 @@ def build_exporters(
                 block_exclude=cfg.blockio.exclude,
                 nic_exclude=cfg.nic.exclude,
                 refresh=cfg.pcie.refresh,
+                controller_irqs=cfg.pcie.controller_irqs,
                 sys_root=sys_root,
                 proc_root=proc_root,
             )
@@ -104,40 +104,19 @@ def build_exporters(
     return exporters
 
 
-def build_registry(exporters: list[Exporter]) -> CollectorRegistry:
-    """A registry with the exporters, their health, and this process's own resource use."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(ExportersCollector(exporters))
-    ProcessCollector(registry=registry)
-    return registry
-
-
 def run(cfg: AgentConfig, web: WebConfig | None, stop: threading.Event | None = None) -> int:
     """Start the exporters and the endpoint, serve until SIGINT/SIGTERM (or stop is set)."""
-    host, port = parse_listen(cfg.listen, DEFAULT_PORT)
     exporters = build_exporters(cfg)
     try:
-        registry = build_registry(exporters)
-        routes = {
-            "/metrics": metrics_app(registry),
-            "/": landing_page("wattbit agent", ["/metrics"]),
-        }
-        try:
-            server = start_server(host, port, routes, web, limits=cfg.http.limits())
-        except OSError as exc:
-            raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-        for e in exporters:
-            if note := e.startup_note():
-                log.info("%s %s", e.name, note)  # e.g. "blockio backend: bcc"
-        log.info("serving %s/metrics", server.url)
-        stop = stop or threading.Event()
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, lambda *_: stop.set())
-        stop.wait()
-        log.info("stopping")
-        server.shutdown()
-    finally:
-        for e in exporters:
-            e.close()
-    return 0
+        return serve(
+            "wattbit agent",
+            cfg,
+            web,
+            exporters,
+            serving=lambda url: log.info("serving %s/metrics", url),
+            stop=stop,
+        )
+    except ListenError as exc:
+        raise StartupError(
+            f"cannot listen on {cfg.listen.host}:{cfg.listen.port}: {exc.strerror}"
+        ) from exc

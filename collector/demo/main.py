@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -53,6 +53,9 @@ from collector.demo.loopdisks import loop_disks
 from collector.demo.procs import Procs, free_port, wait_for
 from collector.runs.cli import Client as RunClient
 from collector.secretfile import read_secret_file
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 ROOT = Path(__file__).resolve().parents[2]
 NETNS = "wattbit-demo"
@@ -442,6 +445,246 @@ def wait_for_the_end() -> None:
             signal.pause()
 
 
+@dataclass
+class Stack:
+    """The demo's running parts: what main's steps hand each other."""
+
+    procs: Procs
+    tmp: Path
+    devs: list[str]  # the loop disks' /dev paths
+    names: list[str]  # and their names
+    cfg: dict[str, Path]  # the configuration files written for the run
+    prom_url: str
+    agent_url: str  # the agent's /metrics
+    coll_url: str  # the collector's base URL (its /metrics, the run API)
+    py: str = sys.executable
+
+    @property
+    def wattbit(self) -> list[str]:
+        """The `wattbit` command, run from this checkout."""
+        return [self.py, "-m", "collector.cli"]
+
+
+def preflight(console: Console, prometheus_data: str | Path | None) -> tuple[int, Path | None]:
+    """Root, the programs the demo runs, a usable --prometheus-data: (exit code or 0, its dir)."""
+    if os.geteuid() != 0:
+        console.print("[red]the demo needs root (loop devices, network namespaces, eBPF).")
+        return 1, None
+    missing = [
+        t
+        for t in ("losetup", "ip", "nice", "prometheus", "prometheus-alertmanager")
+        if shutil.which(t) is None
+    ]
+    if missing:
+        console.print(f"[red]missing {', '.join(missing)}: run `make demo`, which installs them.")
+        return 1, None
+    data_dir = Path(prometheus_data).resolve() if prometheus_data is not None else None
+    if (
+        data_dir is not None
+        and data_dir.exists()
+        and (not data_dir.is_dir() or any(data_dir.iterdir()))
+    ):
+        # one run's data alone: an earlier demo's series would be served with this one's
+        console.print(f"[red]--prometheus-data: {data_dir} must be a new or empty directory")
+        return 2, None
+    return 0, data_dir
+
+
+def start(
+    console: Console, procs: Procs, tmp: Path, devs: list[str], names: list[str],
+    data_dir: Path | None,
+) -> Stack:  # fmt: skip
+    """Start the simulated PDU, agent, collector, node_exporter, Alertmanager and Prometheus,
+    and wait until Prometheus scrapes them all and holds every disk's series."""
+    ports = {k: free_port() for k in ("agent", "collector", "node", "alertmanager")}
+    ports["prometheus"] = free_port()
+    ports["pdu"] = free_port(socket.SOCK_DGRAM)
+    ports["am_cluster"] = free_port()
+    cfg = write_configs(tmp, ports, devs)
+    st = Stack(
+        procs, tmp, devs, names, cfg,
+        prom_url=f"http://127.0.0.1:{ports['prometheus']}",
+        agent_url=f"http://127.0.0.1:{ports['agent']}/metrics",
+        coll_url=f"http://127.0.0.1:{ports['collector']}",
+    )  # fmt: skip
+    procs.start(
+        "pdusim",
+        [st.py, "-m", "collector.demo.pdusim", "--listen", f"127.0.0.1:{ports['pdu']}",
+         "--community-file", str(cfg["community"]), "--interfaces", f"^{IF_ROOT}$",
+         "--disks", f"^({'|'.join(names)})$", "--cpu-modes", ",".join(STREAM_CPU)],
+    )  # fmt: skip
+    console.print(
+        f"  [yellow]SIMULATED PDU[/yellow] (APC AP8641, rPDU2 MIB) on "
+        f"udp://127.0.0.1:{ports['pdu']}: outlet watts are modelled from this machine's "
+        "CPU, disk busy and Gbit/s — not measured"
+    )
+    procs.start("agent", [*st.wattbit, "agent", "--config", str(cfg["agent"])])
+    procs.start("collector", [*st.wattbit, "collector", "--config", str(cfg["collector"])])
+    procs.start(
+        "node_exporter",
+        ["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{ports['node']}"],
+    )
+    procs.start(
+        "alertmanager",
+        ["prometheus-alertmanager", f"--config.file={cfg['alertmanager']}",
+         f"--storage.path={tmp / 'alertmanager'}",
+         f"--web.listen-address=127.0.0.1:{ports['alertmanager']}",
+         f"--cluster.listen-address=127.0.0.1:{ports['am_cluster']}"],
+    )  # fmt: skip
+    procs.start(
+        "prometheus",
+        ["prometheus", f"--config.file={cfg['prometheus']}",
+         f"--storage.tsdb.path={data_dir or tmp / 'prometheus'}",
+         f"--web.listen-address=127.0.0.1:{ports['prometheus']}"],
+    )  # fmt: skip
+    console.print("  starting agent (bcc compiles its program: a few seconds), "
+                  "collector, Prometheus, Alertmanager, node_exporter…")  # fmt: skip
+    # a child that dies fails the wait at once; anything check() raises is "not yet"
+    up = (Exception,)
+    wait_for(lambda: scrape(st.agent_url), 90, "agent", alive=procs.check, errors=up)
+    wait_for(
+        lambda: total(scrape(f"{st.coll_url}/metrics"), "wattbit_pdu_up", pdu=PDU) == 1,
+        90,
+        "collector polling the PDU",
+        alive=procs.check,
+        errors=up,
+    )
+    wait_for(
+        lambda: len(prom_query(st.prom_url, "up == 1")) >= 3,
+        90,
+        "Prometheus scraping all targets",
+        alive=procs.check,
+        errors=up,
+    )
+    backend = [
+        dict(k[1]).get("backend", "?")
+        for k in scrape(st.agent_url)
+        if k[0] == "wattbit_blockio_backend_info"
+    ]
+    console.print(f"  agent blockio backend: {', '.join(backend) or '?'}")
+    console.print(f"  Prometheus: [cyan]{st.prom_url}[/cyan]")
+    # One direct read per disk before the run: the agent's per-op series exist from
+    # the run's first second, so the idle seconds at its start count as covered.
+    touch_disks(devs)
+    wait_for(
+        lambda: len(prom_query(st.prom_url, 'wattbit_disk_io_bytes_total{op="read"}')) >= len(devs),
+        90,
+        "Prometheus holding every disk's read series",
+        alive=procs.check,
+        errors=up,
+    )
+    return st
+
+
+def _wattbit_run(st: Stack, *args: str) -> str:
+    """`wattbit run ARGS` against the demo's collector: its output, RuntimeError on failure."""
+    r = subprocess.run(
+        [*st.wattbit, "run", *args, "--collector", st.coll_url, "--token-file",
+         str(st.cfg["token"])],
+        capture_output=True, text=True, cwd=ROOT, start_new_session=True,
+    )  # fmt: skip
+    if r.returncode != 0:
+        raise RuntimeError(f"wattbit run {args[0]} failed: {r.stderr.strip()}")
+    return r.stdout.strip()
+
+
+def phases(console: Console, st: Stack, duration: float) -> None:
+    """The run: started, its phases one after the other with their streams and a live view of
+    the agent's and collector's figures, and stopped once its last stream has ended."""
+    from rich.live import Live
+
+    procs = st.procs
+    receiver = procs.start(
+        "receiver",
+        ["ip", "netns", "exec", NETNS, *NICE, st.py, "-m", "collector.demo", "receive",
+         ADDR_NS, str(STREAM_PORT)],
+    )  # fmt: skip
+    console.print(f"  {_wattbit_run(st, 'start', RUN, '--label', 'source=make-demo')}")
+    # The phases are runs too, started and stopped through the run API in-process: a
+    # `wattbit run` process per phase would cost the CPU the watts are modelled from.
+    runs = RunClient(st.coll_url, read_secret_file(st.cfg["token"]))
+    plan = schedule(duration, len(st.devs))
+    started = time.monotonic()
+    until = started + streaming_until(duration)
+    senders: list[subprocess.Popen[bytes]] = []
+    step: Step | None = None
+    coll_metrics = f"{st.coll_url}/metrics"
+    prev = (time.monotonic(), scrape(st.agent_url), scrape(coll_metrics))
+    prom_jpg: float | None = None
+    with Live(console=console, refresh_per_second=2, transient=False) as live:
+        while (elapsed := time.monotonic() - started) < duration:
+            procs.check(ending=("sender",))
+            if receiver.poll() is not None:
+                raise RuntimeError(f"receiver exited:\n{procs.log_tail('receiver')}")
+            wait_senders(procs, [p for p in senders if p.poll() not in (None, 0)])
+            due = [x for x in plan if x.at <= elapsed][-1]
+            if step is None or due.run != step.run:
+                if due.streams == 0 and senders:
+                    # idle begins when the last byte has gone, not at the deadline
+                    wait_senders(procs, senders)
+                    senders = []
+                if step is not None:
+                    runs.stop(step.run)
+                labels = {"phase": due.phase, "part_of": RUN, "streams": streams(plan, due)}
+                runs.start(due.run, labels)
+            step = due
+            while len(senders) < step.streams:
+                senders.append(procs.start(
+                    f"sender-{len(senders) + 1}",
+                    [*NICE, st.py, "-m", "collector.demo", "send", ADDR_NS,
+                     str(STREAM_PORT), repr(until), st.devs[len(senders)]],
+                ))  # fmt: skip
+            # a second between views, less when the next step is due sooner
+            upcoming = [x.at for x in plan if x.at > elapsed] + [duration]
+            time.sleep(min(1.0, max(0.05, started + upcoming[0] - time.monotonic())))
+            now = (time.monotonic(), scrape(st.agent_url), scrape(coll_metrics))
+            with contextlib.suppress(Exception):
+                res = prom_query(st.prom_url, "site:wattbit_joules_per_gigabit:ratio1m")
+                prom_jpg = float(res[0]["value"][1]) if res else None
+            left = max(0.0, duration - (now[0] - started))
+            live.update(live_table(prev, now, st.names, prom_jpg, left, step))
+            prev = now
+    wait_senders(procs, senders)
+    if step is not None:
+        runs.stop(step.run)
+    console.print(_wattbit_run(st, "stop", RUN))
+
+
+def report(
+    console: Console, st: Stack, out_dir: Path, data_dir: Path | None, wait: bool | None
+) -> None:
+    """`wattbit report` of the run, its summary, and Prometheus kept up if asked."""
+    time.sleep(3.0)  # the run's end and the last samples reach Prometheus
+    console.print("writing the report: wattbit report …")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(
+        [*st.wattbit, "report", RUN, "--prometheus", st.prom_url, "--out", str(out_dir)],
+        capture_output=True, text=True, cwd=ROOT, start_new_session=True,
+    )  # fmt: skip
+    # the report's own summary (render.summary_lines): site, hosts, phases, warnings
+    console.print(r.stdout.rstrip(), markup=False, highlight=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"wattbit report failed ({r.returncode}): {r.stderr.strip()}")
+    console.print("(the PDU is simulated: the watts are a model of this machine's load)")
+    for ext in ("html", "md", "json"):
+        console.print(f"report: [cyan]{out_dir / f'{RUN}.{ext}'}[/cyan]")
+    if data_dir is not None:
+        console.print(
+            f"Prometheus' data is kept in [cyan]{data_dir}[/cyan]: serve it again with "
+            "docs/demo.md's command"
+        )
+    keep = sys.stdin.isatty() if wait is None else wait
+    if keep:
+        console.print(
+            f"Prometheus: [cyan]{st.prom_url}[/cyan] (try "
+            "site:wattbit_joules_per_gigabit:ratio1m) with the demo's data, kept up "
+            "with everything else until Enter, Ctrl-C or SIGTERM."
+        )
+        wait_for_the_end()
+    else:
+        console.print(f"Prometheus was at {st.prom_url} (stopped now; --keep-running keeps it up)")
+
+
 def main(
     duration: float = 60.0,
     disks: int = 4,
@@ -452,36 +695,15 @@ def main(
 ) -> int:
     """Run the demo; returns the exit code (0 ok, 1 failure, 2 bad options, 130 interrupted)."""
     from rich.console import Console
-    from rich.live import Live
 
     console = Console()
-    if os.geteuid() != 0:
-        console.print("[red]the demo needs root (loop devices, network namespaces, eBPF).")
-        return 1
-    missing = [
-        t
-        for t in ("losetup", "ip", "nice", "prometheus", "prometheus-alertmanager")
-        if shutil.which(t) is None
-    ]
-    if missing:
-        console.print(f"[red]missing {', '.join(missing)}: run `make demo`, which installs them.")
-        return 1
-    out_dir = Path(out).resolve()
-    data_dir = Path(prometheus_data).resolve() if prometheus_data is not None else None
-    if (
-        data_dir is not None
-        and data_dir.exists()
-        and (not data_dir.is_dir() or any(data_dir.iterdir()))
-    ):
-        # one run's data alone: an earlier demo's series would be served with this one's
-        console.print(f"[red]--prometheus-data: {data_dir} must be a new or empty directory")
-        return 2
-    py = sys.executable
+    code, data_dir = preflight(console, prometheus_data)
+    if code:
+        return code
     old = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGHUP)}
     tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
     tmp.chmod(0o755)
     procs = Procs(tmp)
-    prom_url = ""
     try:
         for what in remove_leftovers():
             console.print(f"removed a leftover of an earlier demo: {what}")
@@ -490,187 +712,12 @@ def main(
             veth_to_namespace(),
         ):
             devs = [d.device for d in loops]
-            names = [d.name for d in loops]
             console.print(f"[bold]wattbit demo[/bold] (temporary files in {tmp})")
             console.print(f"  {disks} loop disks of {disk_mb} MB on tmpfs: {', '.join(devs)}")
             console.print(f"  veth {IF_ROOT} ({ADDR_ROOT}) ⇄ {IF_NS} ({ADDR_NS}) in netns {NETNS}")
-            ports = {k: free_port() for k in ("agent", "collector", "node", "alertmanager")}
-            ports["prometheus"] = free_port()
-            ports["pdu"] = free_port(socket.SOCK_DGRAM)
-            ports["am_cluster"] = free_port()
-            cfg = write_configs(tmp, ports, devs)
-            procs.start(
-                "pdusim",
-                [py, "-m", "collector.demo.pdusim", "--listen", f"127.0.0.1:{ports['pdu']}",
-                 "--community-file", str(cfg["community"]), "--interfaces", f"^{IF_ROOT}$",
-                 "--disks", f"^({'|'.join(names)})$", "--cpu-modes", ",".join(STREAM_CPU)],
-            )  # fmt: skip
-            console.print(
-                f"  [yellow]SIMULATED PDU[/yellow] (APC AP8641, rPDU2 MIB) on "
-                f"udp://127.0.0.1:{ports['pdu']}: outlet watts are modelled from this machine's "
-                "CPU, disk busy and Gbit/s — not measured"
-            )
-            wb = [py, "-m", "collector.cli"]
-            procs.start("agent", [*wb, "agent", "--config", str(cfg["agent"])])
-            procs.start("collector", [*wb, "collector", "--config", str(cfg["collector"])])
-            procs.start(
-                "node_exporter",
-                ["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{ports['node']}"],
-            )
-            procs.start(
-                "alertmanager",
-                ["prometheus-alertmanager", f"--config.file={cfg['alertmanager']}",
-                 f"--storage.path={tmp / 'alertmanager'}",
-                 f"--web.listen-address=127.0.0.1:{ports['alertmanager']}",
-                 f"--cluster.listen-address=127.0.0.1:{ports['am_cluster']}"],
-            )  # fmt: skip
-            procs.start(
-                "prometheus",
-                ["prometheus", f"--config.file={cfg['prometheus']}",
-                 f"--storage.tsdb.path={data_dir or tmp / 'prometheus'}",
-                 f"--web.listen-address=127.0.0.1:{ports['prometheus']}"],
-            )  # fmt: skip
-            prom_url = f"http://127.0.0.1:{ports['prometheus']}"
-            agent_url = f"http://127.0.0.1:{ports['agent']}/metrics"
-            coll_url = f"http://127.0.0.1:{ports['collector']}"
-            console.print("  starting agent (bcc compiles its program: a few seconds), "
-                          "collector, Prometheus, Alertmanager, node_exporter…")  # fmt: skip
-            # a child that dies fails the wait at once; anything check() raises is "not yet"
-            up = (Exception,)
-            wait_for(lambda: scrape(agent_url), 90, "agent", alive=procs.check, errors=up)
-            wait_for(
-                lambda: total(scrape(f"{coll_url}/metrics"), "wattbit_pdu_up", pdu=PDU) == 1,
-                90,
-                "collector polling the PDU",
-                alive=procs.check,
-                errors=up,
-            )
-            wait_for(
-                lambda: len(prom_query(prom_url, "up == 1")) >= 3,
-                90,
-                "Prometheus scraping all targets",
-                alive=procs.check,
-                errors=up,
-            )
-            backend = [
-                dict(k[1]).get("backend", "?")
-                for k in scrape(agent_url)
-                if k[0] == "wattbit_blockio_backend_info"
-            ]
-            console.print(f"  agent blockio backend: {', '.join(backend) or '?'}")
-            console.print(f"  Prometheus: [cyan]{prom_url}[/cyan]")
-            # One direct read per disk before the run: the agent's per-op series exist from
-            # the run's first second, so the idle seconds at its start count as covered.
-            touch_disks(devs)
-            wait_for(
-                lambda: (
-                    len(prom_query(prom_url, 'wattbit_disk_io_bytes_total{op="read"}')) >= len(devs)
-                ),
-                90,
-                "Prometheus holding every disk's read series",
-                alive=procs.check,
-                errors=up,
-            )
-            receiver = procs.start(
-                "receiver",
-                ["ip", "netns", "exec", NETNS, *NICE, py, "-m", "collector.demo", "receive",
-                 ADDR_NS, str(STREAM_PORT)],
-            )  # fmt: skip
-            run_env = ["--collector", coll_url, "--token-file", str(cfg["token"])]
-            r = subprocess.run(
-                [*wb, "run", "start", RUN, "--label", "source=make-demo", *run_env],
-                capture_output=True, text=True, cwd=ROOT, start_new_session=True,
-            )  # fmt: skip
-            if r.returncode != 0:
-                raise RuntimeError(f"wattbit run start failed: {r.stderr.strip()}")
-            console.print(f"  {r.stdout.strip()}")
-            # The phases are runs too, started and stopped through the run API in-process: a
-            # `wattbit run` process per phase would cost the CPU the watts are modelled from.
-            runs = RunClient(coll_url, read_secret_file(cfg["token"]))
-            plan = schedule(duration, len(devs))
-            started = time.monotonic()
-            until = started + streaming_until(duration)
-            senders: list[subprocess.Popen[bytes]] = []
-            step: Step | None = None
-            prev = (time.monotonic(), scrape(agent_url), scrape(f"{coll_url}/metrics"))
-            prom_jpg: float | None = None
-            with Live(console=console, refresh_per_second=2, transient=False) as live:
-                while (elapsed := time.monotonic() - started) < duration:
-                    procs.check(ending=("sender",))
-                    if receiver.poll() is not None:
-                        raise RuntimeError(f"receiver exited:\n{procs.log_tail('receiver')}")
-                    wait_senders(procs, [p for p in senders if p.poll() not in (None, 0)])
-                    due = [x for x in plan if x.at <= elapsed][-1]
-                    if step is None or due.run != step.run:
-                        if due.streams == 0 and senders:
-                            # idle begins when the last byte has gone, not at the deadline
-                            wait_senders(procs, senders)
-                            senders = []
-                        if step is not None:
-                            runs.stop(step.run)
-                        labels = {"phase": due.phase, "part_of": RUN, "streams": streams(plan, due)}
-                        runs.start(due.run, labels)
-                    step = due
-                    while len(senders) < step.streams:
-                        senders.append(procs.start(
-                            f"sender-{len(senders) + 1}",
-                            [*NICE, py, "-m", "collector.demo", "send", ADDR_NS,
-                             str(STREAM_PORT), repr(until), devs[len(senders)]],
-                        ))  # fmt: skip
-                    # a second between views, less when the next step is due sooner
-                    upcoming = [x.at for x in plan if x.at > elapsed] + [duration]
-                    time.sleep(min(1.0, max(0.05, started + upcoming[0] - time.monotonic())))
-                    now = (time.monotonic(), scrape(agent_url), scrape(f"{coll_url}/metrics"))
-                    with contextlib.suppress(Exception):
-                        res = prom_query(prom_url, "site:wattbit_joules_per_gigabit:ratio1m")
-                        prom_jpg = float(res[0]["value"][1]) if res else None
-                    left = max(0.0, duration - (now[0] - started))
-                    live.update(live_table(prev, now, names, prom_jpg, left, step))
-                    prev = now
-            wait_senders(procs, senders)
-            if step is not None:
-                runs.stop(step.run)
-            r = subprocess.run(
-                [*wb, "run", "stop", RUN, *run_env],
-                capture_output=True,
-                text=True,
-                cwd=ROOT,
-                start_new_session=True,
-            )
-            if r.returncode != 0:
-                raise RuntimeError(f"wattbit run stop failed: {r.stderr.strip()}")
-            console.print(r.stdout.strip())
-            time.sleep(3.0)  # the run's end and the last samples reach Prometheus
-            console.print("writing the report: wattbit report …")
-            out_dir.mkdir(parents=True, exist_ok=True)
-            r = subprocess.run(
-                [*wb, "report", RUN, "--prometheus", prom_url, "--out", str(out_dir)],
-                capture_output=True, text=True, cwd=ROOT, start_new_session=True,
-            )  # fmt: skip
-            # the report's own summary (render.summary_lines): site, hosts, phases, warnings
-            console.print(r.stdout.rstrip(), markup=False, highlight=False)
-            if r.returncode != 0:
-                raise RuntimeError(f"wattbit report failed ({r.returncode}): {r.stderr.strip()}")
-            console.print("(the PDU is simulated: the watts are a model of this machine's load)")
-            for ext in ("html", "md", "json"):
-                console.print(f"report: [cyan]{out_dir / f'{RUN}.{ext}'}[/cyan]")
-            if data_dir is not None:
-                console.print(
-                    f"Prometheus' data is kept in [cyan]{data_dir}[/cyan]: serve it again with "
-                    "docs/demo.md's command"
-                )
-            keep = sys.stdin.isatty() if wait is None else wait
-            if keep:
-                console.print(
-                    f"Prometheus: [cyan]{prom_url}[/cyan] (try "
-                    "site:wattbit_joules_per_gigabit:ratio1m) with the demo's data, kept up "
-                    "with everything else until Enter, Ctrl-C or SIGTERM."
-                )
-                wait_for_the_end()
-            else:
-                console.print(
-                    f"Prometheus was at {prom_url} (stopped now; --keep-running keeps it up)"
-                )
+            st = start(console, procs, tmp, devs, [d.name for d in loops], data_dir)
+            phases(console, st, duration)
+            report(console, st, Path(out).resolve(), data_dir, wait)
         return 0
     except (KeyboardInterrupt, Interrupted) as exc:
         console.print(f"\ninterrupted ({exc or 'SIGINT'}): cleaning up")

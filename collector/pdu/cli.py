@@ -29,7 +29,14 @@ from collector.site.config import AuthConfig, CollectorConfig, PduConfig
 from collector.site.profiles import require_profile, site_profiles
 from collector.site.targets import pdu_target
 from exporters.pdu.decode import metered
-from exporters.pdu.detect import Detection
+from exporters.pdu.detect import (
+    SYS_OBJECT_ID,
+    Detection,
+    Shape,
+    shapes,
+    shapes_in_walk,
+    sys_object_id_of,
+)
 from exporters.pdu.poller import PduPoller, PduState, PduTarget
 from exporters.pdu.profile import OUTLET_FIELDS, UNIT_FIELDS, Metric, Profile
 from exporters.pdu.types import Reading
@@ -48,11 +55,45 @@ _UNITS = {
 _SNMPGET_CHUNK = 100
 
 
-async def _poll_once(target: PduTarget, profiles: list[Profile]) -> tuple[PduState, Detection]:
+async def _poll_once(
+    target: PduTarget, profiles: list[Profile]
+) -> tuple[PduState, Detection, list[Shape]]:
     async with SnmpClient() as client:
         poller = PduPoller([target], profiles, client, interval=max(10.0, target.target.timeout))
         state = await poller.poll(target)
-        return state, poller.detections.get(target.name) or Detection(profiles[0], "", "")
+        found = poller.detections.get(target.name) or Detection(profiles[0], "", "")
+        partial: list[Shape] = []
+        if state.error == "no_profile":
+            # What it would take: the known MIB shapes it answers in part (detect.shapes).
+            got = await client.get(target.target, [SYS_OBJECT_ID])
+            value = got.get(SYS_OBJECT_ID)
+            oid = sys_object_id_of(value.value if value is not None else None)
+            partial = await shapes(client, target.target, profiles, oid)
+        return state, found, partial
+
+
+def shapes_report(partial: list[Shape]) -> list[str]:
+    """The lines saying which known MIB shapes an unread PDU answers in part, and what a
+    profile for it would need (its signature columns the PDU lacks)."""
+    lines = ["", "known MIB shapes it answers in part:"]
+    if not partial:
+        lines.append(
+            "  none: no column of any profile's MIB answers, under its own enterprise or the "
+            "PDU's. A new profile is needed: send `snmpwalk -On` of its enterprise subtree "
+            "(docs/exporters/pdu.md, Adding a vendor)."
+        )
+        return lines
+    for s in partial[:8]:
+        p = s.profile
+        head = f"  {p.name} ({p.vendor}, {p.mib})"
+        if s.same_enterprise:
+            head += ": the PDU's enterprise"
+        lines.append(head)
+        shown = ", ".join(s.answered[:6]) + (" ..." if len(s.answered) > 6 else "")
+        lines.append(f"    answers {len(s.answered)} of its columns{': ' + shown if shown else ''}")
+        lacking = ", ".join(s.lacking[:8]) + (" ..." if len(s.lacking) > 8 else "")
+        lines.append(f"    lacks its signature columns (one would do): {lacking}")
+    return lines
 
 
 def _raw_values(host: str, port: int, community: str, oids: list[str]) -> dict[str, str] | None:
@@ -94,10 +135,13 @@ def _report(
     found: Detection,
     raw: dict[str, str] | None,
     raw_source: str,
+    partial: list[Shape] | None = None,
 ) -> str:
     lines = [f"pdu: {state.name}"]
     if not state.up or state.reading is None:
         lines.append(f"not read: {state.error}")
+        if state.error == "no_profile":
+            lines += shapes_report(partial or [])
         return "\n".join(lines)
     r = state.reading
     profile = found.profile
@@ -148,8 +192,8 @@ def _detect(args: argparse.Namespace) -> int:
         )  # fmt: skip
     except ValueError:
         raise ConfigError("ADDRESS", "address", "not HOST, HOST:PORT or [IPv6]:PORT") from None
-    state, found = asyncio.run(_poll_once(pdu_target(pdu, auth), profiles))
-    print(_report(state, found, None, ""))
+    state, found, partial = asyncio.run(_poll_once(pdu_target(pdu, auth), profiles))
+    print(_report(state, found, None, "", partial))
     return 0 if state.up else EXIT_FAILED
 
 
@@ -172,7 +216,7 @@ def _check(args: argparse.Namespace) -> int:
             target=Target(agent.host, agent.port, Auth(version="2c", community=community)),
             profile=args.profile,
         )
-        state, found = asyncio.run(_poll_once(target, profiles))
+        state, found, _ = asyncio.run(_poll_once(target, profiles))
         oids: list[str] = []
         if state.reading is not None and found.profile.outlets is not None:
             specs = list(_outlet_specs(found.profile, state.reading).values())
@@ -182,7 +226,7 @@ def _check(args: argparse.Namespace) -> int:
     if raw is None:
         source = "the recording; net-snmp's snmpget is not installed"
         raw = {o: str(v.value) for o, v in walk.items()}
-    print(_report(state, found, raw, source))
+    print(_report(state, found, raw, source, shapes_in_walk(profiles, walk)))
     return 0 if state.up else EXIT_FAILED
 
 

@@ -34,7 +34,9 @@ from .document import (
     SourceCoverage,
 )
 from .gather import Gathered
-from .series import BUSY, DISK_IO, ENERGY, NIC, POWER, Grid, Outlet, PhaseRun, Track, Window
+from .power import component_meters, host_meters, host_power, site_meters
+from .power import warnings as power_warnings
+from .series import BUSY, DISK_IO, METERS, NIC, Grid, Outlet, PhaseRun, Track, Window
 
 ENERGY_DISAGREEMENT = 0.05  # warn when an energy counter and the watts differ by more
 MIN_IDLE_STEPS = 3  # idle phases with fewer steps with watts leave idle watts to the fit
@@ -66,7 +68,9 @@ def analyse(g: Gathered, now: float | None = None) -> Result:
     timelines: dict[str, Timeline] = {}
     hosts, disk_busy = _host_scopes(g, ix, timelines, warnings)
     components = _component_scopes(g, ix, timelines)
-    site, timelines["site"] = ix.scope(g.outlets, sorted(ix.nic_by_host))
+    site, timelines["site"] = ix.scope(site_meters(g.outlets), sorted(ix.nic_by_host))
+    power = host_power(ix.hosts, g.outlets, g.tracks, ix.joules, g.window.duration)
+    warnings += power_warnings(power)
     phases = [_phase_doc(p, g.grid, timelines["site"]) for p in g.phases]
     if ix.idle_bins and g.outlets and site.idle_watts_source != "idle_phases":
         warnings.append(
@@ -89,12 +93,13 @@ def analyse(g: Gathered, now: float | None = None) -> Result:
         site=site,
         hosts=hosts,
         components=components,
-        outlets=[_outlet_doc(o, g.grid, ix.joules[o]) for o in g.outlets],
+        outlets=[_outlet_doc(o, g.grid, ix.joules[o]) for o in g.outlets if o.kind == "outlets"],
         sources=sources,
         warnings=warnings,
         timings_seconds=_timings(g, t0),
         prometheus_requests=g.requests,
         phases=phases,
+        power=power,
     )
     return Result(doc, g.grid, timelines, disk_busy)
 
@@ -159,7 +164,7 @@ def _host_scopes(
     docs: dict[str, HostScope] = {}
     disk_busy: dict[str, dict[str, list[float | None]]] = {}
     for h in ix.hosts:
-        outs = [o for o in g.outlets if o.host == h]
+        source, outs = host_meters(g.outlets, h)  # one source per host (docs/report.md)
         figures, timelines["host:" + h] = ix.scope(outs, [h])
         disks, disk_busy[h] = _disks(g.window, ix.disk_by_host.get(h, []))
         docs[h] = HostScope(
@@ -168,9 +173,13 @@ def _host_scopes(
             outlets=[o.name for o in outs],
             disks=disks,
             disk_summary=_disk_summary(disks),
+            power_source=source,
         )
         if not outs:
-            warnings.append(f"host {h}: no PDU outlet is mapped to it, so no energy figures")
+            warnings.append(
+                f"host {h}: no PDU outlet, PDU/bank/phase or BMC is mapped to it, so no "
+                "energy figures"
+            )
         if h not in ix.nic_by_host:
             warnings.append(f"host {h}: no NIC byte counters, so no Gbit/s figures")
     return docs, disk_busy
@@ -182,8 +191,9 @@ def _component_scopes(
     """Each component's figures: its outlets against the bits of the hosts they feed (or the
     whole site's, where they feed none with NIC series, e.g. a switch)."""
     docs: dict[str, ComponentScope] = {}
-    for comp in sorted({o.component for o in g.outlets if o.component}):
-        outs = [o for o in g.outlets if o.component == comp]
+    meters = component_meters(g.outlets)
+    for comp in sorted({o.component for o in meters if o.component}):
+        outs = [o for o in meters if o.component == comp]
         fed = sorted({o.host for o in outs if o.host and o.host in ix.nic_by_host})
         bits_of = fed if fed else sorted(ix.nic_by_host)
         figures, timelines["component:" + comp] = ix.scope(outs, bits_of)
@@ -211,24 +221,25 @@ def _outlet_warnings(g: Gathered, joules: dict[Outlet, float | None]) -> list[st
     """Each outlet's energy troubles: counter resets, no source, too coarse, disagreement."""
     warnings = []
     for o in g.outlets:
+        what = "outlet" if o.kind == "outlets" else "meter"  # a PDU/bank/phase or a BMC
         if o.energy_source == "counter" and o.energy and o.energy.counter:
             r = o.energy.counter.resets
             if r:
                 warnings.append(
-                    f"energy counter of outlet {o.name} reset {r} time(s) in the window; "
+                    f"energy counter of {what} {o.name} reset {r} time(s) in the window; "
                     "counted from zero after each reset"
                 )
         if o.energy_source == "none":
-            warnings.append(f"outlet {o.name}: neither watts nor an energy counter")
+            warnings.append(f"{what} {o.name}: neither watts nor an energy counter")
         if o.name in g.coarse:
             q = g.coarse[o.name]
             how = (
-                "did not move in the window while the outlet drew power"
+                f"did not move in the window while the {what} drew power"
                 if q is None
                 else f"moves in steps of {q:.0f} J"
             )
             warnings.append(
-                f"energy counter of outlet {o.name} {how}, too coarse for this window: its "
+                f"energy counter of {what} {o.name} {how}, too coarse for this window: its "
                 "host's energy is integrated from watts instead"
             )
         est = C.bin_energy(o.power.values, g.grid.edges) if o.power else None
@@ -237,7 +248,7 @@ def _outlet_warnings(g: Gathered, joules: dict[Outlet, float | None]) -> list[st
             diff = (j - est) / est
             if abs(diff) > ENERGY_DISAGREEMENT:
                 warnings.append(
-                    f"outlet {o.name}: its energy counter ({j:.0f} J) and its "
+                    f"{what} {o.name}: its energy counter ({j:.0f} J) and its "
                     f"watts ({est:.0f} J) disagree by {diff * 100:+.1f} %"
                 )
     return warnings
@@ -446,7 +457,7 @@ def _sources(tracks: Iterable[Track], outlets: list[Outlet]) -> dict[str, Source
     used = {id(t) for o in outlets for t in o.tracks()}
     by: dict[str, list[Track]] = defaultdict(list)
     for t in tracks:
-        if t.metric in (POWER, ENERGY) and id(t) not in used:
+        if t.metric in METERS and id(t) not in used:
             continue  # an energy counter the report did not use
         by[t.source].append(t)
     return {

@@ -8,7 +8,10 @@ docs/report.md describes every key; tests/unit/test_report_math.py pins the key 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .power import HostPower
 
 SCHEMA = "wattbit.report/1"
 
@@ -214,15 +217,17 @@ class HostScope(Scope):
     """A host: its scope figures, then its interfaces, outlets and disks."""
 
     interfaces: list[str]
-    outlets: list[str]  # pdu/outlet
+    outlets: list[str]  # the meters of its energy: pdu/outlet, pdu/feed or bmc:NAME
     disks: dict[str, DiskFigures]  # by device
     disk_summary: DiskSummary | None  # None without disks
+    power_source: str | None = None  # outlets | pdu | redfish | ipmi; None without any
 
     def to_json(self) -> Json:
         """The host's object in ``hosts``."""
         return {
             **super().to_json(),
             "interfaces": list(self.interfaces),
+            "power_source": self.power_source,
             "outlets": list(self.outlets),
             "disks": {dev: d.to_json() for dev, d in self.disks.items()},
             "disk_summary": (
@@ -377,6 +382,7 @@ class Report:
     prometheus_requests: int
     compare: Comparison | None = None  # with --compare only
     phases: list[PhaseFigures] = field(default_factory=list)  # written after ``window``
+    power: dict[str, HostPower] = field(default_factory=dict)  # by host (collector/report/power)
 
     def to_json(self) -> Json:
         """The whole of ``RUN.json``."""
@@ -395,6 +401,7 @@ class Report:
             "site": self.site.to_json(),
             "hosts": {h: d.to_json() for h, d in self.hosts.items()},
             "components": {c: d.to_json() for c, d in self.components.items()},
+            "power": {h: p.to_json() for h, p in self.power.items()},
             "outlets": [o.to_json() for o in self.outlets],
             "sources": {s: c.to_json() for s, c in self.sources.items()},
             "warnings": list(self.warnings),

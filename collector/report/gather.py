@@ -30,7 +30,7 @@ from .series import (
     NIC,
     PART_OF_LABEL,
     PHASE_LABEL,
-    POWER,
+    POWERS,
     RUN_ACTIVE,
     RUN_END,
     RUN_INFO,
@@ -297,7 +297,7 @@ class _Gatherer:
         counters that reset in the window."""
         t0 = time.monotonic()
         jobs: list[tuple[str, str]] = [(m, "last_over_time") for m in COUNTERS]
-        jobs.append((POWER, "avg_over_time"))
+        jobs += [(m, "avg_over_time") for m in POWERS]
         jobs += [(m, "resets") for m in COUNTERS]
         per_metric = Counter(m for m, _k in tracks)
         bins_f = {j: self.pool.submit(self._bins, grid, *j, per_metric[j[0]]) for j in jobs}
@@ -313,7 +313,7 @@ class _Gatherer:
                 tr.counter = C.counter_from_last(last)
                 tr.present = [v is not None for v in last[1:]]
             else:
-                points = binned[(POWER, "avg_over_time")].get(key, {})
+                points = binned[(metric, "avg_over_time")].get(key, {})
                 tr.values = [points.get(k + 1) for k in range(grid.n)]
                 tr.present = [v is not None for v in tr.values]
         return [

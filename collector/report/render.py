@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from .analyse import Result
 from .document import DiskSummary, Report, Scope
+from .power import BMC_KINDS, HostPower
 
 T = TypeVar("T")
 
@@ -183,6 +184,65 @@ def outlet_cells(doc: Report) -> tuple[list[str], list[list[str]]]:
     return head, body
 
 
+def power_cells(doc: Report) -> tuple[list[str], list[list[str]]]:
+    """Per host: the source of its energy, each source's mean watts, the BMC against the PDU,
+    and RAPL's share of the host's energy (collector/report/power.py)."""
+    head = ["host", "energy from", "outlets W", "PDU/bank/phase W", "BMC W", "BMC − PDU W",
+            "BMC/PDU", "RAPL W", "RAPL share"]  # fmt: skip
+
+    def w(p: HostPower, kind: str | None) -> str:
+        s = p.sources.get(kind or "")
+        return num(s.watts_mean) if s else ""
+
+    body = []
+    for h, p in doc.power.items():
+        bmc = next((k for k in BMC_KINDS if k in p.sources), None)
+        r = p.reconciliation
+        body.append(
+            [
+                h,
+                p.source or "none",
+                w(p, "outlets"),
+                w(p, "pdu"),
+                f"{w(p, bmc)} ({bmc})" if bmc else "",
+                f"{r.difference_watts:+.0f}" if r else "",
+                (num(r.ratio) + (" — disagree" if r.disagree else "")) if r else "",
+                num(p.rapl.watts_mean) if p.rapl else "",
+                pct(p.rapl.share) if p.rapl and p.rapl.share is not None else "",
+            ]
+        )
+    return head, body
+
+
+POWER_NOTE = (
+    "A host's energy comes from one source, the first it has of: its metered outlets, a PDU, "
+    "bank or phase mapped to it, its BMC (Redfish, then IPMI). Where it has a PDU's and a "
+    "BMC's, both are shown; they disagree when they differ by more than 20 W and 10 % "
+    "(WattbitPowerSourcesDisagree). RAPL (CPU packages and DRAM) is never a host's energy: "
+    "its share of it is shown."
+)
+
+
+def power_lines(doc: Report) -> list[str]:
+    """One summary line per host with more than one source, or with RAPL."""
+    lines = []
+    for h, p in doc.power.items():
+        r = p.reconciliation
+        if r is None and p.rapl is None:
+            continue
+        parts = [f"energy from {p.source or 'none'}"]
+        if r is not None:
+            parts.append(
+                f"{r.bmc_source} BMC {num(r.bmc_watts_mean)} W vs {r.pdu_source} "
+                f"{num(r.pdu_watts_mean)} W (BMC/PDU {num(r.ratio)}"
+                f"{', disagree' if r.disagree else ''})"
+            )
+        if p.rapl is not None:
+            parts.append(f"RAPL {num(p.rapl.watts_mean)} W ({pct(p.rapl.share)} of it)")
+        lines.append(f"  power of {h}: " + "; ".join(parts))
+    return lines
+
+
 def source_cells(doc: Report) -> tuple[list[str], list[list[str]]]:
     """Coverage per source."""
     head = ["source", "series", "scrape interval", "coverage", "longest gap"]
@@ -305,6 +365,7 @@ def summary_lines(doc: Report) -> list[str]:
             f"  phase {p.run} ({p.phase}): {seconds(p.duration_seconds)}, "
             f"{num(p.gbit_per_second_mean)} Gbit/s mean, {num(p.watts_mean)} W mean"
         )
+    lines += power_lines(doc)
     for h, hd in doc.hosts.items():
         sentence = busy_sentence(hd.disk_summary)
         if sentence is not None and hd.disk_summary is not None:
@@ -355,6 +416,8 @@ def markdown(doc: Report, html_name: str) -> str:
         + " Methods: docs/report.md.",
         "",
     ]
+    if doc.power:
+        parts += ["## Power sources", "", _md_table(*power_cells(doc)), "", POWER_NOTE, ""]
     if doc.phases:
         parts += ["## Phases", "", _md_table(*phase_cells(doc)), ""]
     head, body = disk_cells(doc)
@@ -614,6 +677,9 @@ def html_report(result: Result, other: Result | None = None) -> str:
         "those gigabits. " + e(IDLE_NOTE) + " r²: of that line; lag: the shift (positive: "
         "power follows traffic) that maximises Pearson's r.</p>"
     )
+    if doc.power:
+        out += ["<h2>Power sources</h2>", _html_table(*power_cells(doc))]
+        out.append(f'<p class="note">{e(POWER_NOTE)}</p>')
     if doc.phases:
         out += ["<h2>Phases</h2>", _html_table(*phase_cells(doc))]
     out.append('<div class="charts">')

@@ -20,8 +20,19 @@ BUSY = "wattbit_disk_busy_seconds_total"
 DISK_IO = "wattbit_disk_io_bytes_total"
 POWER = "wattbit_pdu_outlet_power_watts"
 ENERGY = "wattbit_pdu_outlet_energy_joules_total"
-COUNTERS = (NIC, BUSY, DISK_IO, ENERGY)
-ALL = (NIC, BUSY, DISK_IO, POWER, ENERGY)
+# The other meters of a host's power (docs/rules.md, "Host power and its source"): a whole
+# PDU, bank or phase mapped to it, and its BMC; and the CPUs' RAPL energy from the agent.
+FEED_POWER = "wattbit_pdu_feed_power_watts"
+FEED_ENERGY = "wattbit_pdu_feed_energy_joules_total"
+BMC_POWER = "wattbit_bmc_power_watts"
+BMC_ENERGY = "wattbit_bmc_energy_joules_total"
+RAPL_ENERGY = "wattbit_rapl_energy_joules_total"
+POWERS = (POWER, FEED_POWER, BMC_POWER)  # gauges in watts: a meter's power track
+ENERGIES = (ENERGY, FEED_ENERGY, BMC_ENERGY)  # the same meters' energy counters
+METERS = POWERS + ENERGIES
+COUNTERS = (NIC, BUSY, DISK_IO, ENERGY, FEED_ENERGY, BMC_ENERGY, RAPL_ENERGY)
+ALL = (NIC, BUSY, DISK_IO, POWER, ENERGY, FEED_POWER, FEED_ENERGY, BMC_POWER, BMC_ENERGY,
+       RAPL_ENERGY)  # fmt: skip
 RUN_START = "wattbit_run_start_time_seconds"
 RUN_END = "wattbit_run_end_time_seconds"
 RUN_ACTIVE = "wattbit_run_active"
@@ -120,14 +131,16 @@ class Track:
     def host(self) -> str:
         """The host the series belongs to (``host`` label; ``instance`` for agents without)."""
         h = self.labels.get("host", "")
-        if not h and self.metric not in (POWER, ENERGY):
+        if not h and self.metric not in METERS:
             h = self.labels.get("instance", "")
         return h
 
     @property
     def source(self) -> str:
-        """The scrape source: ``agent:HOST`` or ``pdu:NAME``."""
-        if self.metric in (POWER, ENERGY):
+        """The scrape source: ``agent:HOST``, ``pdu:NAME`` or ``bmc:NAME``."""
+        if self.metric in (BMC_POWER, BMC_ENERGY):
+            return "bmc:" + self.labels.get("bmc", "?")
+        if self.metric in METERS:
             return "pdu:" + self.labels.get("pdu", "?")
         return "agent:" + (self.host or "?")
 
@@ -136,7 +149,8 @@ class Track:
 # label changed inside the window), and analysis keys dicts by them.
 @dataclass(eq=False)
 class Outlet:
-    """A PDU outlet: its power and (maybe) energy-counter tracks, and its energy source."""
+    """A meter of power: a PDU outlet, or a PDU/bank/phase or BMC mapped to a host (``kind``);
+    its power and (maybe) energy-counter tracks, and its energy source."""
 
     labels: dict[str, str]
     power: Track | None = None
@@ -156,9 +170,24 @@ class Outlet:
         return self.labels.get("component", "")
 
     @property
+    def kind(self) -> str:
+        """What meters it: ``outlets``, ``pdu`` (a whole PDU, bank or phase) or the BMC's
+        protocol (``redfish``, ``ipmi``): the rules' ``source`` (docs/rules.md)."""
+        metric = (self.power or self.energy or Track("", {})).metric
+        if metric in (BMC_POWER, BMC_ENERGY):
+            return self.labels.get("protocol", "") or "bmc"
+        if metric in (FEED_POWER, FEED_ENERGY):
+            return "pdu"
+        return "outlets"
+
+    @property
     def name(self) -> str:
-        """``pdu/outlet``."""
-        return f"{self.labels.get('pdu', '?')}/{self.labels.get('outlet', '?')}"
+        """``pdu/outlet``; ``pdu/feed`` for a PDU, bank or phase; ``bmc:NAME`` for a BMC."""
+        if self.kind == "outlets":
+            return f"{self.labels.get('pdu', '?')}/{self.labels.get('outlet', '?')}"
+        if self.kind == "pdu":
+            return f"{self.labels.get('pdu', '?')}/{self.labels.get('feed', '?')}"
+        return "bmc:" + self.labels.get("bmc", "?")
 
     def tracks(self) -> list[Track]:
         """The tracks the report's numbers use (energy only when it is the counter source)."""
@@ -169,18 +198,28 @@ class Outlet:
 
 
 def outlets_of(tracks: list[Track]) -> list[Outlet]:
-    """The outlets of the PDU tracks, by PDU then outlet number (``2`` before ``10``)."""
-    by: dict[LabelKey, Outlet] = {}
+    """The meters of the PDU and BMC tracks: outlets by PDU then outlet number (``2`` before
+    ``10``), then PDUs/banks/phases mapped to hosts, then BMCs."""
+    by: dict[tuple[int, LabelKey], Outlet] = {}
     for tr in tracks:
-        if tr.metric not in (POWER, ENERGY):
+        if tr.metric not in METERS:
             continue
+        family = METERS.index(tr.metric) % len(POWERS)
         ident = {k: v for k, v in tr.labels.items() if k not in TARGET_LABELS}
-        o = by.setdefault(label_key(ident), Outlet(ident))
-        if tr.metric == POWER:
+        # A BMC's energy counter has no ``protocol`` label; its power has: one meter.
+        key = {k: v for k, v in ident.items() if k != "protocol"}
+        o = by.setdefault((family, label_key(key)), Outlet(ident))
+        if tr.metric in POWERS:
             o.power = tr
+            o.labels = ident
         else:
             o.energy = tr
-    return sorted(by.values(), key=lambda o: (o.labels.get("pdu", ""), _natural(o)))
+    order = {"outlets": 0, "pdu": 1}
+    return sorted(
+        by.values(),
+        key=lambda o: (order.get(o.kind, 2), o.labels.get("pdu", o.labels.get("bmc", "")),
+                       _natural(o), o.labels.get("feed", "")),
+    )  # fmt: skip
 
 
 def _natural(o: Outlet) -> tuple[Any, ...]:
@@ -198,7 +237,8 @@ def choose_energy_sources(outlets: list[Outlet], coarse: set[str] | None = None)
     coarse = coarse or set()
     groups: dict[str, list[Outlet]] = defaultdict(list)
     for o in outlets:
-        groups[o.host if o.host else "\0" + o.name].append(o)
+        # a host's meters of one kind decide together (its outlets; its BMCs)
+        groups[f"{o.kind}\0{o.host}" if o.host else "\0" + o.name].append(o)
     integrate: list[Outlet] = []
     for outs in groups.values():
         usable = [

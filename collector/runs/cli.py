@@ -37,10 +37,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from collector.daemon.config import COLLECTOR_PORT
 from collector.runs.api import API_PREFIX, TOKEN_HEADER
 from collector.runs.registry import parse_label, validate_name
 
-DEFAULT_COLLECTOR = "http://127.0.0.1:9732"
+DEFAULT_COLLECTOR = f"http://127.0.0.1:{COLLECTOR_PORT}"
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_EXEC_FAILED = 125  # like env(1), timeout(1): our own failure, the command never ran

@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from collector.config import Duration, DurationOrZero, Regex, Strict, parse_listen
-from collector.daemon.config import ProcessConfig
+from collector.daemon.config import COLLECTOR_PORT, Listen, ProcessConfig
 from collector.secretfile import read_secret_file
 from collector.site.shard import WHOLE, Shard, parse_shard
 
@@ -161,6 +161,36 @@ class OutletRule(Strict):
         return self.name is None or re.search(self.name, name) is not None
 
 
+_FEED = re.compile(r"^(unit|(bank|phase):\d{1,9}(\.\d{1,9}){0,7})$")
+
+
+class FeedRule(Strict):
+    """A whole PDU, one bank or one phase feeding one host or component (a PDU's `feeds:`).
+
+    Many data movers sit alone on a PDU or a bank that meters nothing per outlet: its watts
+    and energy become that host's (`wattbit_pdu_feed_*`), as an outlet's do.
+    """
+
+    # "unit" | "bank:N" | "phase:N": N is the bank or phase row index as the PDU's MIB forms
+    # it (`wattbit pdu detect` lists them), like an outlet's index.
+    feed: str
+    host: str = ""
+    component: str = ""
+
+    @field_validator("feed")
+    @classmethod
+    def _feed(cls, v: str) -> str:
+        if not _FEED.match(v):
+            raise ValueError("expected unit, bank:N or phase:N")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> FeedRule:
+        if not self.host and not self.component:
+            raise ValueError("a feed sets host, component or both")
+        return self
+
+
 class PduConfig(Strict):
     """One PDU to poll."""
 
@@ -179,6 +209,7 @@ class PduConfig(Strict):
     host: str = ""  # default host label of every outlet (a PDU inside one server's rack)
     component: str = ""
     outlets: list[OutletRule] = Field(default_factory=list)
+    feeds: list[FeedRule] = Field(default_factory=list, max_length=256)
 
     @field_validator("address")
     @classmethod
@@ -196,6 +227,61 @@ class PduConfig(Strict):
             if rule.matches(index, name):
                 return rule.host or self.host, rule.component or self.component
         return self.host, self.component
+
+    def feed_labels(self) -> list[tuple[str, str, str]]:
+        """(feed, host, component) of every mapped feed; the PDU's host/component by default."""
+        return [(f.feed, f.host or self.host, f.component or self.component) for f in self.feeds]
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether two different feeds of one PDU share current: the unit holds all of them, and
+    banks sit on phases (two banks, or two phases, do not overlap)."""
+    kinds = {a.split(":")[0], b.split(":")[0]}
+    return "unit" in kinds or kinds == {"bank", "phase"}
+
+
+def double_fed(pdus: list[PduConfig]) -> list[tuple[str, str]]:
+    """(key, reason) for each host whose power would be counted twice.
+
+    A host is fed either by outlets or by whole PDUs, banks or phases (`feeds:`), never both;
+    and one PDU's feeds of one host do not overlap (its unit and one of its banks, a bank and
+    a phase). Keys are named, never the host (docs/exporters/pdu.md "Feeds").
+    """
+    by_outlets: dict[str, str] = {}
+    for i, pdu in enumerate(pdus):
+        if pdu.host:
+            by_outlets.setdefault(pdu.host, f"pdus[{i}].host")
+        for j, rule in enumerate(pdu.outlets):
+            if rule.host:
+                by_outlets.setdefault(rule.host, f"pdus[{i}].outlets[{j}].host")
+    problems: list[tuple[str, str]] = []
+    for i, pdu in enumerate(pdus):
+        seen: list[tuple[str, str, int]] = []  # (host, feed, j) of this PDU
+        for j, feed in enumerate(pdu.feeds):
+            key = f"pdus[{i}].feeds[{j}]"
+            host = feed.host or pdu.host
+            if host and host in by_outlets:
+                problems.append((
+                    f"{key}.host",
+                    f"the same host as {by_outlets[host]}, which maps outlets: a host fed "
+                    "both by outlets and by a whole PDU, bank or phase would be counted twice",
+                ))  # fmt: skip
+            for other_host, other_feed, k in seen:
+                if feed.feed == other_feed:
+                    problems.append((
+                        f"{key}.feed",
+                        f"the same feed as pdus[{i}].feeds[{k}].feed: one feed's power goes to "
+                        "one host",
+                    ))  # fmt: skip
+                elif host and host == other_host and _overlap(feed.feed, other_feed):
+                    problems.append((
+                        f"{key}.feed",
+                        f"overlaps pdus[{i}].feeds[{k}].feed (the unit holds its banks and "
+                        "phases; banks sit on phases) for the same host: its power would be "
+                        "counted twice",
+                    ))  # fmt: skip
+            seen.append((host, feed.feed, j))
+    return problems
 
 
 _DAYS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*d\s*$")
@@ -249,9 +335,9 @@ ShardKey = Annotated[
 class CollectorConfig(ProcessConfig):
     """`wattbit collector` configuration."""
 
-    default_port: ClassVar[int] = 9732
+    default_port: ClassVar[int] = COLLECTOR_PORT
 
-    listen: str = ":9732"
+    listen: Listen = Listen.default(COLLECTOR_PORT)
     interval: Duration = 10.0
     concurrency: int = Field(default=32, ge=1, le=1024)  # PDUs polled at once
     profiles_dir: Path | None = None  # extra profiles, next to the built-in ones
@@ -301,7 +387,7 @@ class CollectorConfig(ProcessConfig):
             if pdu.name in names:
                 problems.append((f"pdus[{i}].name", "the same name as an earlier PDU"))
             names.add(pdu.name)
-        return problems
+        return problems + double_fed(self.pdus)
 
 
 def redacted(cfg: CollectorConfig) -> dict[str, object]:

@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import errno
 import logging
 import os
-import signal
 import threading
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, ProcessCollector
-
-from collector.config import parse_listen
+from collector.daemon.serve import serve
 from collector.runs.api import API_PREFIX, api_routes
 from collector.runs.registry import STATE_FILE, RunRegistry
 from collector.site.config import CollectorConfig
 from collector.site.profiles import require_profile, site_profiles
 from collector.site.targets import pdu_target
 from collector.web.config import WebConfig
-from collector.web.exposition import metrics_app
-from collector.web.server import landing_page, start_server
-from exporters.base import ExportersCollector
+from exporters.base import Exporter
 from exporters.pdu.exporter import PduExporter
 from exporters.pdu.poller import PduPoller
 from exporters.pdu.profile import Profile
@@ -30,7 +23,6 @@ from exporters.snmp.client import SnmpClient
 
 log = logging.getLogger("wattbit.collector")
 
-DEFAULT_PORT = CollectorConfig.default_port
 SHARD_READ_ONLY_MESSAGE = (
     "run API writes are disabled: this collector is a PDU polling shard without a token; "
     "runs are kept by the site's one collector with runs.token (docs/scaling.md)"
@@ -49,6 +41,17 @@ def build_poller(cfg: CollectorConfig, profiles: list[Profile], client: SnmpClie
     """The poller for the configured PDUs of this collector's shard (all of them unsharded)."""
     targets = [pdu_target(p, cfg.auths[p.auth]) for p in cfg.polled()]
     return PduPoller(targets, profiles, client, cfg.interval, cfg.concurrency)
+
+
+def build_exporters(
+    cfg: CollectorConfig, profiles: list[Profile], client: SnmpClient, runs: RunRegistry
+) -> tuple[PduPoller, list[Exporter]]:
+    """The PDU poller and the exporters /metrics runs: the PDUs', and the run registry where
+    this collector holds it (tests/unit/test_site_golden.py builds them the same way)."""
+    poller = build_poller(cfg, profiles, client)
+    pdus = PduExporter(poller, shard=(cfg.shard.k, cfg.shard.n), configured=len(cfg.pdus))
+    # Only the registry's holder exports wattbit_exporter_up{exporter="runs"}: one per site.
+    return poller, [pdus, runs] if holds_registry(cfg) else [pdus]
 
 
 def holds_registry(cfg: CollectorConfig) -> bool:
@@ -101,77 +104,35 @@ def run(
 ) -> int:
     """Poll PDUs and serve /metrics until SIGINT/SIGTERM (or stop is set)."""
     profiles = profiles_for(cfg, source)
-    host, port = parse_listen(cfg.listen, DEFAULT_PORT)
-    client = SnmpClient()
-    poller = build_poller(cfg, profiles, client)
     runs = open_runs(cfg)
-    registry = CollectorRegistry(auto_describe=False)
-    pdus = PduExporter(poller, shard=(cfg.shard.k, cfg.shard.n), configured=len(cfg.pdus))
-    # Only the registry's holder exports wattbit_exporter_up{exporter="runs"}: one per site.
-    registry.register(ExportersCollector([pdus, runs] if holds_registry(cfg) else [pdus]))
-    ProcessCollector(registry=registry)
-    server = start_server(
-        host,
-        port,
-        {
-            "/metrics": metrics_app(registry),
-            "/": landing_page("wattbit collector", ["/metrics", API_PREFIX]),
-            **api_routes(
-                runs, cfg.runs.token, None if holds_registry(cfg) else SHARD_READ_ONLY_MESSAGE
-            ),
-        },
+    poller, exporters = build_exporters(cfg, profiles, SnmpClient(), runs)
+    read_only = None if holds_registry(cfg) else SHARD_READ_ONLY_MESSAGE
+    return serve(
+        "wattbit collector",
+        cfg,
         web,
-        limits=cfg.http.limits(),
+        exporters,
+        routes=api_routes(runs, cfg.runs.token, read_only),
+        links=[API_PREFIX],
+        work=poller.run,
+        serving=lambda url: _serving(cfg, poller, url),
+        stop=stop,
     )
+
+
+def _serving(cfg: CollectorConfig, poller: PduPoller, url: str) -> None:
     if cfg.shard.n == 1:
         log.info(
-            "serving %s/metrics; polling %d PDU(s) every %gs",
-            server.url,
-            len(cfg.pdus),
-            cfg.interval,
+            "serving %s/metrics; polling %d PDU(s) every %gs", url, len(cfg.pdus), cfg.interval
         )
-    else:
-        log.info(
-            "serving %s/metrics; shard %s: polling %d of the %d PDU(s) configured every %gs",
-            server.url,
-            cfg.shard,
-            len(poller.targets),
-            len(cfg.pdus),
-            cfg.interval,
-        )
-        if not poller.targets and cfg.pdus:
-            log.warning("shard %s owns none of the configured PDUs", cfg.shard)
-    stop = stop or threading.Event()
-
-    async def main() -> None:
-        done = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, done.set)
-        # A threading.Event set by a caller (tests, the demo) also stops the loop.
-        loop.run_in_executor(None, lambda: (stop.wait(), loop.call_soon_threadsafe(done.set)))
-        task = asyncio.create_task(poller.run(done))
-        try:
-            await done.wait()
-        finally:
-            # Release the executor thread waiting on `stop`: asyncio.run() joins it on the way
-            # out.
-            stop.set()
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            # The SNMP sockets belong to this loop: close them while it still runs (closing
-            # them after asyncio.run() returned raised "Event loop is closed", exit 1).
-            client.close()
-
-    try:
-        asyncio.run(main())
-    finally:
-        stop.set()
-        # Stops accepting, lets run API writes under way finish (each commits the registry
-        # file before it answers), then closes every connection.
-        server.shutdown()
-        client.close()  # idempotent; for a start that failed before the loop ran
-    log.info("stopped")
-    return 0
+        return
+    log.info(
+        "serving %s/metrics; shard %s: polling %d of the %d PDU(s) configured every %gs",
+        url,
+        cfg.shard,
+        len(poller.targets),
+        len(cfg.pdus),
+        cfg.interval,
+    )
+    if not poller.targets and cfg.pdus:
+        log.warning("shard %s owns none of the configured PDUs", cfg.shard)

@@ -21,23 +21,35 @@ def load_profiles(directory: str | Path = PROFILES_DIR) -> list[Profile]:
     seen_names: dict[str, Path] = {}
     seen_prefixes: dict[str, Path] = {}
     for path in sorted(Path(directory).glob("*.yaml")):
-        profile = load_profile(path)
-        if profile.name in seen_names:
-            # The other file is named, never the value (the same rule as every config error).
-            raise ConfigError(
-                path, "name", f"the same name as the profile in {seen_names[profile.name].name}"
-            )
-        seen_names[profile.name] = path
-        for i, prefix in enumerate(profile.sys_object_ids):
-            if prefix in seen_prefixes:
-                raise ConfigError(
-                    path,
-                    f"sys_object_ids[{i}]",
-                    f"also claimed by the profile in {seen_prefixes[prefix].name}",
-                )
-            seen_prefixes[prefix] = path
-        profiles.append(profile)
+        base = load_profile(path)
+        try:
+            variants = [base, *base.oem_profiles()]
+        except ValueError as exc:  # an OEM entry whose moved profile does not validate
+            raise ConfigError(path, "oems", str(exc).splitlines()[0]) from None
+        for profile in variants:
+            _unique(profile, path, seen_names, seen_prefixes)
+            profiles.append(profile)
     return sorted(profiles, key=lambda p: p.name)
+
+
+def _unique(
+    profile: Profile, path: Path, seen_names: dict[str, Path], seen_prefixes: dict[str, Path]
+) -> None:
+    """ConfigError unless the profile's name and families are claimed by no earlier one."""
+    if profile.name in seen_names:
+        # The other file is named, never the value (the same rule as every config error).
+        raise ConfigError(
+            path, "name", f"the same name as the profile in {seen_names[profile.name].name}"
+        )
+    seen_names[profile.name] = path
+    for i, prefix in enumerate(profile.sys_object_ids):
+        if prefix in seen_prefixes:
+            raise ConfigError(
+                path,
+                f"sys_object_ids[{i}]",
+                f"also claimed by the profile in {seen_prefixes[prefix].name}",
+            )
+        seen_prefixes[prefix] = path
 
 
 def site_profiles(profiles_dir: str | Path | None = None) -> list[Profile]:

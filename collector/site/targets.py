@@ -46,4 +46,5 @@ def pdu_target(p: PduConfig, auth: AuthConfig) -> PduTarget:
         profile=p.profile,
         labels=p.labels_for,
         max_outlets=p.max_outlets,
+        feeds=tuple(p.feed_labels()),
     )

@@ -68,10 +68,14 @@ def lat_slot_macro(bounds_seconds: Sequence[float]) -> str:
     return f"-DLAT_SLOT(v)=({terms})"
 
 
+MAX_STATS = 8192  # (device, op) pairs in the statistics map
+
+
 def cflags(
     max_inflight: int,
     percpu_stats: bool | None = None,
     lat_bounds_seconds: Sequence[float] = DEFAULT_LAT_BOUNDS_SECONDS,
+    max_stats: int = MAX_STATS,
 ) -> list[str]:
     """The compile flags that size blockio.c's maps and histograms (and pick the stats map)."""
     flags = [
@@ -81,7 +85,7 @@ def cflags(
         f"-DSIZE_SLOTS={SIZE_SLOTS}",
         f"-DSIZE_UNIT={SIZE_UNIT}ULL",
         f"-DMAX_INFLIGHT={max_inflight}",
-        "-DMAX_STATS=8192",
+        f"-DMAX_STATS={max_stats}",
     ]
     if percpu_stats_safe() if percpu_stats is None else percpu_stats:
         flags.append("-DPERCPU_STATS")
@@ -107,7 +111,9 @@ class BccBackend:
         proc_root: Path = Path("/proc"),
         lat_bounds_seconds: Sequence[float] = DEFAULT_LAT_BOUNDS_SECONDS,
         size_histogram: bool = False,
+        max_stats: int = MAX_STATS,
     ) -> None:
+        """max_stats: the statistics map's size (tests fill a small one)."""
         if os.geteuid() != 0:
             raise BackendUnavailable("not root", "loading BPF programs needs root (CAP_BPF)")
         ensure_tracefs()
@@ -122,7 +128,9 @@ class BccBackend:
         try:
             self.bpf: Any = BPF(
                 src_file=str(SOURCE).encode(),
-                cflags=cflags(max_inflight, lat_bounds_seconds=lat_bounds_seconds),
+                cflags=cflags(
+                    max_inflight, lat_bounds_seconds=lat_bounds_seconds, max_stats=max_stats
+                ),
             )
         except Exception as exc:
             # bcc prints the compiler's errors on stderr; the exception says which step failed.
@@ -195,7 +203,7 @@ class BccBackend:
     def map_full(self) -> dict[str, int]:
         """Completions not counted because the statistics map was full (the start map is an
         LRU: when full it evicts, and an evicted request is only untimed)."""
-        table = self.bpf["map_full"]
+        table = self.bpf[b"map_full"]
         return {"stats": int(table[table.Key(0)].value)}
 
     def close(self) -> None:

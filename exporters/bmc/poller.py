@@ -4,14 +4,13 @@ As the PDU poller (exporters/pdu/poller.py): one loop per BMC, a semaphore bound
 are polled at once, a bulkhead so failing BMCs hold at most a quarter of the slots, and a
 deadline per poll (the BMC's timeout budget, never more than the interval) so a slow or dead
 BMC cannot delay another or overlap its own next poll. A BMC's power series vanish the
-moment a poll fails and return when it answers again. IPMI polls (pyghmi, synchronous) run in
-a thread pool of the same size as the semaphore.
+moment a poll fails and return when it answers again. An IPMI poll is one FreeIPMI process,
+killed if the deadline passes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import time
@@ -143,6 +142,13 @@ class BmcPoller:
             for reason in INVALID_REASONS:
                 self.invalid[(t.name, reason)] += 0
         self.last_poll: dict[str, float] = {}
+        for t in self.targets:
+            if t.redfish is not None and not t.redfish.verify_tls:
+                log.warning(
+                    "bmc %s: TLS certificate verification is OFF (verify_tls: false): "
+                    "anyone on the path can read its credentials",
+                    t.name,
+                )
         self._failing: set[str] = set()
         self._identity: dict[str, tuple[tuple[str, str], ...]] = {}
         self._logged: set[tuple[str, str]] = set()
@@ -151,8 +157,6 @@ class BmcPoller:
         self._sem: asyncio.Semaphore | None = None
         self._failing_sem: asyncio.Semaphore | None = None
         self.failing_slots = max(1, concurrency // 4)
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._inflight: dict[str, concurrent.futures.Future[BmcReading]] = {}
 
     def _once(self, name: str, what: str, msg: str, *args: object) -> None:
         if (name, what) not in self._logged:
@@ -170,17 +174,7 @@ class BmcPoller:
         ipmi = self._ipmi.get(t.name)
         if ipmi is None:
             ipmi = self._ipmi[t.name] = IpmiClient(t.ipmi)
-        if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(
-                self.concurrency, thread_name_prefix="wattbit-ipmi"
-            )
-        running = self._inflight.get(t.name)
-        if running is not None and not running.done():
-            # pyghmi cannot be interrupted: the previous poll's thread still waits on this BMC
-            raise BmcError("deadline", "the previous poll of this BMC is still running")
-        future = self._pool.submit(ipmi.read, identity)
-        self._inflight[t.name] = future
-        return await asyncio.wrap_future(future)
+        return await ipmi.read(identity)
 
     async def poll(self, t: BmcTarget) -> BmcState:
         """Poll one BMC once, within its deadline, and publish the outcome."""
@@ -241,7 +235,7 @@ class BmcPoller:
                     "nopower",
                     "bmc %s: no chassis with a power reading is mapped (chassis: %s)",
                     t.name,
-                    ", ".join(f"{c.chassis}" for c in reading.chassis) or "none",
+                    ", ".join(c.chassis or "(the system)" for c in reading.chassis) or "none",
                 )
         self.last_poll = {**self.last_poll, t.name: time.time()}
         state = BmcState(
@@ -288,6 +282,3 @@ class BmcPoller:
         ipmis, self._ipmi = self._ipmi, {}
         for ipmi in ipmis.values():
             ipmi.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None

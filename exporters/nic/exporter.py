@@ -395,6 +395,7 @@ class NicExporter(Exporter):
         links = [link for n in self._wanted() if (link := read_link(self.sys_root, n))]
         names = {link.name for link in links}
         self._infos = {n: v for n, v in self._infos.items() if n in names}  # gone: forget
+        self._no_queue_stats = {n: t for n, t in self._no_queue_stats.items() if n in names}
         infos = {link.name: self._info(link.name, now) for link in links}
         qstats = self._all_qstats()
         interrupts = parse_interrupts(self._text("interrupts"))

@@ -11,7 +11,13 @@ columns (``Profile.signature_columns``: by default every value column). Detectio
 3. otherwise probes every other profile the same way, those of the sysObjectID's enterprise
    first, then by name;
 4. if no probe answers, a family match still decides (the PDU may meter nothing right now);
-   else there is no profile.
+5. else, when the sysObjectID names an enterprise no profile lives under, every profile's MIB
+   moved under that enterprise is probed the same way: a MIB sold under an OEM's enterprise
+   number (Schleifenbauer's databus MIB as Conteg's) is recognised by its shape, the
+   signature columns under the OEM's prefix, not by one enterprise number;
+6. else there is no profile. ``shapes()`` then says which known MIB shapes the PDU answers in
+   part and which signature columns it lacks (``wattbit pdu detect``), so a user can file a
+   useful request.
 
 ``why`` says which of these chose the profile, for the log and ``wattbit pdu detect``.
 """
@@ -25,7 +31,7 @@ from exporters.snmp.client import SnmpClient, SnmpError, Target
 from exporters.snmp.oid import normalize_oid, oid_arcs, under
 from exporters.snmp.types import EXCEPTIONS, Walk
 
-from .profile import Profile
+from .profile import Profile, enterprise_of
 
 SYS_OBJECT_ID = "1.3.6.1.2.1.1.2.0"
 _ENTERPRISES = (1, 3, 6, 1, 4, 1)
@@ -120,6 +126,37 @@ def _unanswered(family: list[Profile], oid: str) -> Detection:
     raise NoProfile(f"no profile knows sysObjectID {shown} and no profile's signature answers")
 
 
+def oem_candidates(profiles: Sequence[Profile], sys_object_id: str) -> list[Profile]:
+    """Every profile's MIB moved under the sysObjectID's enterprise, when no profile lives
+    there (an OEM's agent): ``name@N``, vendor "<vendor> MIB (enterprise N)"."""
+    ent = enterprise_of(sys_object_id) if sys_object_id else None
+    if ent is None or any(p.enterprise() == ent for p in profiles):
+        return []
+    number = ent.rsplit(".", 1)[1]
+    out = []
+    for p in profiles:
+        if p.enterprise() is None or p.oem_of:
+            continue  # an OEM's copy of a MIB: its original is moved instead
+        out.append(
+            p.rebased(
+                ent,
+                name=f"{p.name}@{number}",
+                vendor=f"{p.vendor} MIB (enterprise {number})",
+                sys_object_ids=[ent],
+                oem_of=p.name,
+            )
+        )
+    return out
+
+
+def _oem_why(p: Profile, shown: str) -> str:
+    return (
+        f"sysObjectID {shown} is in no profile's family and no profile lives under its "
+        f"enterprise; {p.name.split('@')[0]}'s MIB answers there by its signature columns "
+        "(an OEM's agent)"
+    )
+
+
 async def detect(client: SnmpClient, target: Target, profiles: Sequence[Profile]) -> Detection:
     """Choose the profile for the PDU at target (see the module docstring)."""
     got = await client.get(target, [SYS_OBJECT_ID])
@@ -129,7 +166,79 @@ async def detect(client: SnmpClient, target: Target, profiles: Sequence[Profile]
     for p in probe_order(profiles, oid):
         if await answers(client, target, p.signature_columns()):
             return Detection(p, oid, _chosen(p, family, oid or "(none usable)"))
+    if not family:
+        for p in oem_candidates(profiles, oid):
+            if await answers(client, target, p.signature_columns()):
+                return Detection(p, oid, _oem_why(p, oid))
     return _unanswered(family, oid)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How much of one known MIB shape a PDU answers: what a request for it would need."""
+
+    profile: Profile
+    answered: tuple[str, ...]  # columns of the profile with data on this PDU
+    lacking: tuple[str, ...]  # its signature columns without data (all of them: undetected)
+    same_enterprise: bool  # the sysObjectID's enterprise is the profile's own
+
+
+def _shapes(
+    profiles: Sequence[Profile], sys_object_id: str, found: dict[str, set[str]]
+) -> list[Shape]:
+    ent = enterprise_of(sys_object_id) if sys_object_id else None
+    out = []
+    for p in profiles:
+        answered = found.get(p.name, set())
+        # An OEM candidate (name@N) lives under the PDU's enterprise by construction: only
+        # what it answers counts.
+        same = ent is not None and p.enterprise() == ent and "@" not in p.name
+        if not answered and not same:
+            continue
+        required, optional = p.columns_doc()
+        cols = [c for c in (*required, *optional) if c in answered]
+        lacking = [c for c in p.signature_columns() if c not in answered]
+        out.append(Shape(p, tuple(cols), tuple(lacking), same))
+    return sorted(out, key=lambda s: (-len(s.answered), not s.same_enterprise, s.profile.name))
+
+
+def _all_columns(p: Profile) -> list[str]:
+    required, optional = p.columns_doc()
+    return [*required, *optional]
+
+
+async def shapes(
+    client: SnmpClient, target: Target, profiles: Sequence[Profile], sys_object_id: str
+) -> list[Shape]:
+    """The known MIB shapes (profiles, and theirs under the PDU's own enterprise) the PDU
+    answers in part, most answered columns first, or whose enterprise it shares: one GETBULK
+    of one row per column, per profile (only when no profile reads the PDU)."""
+    candidates = [*profiles, *oem_candidates(profiles, sys_object_id)]
+    found: dict[str, set[str]] = {}
+    for p in candidates:
+        cols = _all_columns(p)
+        got: set[str] = set()
+        for i in range(0, len(cols), 32):  # a few dozen var-binds per request at most
+            try:
+                got |= set(await client.first_rows(target, cols[i : i + 32]))
+            except SnmpError as exc:
+                if exc.reason in ("timeout", "refused", "auth"):
+                    raise
+        found[p.name] = got
+    return _shapes(candidates, sys_object_id, found)
+
+
+def shapes_in_walk(profiles: Sequence[Profile], walk: Walk) -> list[Shape]:
+    """``shapes()`` over a whole walk (a recording) instead of a live agent."""
+    value = walk.get(SYS_OBJECT_ID)
+    oid = sys_object_id_of(value.value if value is not None else None)
+    candidates = [*profiles, *oem_candidates(profiles, oid)]
+    present = [o for o, v in walk.items() if v.type not in EXCEPTIONS]
+    found = {
+        p.name: {c for c in _all_columns(p) if any(under(o, c) and o != c for o in present)}
+        for p in candidates
+    }
+    return _shapes(candidates, oid, found)
 
 
 def detect_in_walk(profiles: Sequence[Profile], walk: Walk) -> Detection:
@@ -137,11 +246,19 @@ def detect_in_walk(profiles: Sequence[Profile], walk: Walk) -> Detection:
     value = walk.get(SYS_OBJECT_ID)
     oid = sys_object_id_of(value.value if value is not None else None)
     family = family_matches(profiles, oid)
-    for p in probe_order(profiles, oid):
+
+    def answered(p: Profile) -> bool:
         columns = p.signature_columns()
-        if any(
+        return any(
             v.type not in EXCEPTIONS and any(under(o, c) and o != c for c in columns)
             for o, v in walk.items()
-        ):
+        )
+
+    for p in probe_order(profiles, oid):
+        if answered(p):
             return Detection(p, oid, _chosen(p, family, oid or "(none usable)"))
+    if not family:
+        for p in oem_candidates(profiles, oid):
+            if answered(p):
+                return Detection(p, oid, _oem_why(p, oid))
     return _unanswered(family, oid)

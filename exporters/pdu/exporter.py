@@ -10,8 +10,20 @@ from prometheus_client.metrics_core import Metric
 from exporters.base import Exporter
 
 from .poller import PduPoller, PduTarget
+from .types import Reading
 
 OUTLET_LABELS = ["pdu", "outlet", "outlet_name", "host", "component"]
+FEED_LABELS = ["pdu", "feed", "host", "component"]
+
+
+def feed_values(reading: Reading, feed: str) -> tuple[float | None, float | None]:
+    """(watts, joules) of one feed of a reading: "unit", "bank:N" or "phase:N"; None: absent."""
+    if feed == "unit":
+        return reading.unit_power_watts, reading.unit_energy_joules
+    kind, _, index = feed.partition(":")
+    rows = reading.banks if kind == "bank" else reading.phases if kind == "phase" else []
+    row = next((r for r in rows if r.index == index), None)
+    return (None, None) if row is None else (row.power_watts, row.energy_joules)
 
 
 class PduExporter(Exporter):
@@ -28,6 +40,10 @@ class PduExporter(Exporter):
         self.shard = shard
         self.configured = len(poller.targets) if configured is None else configured
         self._targets: dict[str, PduTarget] = {t.name: t for t in poller.targets}
+
+    def close(self) -> None:
+        """Close the poller's SNMP client: its sockets and v3 engines (idempotent)."""
+        self.poller.client.close()
 
     def collect(self) -> Iterator[Metric]:
         """Render the last completed poll of every PDU (never a poll in progress)."""
@@ -51,7 +67,23 @@ class PduExporter(Exporter):
                 "Energy through the outlet, from the PDU's energy register.",
                 labels=OUTLET_LABELS,
             ),
+            "apparent": GaugeMetricFamily(
+                "wattbit_pdu_outlet_apparent_power_voltamperes",
+                "Apparent power of the outlet (VA), where the PDU's MIB meters no watts.",
+                labels=OUTLET_LABELS,
+            ),
         }
+        feed_power = GaugeMetricFamily(
+            "wattbit_pdu_feed_power_watts",
+            "Active power of a whole PDU, bank or phase mapped to one host (collector.yml "
+            "feeds): feed is unit, bank:N or phase:N.",
+            labels=FEED_LABELS,
+        )
+        feed_energy = CounterMetricFamily(
+            "wattbit_pdu_feed_energy_joules",
+            "Energy through a whole PDU, bank or phase mapped to one host, from its register.",
+            labels=FEED_LABELS,
+        )
         unit: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
             "power": GaugeMetricFamily(
                 "wattbit_pdu_power_watts", "Active power of the whole PDU.", labels=["pdu"]
@@ -113,9 +145,16 @@ class PduExporter(Exporter):
                     ("current", o.current_amperes),
                     ("voltage", o.voltage_volts),
                     ("energy", o.energy_joules),
+                    ("apparent", o.apparent_power_voltamperes),
                 ):
                     if value is not None:  # never a silent 0
                         outlet[key].add_metric(lv, value)
+            for feed, host, component in target.feeds if target else ():
+                watts, joules = feed_values(r, feed)
+                if watts is not None:
+                    feed_power.add_metric([name, feed, host, component], watts)
+                if joules is not None:
+                    feed_energy.add_metric([name, feed, host, component], joules)
             for key, value in (
                 ("power", r.unit_power_watts),
                 ("energy", r.unit_energy_joules),
@@ -125,6 +164,7 @@ class PduExporter(Exporter):
                 if value is not None:
                     unit[key].add_metric([name], value)
         yield from outlet.values()
+        yield from (feed_power, feed_energy)
         yield from unit.values()
         yield from (up, duration, last_poll, info)
         failures = CounterMetricFamily(

@@ -49,6 +49,9 @@ class PduTarget:
     # (outlet index, outlet name) -> (host, component)
     labels: Callable[[str, str], tuple[str, str]] = field(default=lambda i, n: ("", ""))
     max_outlets: int = MAX_OUTLETS  # outlets exported at most; the rest counted over_limit
+    # (feed, host, component): a whole PDU ("unit"), bank ("bank:N") or phase ("phase:N")
+    # feeding one host (collector.yml `feeds:`)
+    feeds: tuple[tuple[str, str, str], ...] = ()
 
     def __repr__(self) -> str:
         return f"PduTarget({self.name!r}, {self.target.host}:{self.target.port})"

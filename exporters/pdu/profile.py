@@ -42,6 +42,10 @@ Schema (every mapping rejects unknown keys; OIDs are dotted decimal, a leading d
       metered_if: [<condition>, ...] # none holds: the PDU does not meter its outlets; every
                                      #   outlet value is "unavailable" (empty: always metered)
       power_watts | current_amperes | voltage_volts | energy_joules: <Metric>
+      apparent_power_voltamperes: <Metric>   # VA, where the MIB meters no watts
+      fallback: <outlets>            # another generation's table, read when this one has no row
+    banks | phases: <outlets>        # optional, same shape: what `feeds:` maps (row = number)
+    oems: [{name, vendor, mib, enterprise, sys_object_ids}]   # the MIB under an OEM's number
 
     Metric fields (SI value = raw / 10**digits * scale):
       oid: <column>                  # for outlets: read OID.<row index>[.<suffix>]
@@ -57,6 +61,8 @@ Schema (every mapping rejects unknown keys; OIDs are dotted decimal, a leading d
       invalid_below: 0               # raw values below this are "negative" (-1 = unsupported)
       zero_invalid: false            # raw 0 means "not supported" (only where the MIB says so)
       max: 9998999                   # raw upper bound, inclusive; above it: "out_of_range"
+      text: false                    # a DisplayString holding a decimal ("0.61"); other text:
+                                     #   "unavailable"
 
     Condition (exactly one subject, exactly one test):
       oid: <column>                  # the value at this column and the row's index ...
@@ -64,7 +70,8 @@ Schema (every mapping rejects unknown keys; OIDs are dotted decimal, a leading d
       index_arc: 3                   # ... or arc N (1-based; negative counts from the end) of
                                      #   the row index itself
       in: [0] | not_in: [2] | gt | ge | lt | le: <number> | empty: true
-      # A condition on an absent value is false, except `empty: true`, which holds.
+      or_absent: true                # the test also holds when the value is absent
+      # A condition on an absent value is false, except `empty: true` and `or_absent`.
 
 Required and optional columns: only the value columns (``oid`` of each metric) are required;
 names, labels, decimal digits and states are optional (``Profile.columns_doc()`` lists both, and
@@ -321,6 +328,45 @@ class Outlets(Strict):
         ]
 
 
+_ENTERPRISES = "1.3.6.1.4.1."
+
+
+def enterprise_of(oid: str) -> str | None:
+    """The enterprise arc of an OID under enterprises (1.3.6.1.4.1.N), else None."""
+    if not oid.startswith(_ENTERPRISES):
+        return None
+    rest = oid[len(_ENTERPRISES) :].split(".", 1)[0]
+    return _ENTERPRISES + rest if rest.isdigit() else None
+
+
+def _rebase(data: Any, old: str, new: str) -> Any:
+    """data with every OID under old (an enterprise) moved under new, keys included."""
+    if isinstance(data, str):
+        return new + data[len(old) :] if data == old or data.startswith(old + ".") else data
+    if isinstance(data, list):
+        return [_rebase(x, old, new) for x in data]
+    if isinstance(data, dict):
+        return {_rebase(k, old, new): _rebase(v, old, new) for k, v in data.items()}
+    return data
+
+
+class Oem(Strict):
+    """The same MIB sold under another vendor's enterprise number (Schleifenbauer's databus
+    MIB as Conteg's CONTEG-DATABUS-MIB): the same columns under the OEM's prefix."""
+
+    name: str = Field(min_length=1)
+    vendor: str = Field(min_length=1)
+    mib: str = Field(min_length=1)
+    enterprise: Oid
+    sys_object_ids: list[Oid] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _an_enterprise(self) -> Oem:
+        if enterprise_of(self.enterprise) != self.enterprise:
+            raise ValueError("'enterprise' must be 1.3.6.1.4.1.N")
+        return self
+
+
 class Profile(Strict):
     """One vendor MIB's profile: matching, identity, unit and outlet values."""
 
@@ -338,6 +384,37 @@ class Profile(Strict):
     banks: Outlets | None = None
     phases: Outlets | None = None
     tables: dict[Oid, int] = Field(default_factory=dict)
+    oems: list[Oem] = Field(default_factory=list)
+    oem_of: str = ""  # set on an OEM's profile (oem_profiles): the profile whose MIB it is
+
+    def enterprise(self) -> str | None:
+        """The enterprise (1.3.6.1.4.1.N) the profile's MIB lives under: its first family's."""
+        return enterprise_of(self.sys_object_ids[0])
+
+    def rebased(self, enterprise: str, **fields: Any) -> Profile:
+        """This MIB under another enterprise number (an OEM's), every OID moved; ``fields``
+        (name, vendor, mib, sys_object_ids, notes) replace this profile's."""
+        own = self.enterprise()
+        if own is None:
+            raise ValueError(f"profile {self.name} has no enterprise to move")
+        data = _rebase(self.model_dump(by_alias=True, exclude={"oems"}), own, enterprise)
+        data.update(fields)
+        return Profile.model_validate(data)
+
+    def oem_profiles(self) -> list[Profile]:
+        """A profile for each OEM that sells this MIB under its own enterprise number."""
+        return [
+            self.rebased(
+                o.enterprise,
+                name=o.name,
+                vendor=o.vendor,
+                mib=o.mib,
+                sys_object_ids=o.sys_object_ids,
+                notes=f"{self.mib} ({self.vendor}) under {o.vendor}'s enterprise number",
+                oem_of=self.name,
+            )
+            for o in self.oems
+        ]
 
     @model_validator(mode="after")
     def _tables_cover_columns(self) -> Profile:

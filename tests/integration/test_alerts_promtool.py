@@ -44,6 +44,7 @@ NAMES = {
     "WattbitPduInvalidValues",
     "WattbitExporterDown",
     "WattbitBlockioFallback",
+    "WattbitBlockioMapFull",
     "WattbitNicDrops",
     "WattbitTcpRetransmits",
     "WattbitOutletPowerHigh",
@@ -53,6 +54,7 @@ NAMES = {
     "WattbitNvmeCriticalWarning",
     "WattbitNvmeSpareLow",
     "WattbitNvmeMediaErrors",
+    "WattbitPowerSourcesDisagree",
     "WattbitPcieLinkDowngraded",
 }
 

@@ -47,12 +47,15 @@ def test_same_as_node_exporter(capture: str, tmp_path: Path) -> None:
         f"--path.procfs={proc}",
         f"--path.sysfs={tmp_path / 'sys'}",
     ]
-    with server(
-        "node_exporter",
-        lambda port: [*command, f"--web.listen-address=127.0.0.1:{port}"],
-        tmp_path,
-        ready_path="/metrics",
-    ) as url, urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+    with (
+        server(
+            "node_exporter",
+            lambda port: [*command, f"--web.listen-address=127.0.0.1:{port}"],
+            tmp_path,
+            ready_path="/metrics",
+        ) as url,
+        urllib.request.urlopen(url + "/metrics", timeout=30) as r,
+    ):
         theirs = samples(r.read().decode(), "node_cpu_seconds_total")
 
     registry = CollectorRegistry(auto_describe=False)

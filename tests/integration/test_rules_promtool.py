@@ -319,8 +319,8 @@ def test_prometheus_joins_agents_and_collector_on_host(tmp_path: Path) -> None:
             time.sleep(3)
             at = time.time() - 1.5  # a completed evaluation, after the ratio first appeared
             assert query(port, "host:wattbit_power_watts:sum", at) == {
-                "host=localhost": 360.0,
-                "host=mover02": 250.0,
+                "host=localhost,source=outlets": 360.0,
+                "host=mover02,source=outlets": 250.0,
             }
             gbps = query(port, "host:wattbit_nic_gigabits_per_second:rate1m", at)
             assert set(gbps) == {
@@ -331,7 +331,8 @@ def test_prometheus_joins_agents_and_collector_on_host(tmp_path: Path) -> None:
             for h, (tx, rx) in AGENT_GBPS.items():
                 got_tx, got_rx = gbps[f"direction=tx,host={h}"], gbps[f"direction=rx,host={h}"]
                 assert got_tx / got_rx == pytest.approx(tx / rx, rel=1e-6)
-                assert jpg[f"host={h}"] == pytest.approx(watts[h] / (got_tx + got_rx), rel=1e-9)
+                expected = watts[h] / (got_tx + got_rx)
+                assert jpg[f"host={h},source=outlets"] == pytest.approx(expected, rel=1e-9)
             assert query(port, "site:wattbit_power_watts:sum", at) == {"": 700.0}
             assert set(query(port, "site:wattbit_nic_gigabits_per_second:rate1m", at)) == {
                 "direction=rx",

@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from cryptography import x509
@@ -65,6 +66,14 @@ class Proc:
             env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})),
         )
 
+    def _started(self, wait: Callable[[], object]) -> None:
+        """Wait until the process is ready; stop it when it never gets there."""
+        try:
+            wait()
+        except BaseException:
+            self.stop()
+            raise
+
     def alive(self) -> None:
         """Raise with the log when the process has exited."""
         if self.proc.poll() is not None:
@@ -100,7 +109,11 @@ class SushyStatic(Proc):
             cmd += ["-c", str(tls[0]), "-k", str(tls[1])]
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         super().__init__(cmd, tmp / f"sushy-{mockup.name}-{self.port}.log")
-        wait_for(lambda: _tcp_open(self.port), 30, f"sushy-static {mockup.name}", alive=self.alive)
+        self._started(
+            lambda: wait_for(
+                lambda: _tcp_open(self.port), 30, f"sushy-static {mockup.name}", alive=self.alive
+            )
+        )
 
 
 class HostileBmc(Proc):
@@ -112,7 +125,11 @@ class HostileBmc(Proc):
         cmd += ["--mode", mode, "--other-port", str(other_port)]
         self.url = f"http://127.0.0.1:{self.port}"
         super().__init__(cmd, tmp / f"hostile-{mode}-{self.port}.log")
-        wait_for(lambda: _tcp_open(self.port), 30, f"hostile BMC {mode}", alive=self.alive)
+        self._started(
+            lambda: wait_for(
+                lambda: _tcp_open(self.port), 30, f"hostile BMC {mode}", alive=self.alive
+            )
+        )
 
 
 class IpmiSim(Proc):
@@ -133,7 +150,11 @@ class IpmiSim(Proc):
         cmd = [sys.executable, "-m", "tests.support.ipmisim", "--port", str(self.port)]
         cmd += ["--user", self.user, "--password-file", str(pw), "--state", str(self.state)]
         super().__init__(cmd, tmp / f"ipmisim-{self.port}.log")
-        wait_for(lambda: "ready" in self.log.read_text(), 30, "ipmisim", alive=self.alive)
+        self._started(
+            lambda: wait_for(
+                lambda: "ready" in self.log.read_text(), 30, "ipmisim", alive=self.alive
+            )
+        )
 
     def set(self, watts: int, active: bool = True, supported: bool = True) -> None:
         """The reading the BMC answers from now on."""
@@ -180,17 +201,34 @@ class OpenIpmiSim(Proc):
         super().__init__(cmd, tmp / f"ipmi_sim-{self.port}.log")
 
         def answers() -> bool:
-            r = ipmitool(self.port, self.user, password, ["mc", "info"], timeout=10)
+            r = ipmitool(self.port, self.user, password, ["mc", "info"], timeout=8)
             return r.returncode == 0
 
-        wait_for(answers, 30, "ipmi_sim", alive=self.alive, interval=0.5)
+        # ipmitool's first try may precede the bind (then it waits out its retries): a try
+        # that times out is a "not yet".
+        self._started(
+            lambda: wait_for(
+                answers,
+                60,
+                "ipmi_sim",
+                alive=self.alive,
+                interval=0.5,
+                errors=(subprocess.TimeoutExpired,),
+            )
+        )
 
 
 def ipmitool(
     port: int, user: str, password: str, args: list[str], timeout: float = 30
 ) -> subprocess.CompletedProcess[str]:
-    """ipmitool over lanplus to 127.0.0.1:port (the password in its environment, -E)."""
-    cmd = ["ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-p", str(port), "-U", user, "-E"]
+    """ipmitool over lanplus to 127.0.0.1:port (the password in its environment, -E).
+
+    Cipher suite 3 (RAKP-HMAC-SHA1, AES): both simulators have only that one, and ipmitool's
+    default (17) first asks for the channel's cipher suites, which ipmi_sim never answers
+    (ipmitool then waits 10 s before falling back).
+    """
+    cmd = ["ipmitool", "-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p", str(port)]
+    cmd += ["-U", user, "-E"]
     return subprocess.run(
         cmd + args,
         capture_output=True,

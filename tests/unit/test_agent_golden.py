@@ -10,10 +10,10 @@ softirqs, softnet_stat, snmp and netstat from tests/fixtures/proc; ethtool -S is
 tests/fixtures/ethtool/virtio_net.txt, from a virtio_net before Linux 6.10 (which still had
 per-queue counters there), so that the per-queue families have series; smartctl is what
 this VM's virtio disk answered (tests/fixtures/smart/local_vda.json: no SMART). The agent is
-built as `wattbit agent` builds it (build_exporters, build_registry) with backend: diskstats,
-and /metrics is what its WSGI app serves. Two things vary from run to run and are normalised:
-the process_* families (this test process's own resource use) are left out, and
-wattbit_exporter_duration_seconds reads 0.
+built as `wattbit agent` builds it (build_exporters, collector.daemon.serve.build_registry) with
+backend: diskstats, and /metrics is what its WSGI app serves. Two things vary from run to run
+and are normalised: the process_* families (this test process's own resource use) are left
+out, and wattbit_exporter_duration_seconds reads 0.
 
 After an intended change, rewrite the golden with WATTBIT_UPDATE_GOLDEN=1 and review the diff;
 by default a mismatch fails.
@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 
 from collector.agent.config import AgentConfig
-from collector.agent.main import build_exporters, build_registry
+from collector.agent.main import build_exporters
+from collector.daemon.serve import build_registry
 from collector.web.exposition import metrics_app
 from exporters.smart.exporter import SmartExporter
 from exporters.smart.runner import RunOutcome
@@ -194,6 +195,7 @@ def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> bytes:
             "backend: diskstats (configured)",
             "",
             "every 300s, timeout 30s",
+            "rapl: no powercap zones; hwmon: 0 power, 0 energy channels",  # a VM: neither
             "",
         ]
         smart = exporters[2]
@@ -259,3 +261,29 @@ def test_machine_is_only_the_fixtures(tmp_path: Path) -> None:
             path = Path(dirpath, name)
             if path.is_symlink():
                 assert os.path.realpath(path).startswith(str(sys_root.resolve()) + os.sep), path
+
+
+def test_cpu_exporter_is_opt_in(tmp_path: Path) -> None:
+    """Off by default (node_exporter has node_cpu_seconds_total); on, the VM's /proc/stat."""
+    sys_root, proc_root = machine(tmp_path)
+    (proc_root / "stat").write_text((FIXTURES / "proc" / "stat-6.18-vm").read_text())
+    default = AgentConfig.model_validate(
+        {"blockio": {"backend": "diskstats"}, "smart": {"enabled": False}}
+    )
+    on = AgentConfig.model_validate(
+        {"blockio": {"backend": "diskstats"}, "smart": {"enabled": False}, "cpu": {"enabled": True}}
+    )
+    for cfg, expected in (
+        (default, ["blockio", "nic", "power", "pcie"]),
+        (on, ["blockio", "nic", "power", "pcie", "cpu"]),
+    ):
+        exporters = build_exporters(
+            cfg, sys_root=sys_root, proc_root=proc_root, ethtool=RecordedEthtool()
+        )
+        try:
+            assert [e.name for e in exporters] == expected
+            body = scrape(metrics_app(build_registry(exporters))).decode()
+        finally:
+            for e in exporters:
+                e.close()
+        assert ('wattbit_cpu_seconds_total{cpu="1",mode="steal"} 0.88' in body) == (cfg is on)

@@ -26,6 +26,7 @@ def _text(
     backend: str = "core",
     reason: str = "",
     prog_stats: dict[str, tuple[int, int]] | None = None,
+    map_full: dict[str, int] | None = None,
 ) -> str:
     class One:
         def collect(self):  # type: ignore[no-untyped-def]
@@ -36,6 +37,7 @@ def _text(
                     reason,
                     {"issue": 0, "complete": 2},
                     prog_stats=prog_stats,
+                    map_full=map_full,
                 )
             )
 
@@ -100,6 +102,14 @@ def test_bpf_run_time_when_the_kernel_counts_it() -> None:
     s = parse_samples(_text(_devices(), prog_stats={"complete": (1_190_000, 10_000)}))
     assert sample(s, "wattbit_blockio_bpf_run_seconds_total", program="complete") == 0.00119
     assert sample(s, "wattbit_blockio_bpf_runs_total", program="complete") == 10_000
+
+
+def test_map_full_from_the_start_and_absent_without_bpf() -> None:
+    """Exported at 0 before the first failure (increase() sees the first one), by map."""
+    s = parse_samples(_text(_devices(), map_full={"stats": 0, "start": 5}))
+    assert ("wattbit_blockio_bpf_map_full_total", (("map", "stats"),)) in s
+    assert sample(s, "wattbit_blockio_bpf_map_full_total", map="start") == 5
+    assert "wattbit_blockio_bpf_map_full" not in _text(_devices())
 
 
 def test_size_histogram_only_when_filled() -> None:

@@ -375,3 +375,12 @@ def test_exporter_takes_bits_and_exports_bytes(tmp_path: Path) -> None:
         assert e.configured_speeds == {"veth0": 62.5e6}
     finally:
         e.close()
+
+
+def test_a_device_link_looping_on_itself_costs_no_scrape(tmp_path: Path) -> None:
+    """pathlib raises RuntimeError (not OSError) on a symlink loop before Python 3.13."""
+    _fake_net(tmp_path, "eth0", "0x1003", {"rx_bytes": 5})
+    (tmp_path / "class/net/eth0/device").symlink_to("device")
+    exp = NicExporter(ethtool=_NoStats(), sys_root=tmp_path, proc_root=tmp_path)
+    s = _samples(exp.snapshot())
+    assert sample(s, "wattbit_nic_bytes_total", interface="eth0", direction="rx") == 5.0

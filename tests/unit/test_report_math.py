@@ -417,7 +417,7 @@ def test_formatting() -> None:
 # to the schema must show here as a diff.
 TOP_KEYS = ["schema", "run", "window", "phases", "prometheus", "generated_at", "step_seconds",
             "max_lag_seconds", "coverage_threshold", "interfaces_regex", "match", "site", "hosts",
-            "components", "outlets", "sources", "warnings", "timings_seconds",
+            "components", "power", "outlets", "sources", "warnings", "timings_seconds",
             "prometheus_requests"]  # fmt: skip
 WINDOW_KEYS = ["start", "end", "start_iso", "end_iso", "duration_seconds", "source",
                "in_progress"]  # fmt: skip
@@ -427,7 +427,7 @@ SCOPE_KEYS = ["duration_seconds", "bytes_tx", "bytes_rx", "gigabits", "gbit_per_
               "idle_steps", "marginal_joules_per_gigabit", "r_squared", "fit_points",
               "pearson_r", "lag_seconds", "pearson_r_at_lag", "coverage",
               "coverage_sources"]  # fmt: skip
-HOST_KEYS = [*SCOPE_KEYS, "interfaces", "outlets", "disks", "disk_summary"]
+HOST_KEYS = [*SCOPE_KEYS, "interfaces", "power_source", "outlets", "disks", "disk_summary"]
 COMPONENT_KEYS = [*SCOPE_KEYS, "bits_from", "bits_hosts", "outlets"]
 DISK_BUSY_KEYS = ["busy_seconds", "busy_ratio", "busy_ratio_peak"]
 DISK_IO_KEYS = ["bytes", "bytes_per_second_mean", "bytes_per_second_peak"]
@@ -515,7 +515,10 @@ def test_analysis_needs_no_prometheus() -> None:
     assert h.disk_summary is not None and h.disk_summary.busiest == "sda"
     assert doc.generated_at == "2024-05-01T10:00:00Z" and doc.prometheus_requests == 7
     assert list(doc.timings_seconds) == ["count", "compute", "total"]
-    assert "host k: no PDU outlet is mapped to it, so no energy figures" in doc.warnings
+    assert (
+        "host k: no PDU outlet, PDU/bank/phase or BMC is mapped to it, so no energy figures"
+        in doc.warnings
+    )
 
 
 def test_window_times_are_rfc3339() -> None:
