@@ -50,9 +50,10 @@ class NicConfig(Strict):
     exclude: Regex = NIC_EXCLUDE  # loopback is always left out
     queues: bool = True  # per-queue counters from the driver's ethtool statistics
     info_refresh: Duration = 60.0
-    # Interface -> link speed in bits/s, used only where the kernel reports none (veth, tun,
-    # a virtio-net that says -1): the rate a tc shaper or the far end holds the link to. Never
-    # guessed: an interface neither the kernel nor this map gives a speed has none.
+    # Interface -> link speed in bits/s, in place of the kernel's: the rate a tc shaper or the
+    # far end holds the link to, or a speed for an interface the kernel gives none (tun, a
+    # virtio-net that says -1) or a made-up one (veth says 10000 Mb/s). Never guessed: an
+    # interface neither the kernel nor this map gives a speed has none.
     link_speeds: dict[str, float] = Field(default_factory=dict)
 
     @field_validator("link_speeds")

@@ -26,6 +26,7 @@ import pytest
 from collector.report import render
 from collector.report.analyse import Result, analyse, compare
 from collector.report.gather import Gathered
+from collector.report.limits import Raw
 from tests.support.env import FIXTURES
 from tests.support.golden import assert_golden
 from tests.unit.test_report_math import phased_window, small_window
@@ -44,8 +45,16 @@ def _result(g: Gathered, compared: bool) -> Result:
     return replace(res, doc=doc)
 
 
+def phased_with_limits() -> Gathered:
+    """``ph`` with a link speed for eth0 (3.2 Gbit/s), so the verdict has something to judge:
+    the full phase's 2 and 3 Gbit/s are 62.5 % and 93.75 % of it."""
+    return replace(phased_window(), limits=Raw(nic_speed={("h", "eth0"): 4e8}))
+
+
 @pytest.mark.parametrize(
-    ("window", "compared"), [(small_window, True), (phased_window, False)], ids=["small", "ph"]
+    ("window", "compared"),
+    [(small_window, True), (phased_with_limits, False)],
+    ids=["small", "ph"],
 )
 def test_report_output_is_the_golden(window: object, compared: bool, tmp_path: Path) -> None:
     res = _result(window(), compared)  # type: ignore[operator]
