@@ -229,6 +229,18 @@ class BmcPoller:
                     t.name,
                     ", ".join(twice),
                 )
+            others = [c.chassis for c in reading.chassis if c.power_watts is not None]
+            if t.mapper is None and mapped and len(others) > 1:
+                self._once(
+                    t.name,
+                    "several",
+                    "bmc %s: %d chassis report power (%s); exporting %s as the server's: map "
+                    "the others with chassis: rules (docs/exporters/bmc.md)",
+                    t.name,
+                    len(others),
+                    ", ".join(others),
+                    mapped[0].power.chassis,
+                )
             if not any(m.power.power_watts is not None for m in mapped):
                 self._once(
                     t.name,

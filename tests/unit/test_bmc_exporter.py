@@ -86,3 +86,35 @@ def test_power_supplies_energy_and_absence() -> None:
         k[0].startswith("wattbit_bmc_power") or k[0].startswith("wattbit_bmc_supply") for k in s
     )
     assert s[("wattbit_bmc_up", (("bmc", "rf"),))] == 0.0
+
+
+def test_several_chassis_with_power_unmapped_is_said_once(caplog) -> None:  # type: ignore[no-untyped-def]
+    """Unmapped, a BMC whose chassis all report power exports its main one and says, once,
+    which others it leaves (a blade enclosure wants chassis: rules)."""
+    import asyncio
+
+    from exporters.bmc.types import BmcReading
+
+    poller = BmcPoller([TARGETS[0]])
+
+    async def read(t: BmcTarget, identity: bool) -> BmcReading:  # a fake BMC (unit tier)
+        return BmcReading(
+            chassis=[
+                ChassisPower("Enclosure", power_watts=900.0),
+                ChassisPower("Blade1", power_watts=300.0),
+            ]
+        )
+
+    poller._read = read  # type: ignore[method-assign]
+
+    async def twice() -> None:
+        await poller.poll_all()
+        await poller.poll_all()
+
+    asyncio.run(twice())
+    said = [r.getMessage() for r in caplog.records if "chassis report power" in r.getMessage()]
+    assert said == [
+        "bmc rf: 2 chassis report power (Enclosure, Blade1); exporting Enclosure as the "
+        "server's: map the others with chassis: rules (docs/exporters/bmc.md)"
+    ]
+    assert [m.power.chassis for m in poller.states["rf"].mapped] == ["Enclosure"]
