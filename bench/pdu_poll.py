@@ -14,7 +14,7 @@ process i % agents. snmpsim answers far slower than a real PDU's agent and share
 machine's CPUs with the tool being measured, so it may bound the wall times: the table shows
 the agents' CPU seconds and the machine's CPU use during each poll.
 
-Compared, on exactly the same agents and the same 11 subtrees (the apc_rpdu2 profile's walk
+Compared, on exactly the same agents and the same 12 subtrees (the apc_rpdu2 profile's walk
 roots; GETBULK max-repetitions 25, timeout 2 s, 1 retry), in round-robin order rotated every
 round:
 

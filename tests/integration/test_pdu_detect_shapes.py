@@ -158,3 +158,14 @@ def test_check_lists_the_banks_and_phases_feeds_can_map() -> None:
     assert r.returncode == 0, r.stderr
     assert "phases (feeds): phase:0.1 272 W, phase:0.2 196 W, phase:0.3 400 W" in r.stdout
     assert "banks (feeds): bank:1.0 69 W," in r.stdout
+
+
+def test_no_mib_is_moved_under_net_snmps_generic_enterprise() -> None:
+    """net-snmp's generic sysObjectID names the agent software, not an OEM: nothing moved."""
+    from exporters.pdu.detect import oem_candidates
+
+    profiles = load_profiles()
+    assert oem_candidates(profiles, "1.3.6.1.4.1.8072.3.2.10") == []
+    assert oem_candidates(profiles, "1.3.6.1.4.1.31034.11.3") == []  # a profile lives there
+    moved = oem_candidates(profiles, "1.3.6.1.4.1.64999.1")
+    assert {p.name for p in moved} == {f"{p.name}@64999" for p in profiles if not p.oem_of}
