@@ -22,6 +22,7 @@ NOT_IN_GOLDENS = {
     "wattbit_blockio_bpf_runs_total": "the BPF backends' own cost: core and bcc only",
     "wattbit_blockio_bpf_run_seconds_total": "the BPF backends' own cost: core and bcc only",
     "wattbit_blockio_bpf_missed_events_total": "the BPF backends' own cost: core and bcc only",
+    "wattbit_blockio_bpf_map_full_total": "the BPF backends' maps: core and bcc only",
     "wattbit_disk_io_size_bytes": "blockio.size_histogram, opt-in (series budget)",
     "wattbit_disk_io_latency_clock_info": "core and bcc only: which clock the latency reads",
     "wattbit_disk_io_untimed_total": "core and bcc only: requests the latency could not time",
