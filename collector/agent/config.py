@@ -50,9 +50,10 @@ class NicConfig(Strict):
     exclude: Regex = NIC_EXCLUDE  # loopback is always left out
     queues: bool = True  # per-queue counters from the driver's ethtool statistics
     info_refresh: Duration = 60.0
-    # Interface -> link speed in bits/s, used only where the kernel reports none (veth, tun,
-    # a virtio-net that says -1): the rate a tc shaper or the far end holds the link to. Never
-    # guessed: an interface neither the kernel nor this map gives a speed has none.
+    # Interface -> link speed in bits/s, in place of the kernel's: the rate a tc shaper or the
+    # far end holds the link to, or a speed for an interface the kernel gives none (tun, a
+    # virtio-net that says -1) or a made-up one (veth says 10000 Mb/s). Never guessed: an
+    # interface neither the kernel nor this map gives a speed has none.
     link_speeds: dict[str, float] = Field(default_factory=dict)
 
     @field_validator("link_speeds")
@@ -108,6 +109,9 @@ class PcieConfig(Strict):
 
     enabled: bool = True
     refresh: Duration = 60.0  # re-read the chains at least this often (and on device change)
+    # wattbit_controller_irq_info and _cpu_interrupts_total: one series per vector and per
+    # (controller, CPU); off on hosts with many NVMe drives (docs/exporters/pcie.md, budget)
+    controller_irqs: bool = True
 
     @field_validator("refresh")
     @classmethod

@@ -94,6 +94,7 @@ def build_exporters(
                 block_exclude=cfg.blockio.exclude,
                 nic_exclude=cfg.nic.exclude,
                 refresh=cfg.pcie.refresh,
+                controller_irqs=cfg.pcie.controller_irqs,
                 sys_root=sys_root,
                 proc_root=proc_root,
             )

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import compute as C
+from . import limits as L
 from .prom import LabelKey, PromError, Prometheus, Series, duration, label_key, selector
 from .series import (
     ALL,
@@ -151,6 +152,7 @@ class Gathered:
     prometheus: str  # the server's URL
     requests: int  # HTTP requests the client had made when gathering ended
     phases: list[PhaseRun] = field(default_factory=list)  # runs marked as its phases
+    limits: L.Raw | None = None  # what the verdict needs beyond the tracks (limits.fetch)
 
 
 def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gathered:
@@ -165,6 +167,9 @@ def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gat
     t0 = time.monotonic()
     phases = find_phases(prom, window, g.interval, opts.match)
     g.timings["phases"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    raw = L.fetch(prom, grid, g.interval, opts.match, opts.workers)
+    g.timings["limits"] = time.monotonic() - t0
     return Gathered(
         window=window,
         options=opts,
@@ -178,6 +183,7 @@ def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gat
         prometheus=prom.url,
         requests=prom.requests,
         phases=phases,
+        limits=raw,
     )
 
 

@@ -90,7 +90,7 @@ class NicSnapshot:
     softirqs: dict[str, dict[int, int]] = field(default_factory=dict)
     softnet: list[SoftnetRow] = field(default_factory=list)
     snmp: dict[str, dict[str, int]] = field(default_factory=dict)
-    # interface -> bytes/s from nic.link_speeds, for interfaces the kernel gives no speed
+    # interface -> bytes/s from nic.link_speeds (they replace the kernel's speed)
     configured_speeds: dict[str, float] = field(default_factory=dict)
 
 
@@ -178,8 +178,8 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
     )
     speed = GaugeMetricFamily(
         "wattbit_nic_link_speed_bytes_per_second",
-        "Link speed: negotiated (source=kernel), else the agent's nic.link_speeds "
-        "(source=config); absent when neither says.",
+        "Link speed: the agent's nic.link_speeds (source=config), else the negotiated speed "
+        "(source=kernel); absent when neither says.",
         labels=["interface", "source"],
     )
     info = GaugeMetricFamily(
@@ -198,10 +198,13 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
         _add(fams["drops"], [n, "tx"], g("tx_dropped"))
         _add(missed, [n], g("rx_missed_errors"))
         ni = snap.infos.get(n)
-        if ni and ni.speed_bytes:
-            speed.add_metric([n, "kernel"], ni.speed_bytes)
-        elif n in snap.configured_speeds:
+        # the operator's figure wins: the rate a shaper holds the link to is the one that
+        # counts, and a virtual interface's "speed" is made up (veth says 10000 Mb/s whatever
+        # it carries: drivers/net/veth.c, veth_get_link_ksettings)
+        if n in snap.configured_speeds:
             speed.add_metric([n, "config"], snap.configured_speeds[n])
+        elif ni and ni.speed_bytes:
+            speed.add_metric([n, "kernel"], ni.speed_bytes)
         driver = (ni.driver if ni else "") or link.kind
         pci, numa = (ni.pci, ni.numa_node) if ni else ("", "")
         info.add_metric([n, driver, pci, numa, str(link.mtu), link.operstate], 1.0)

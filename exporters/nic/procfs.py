@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -40,6 +40,8 @@ _noted: set[str] = set()
 def parse_u64(token: str, base: int = 10) -> int | None:
     """An unsigned kernel counter (ASCII digits, < 2^64), or None for anything else."""
     token = token.strip()
+    if base == 10 and len(token) < _MAX_DIGITS and token.isascii() and token.isdigit():
+        return int(token)  # the common case: at most 19 digits is always below 2^64
     digits = _DEC_DIGITS if base == 10 else _HEX_DIGITS
     significant = token.lstrip("0")
     if not token or len(significant) > _MAX_DIGITS or not set(token) <= digits:
@@ -162,13 +164,35 @@ def _cpu_table(text: str) -> tuple[tuple[int, ...], list[tuple[str, str]]]:
     return cpus or (), rows
 
 
-def parse_interrupts(text: str) -> Interrupts:
-    """Parse /proc/interrupts text; rows that do not fit the layout are skipped."""
+def parse_interrupts(text: str, only: Container[str] | None = None) -> Interrupts:
+    """Parse /proc/interrupts text; rows that do not fit the layout are skipped.
+
+    only: the row labels wanted (IRQ numbers); the others are not parsed at all, which is
+    most of the file on a large host for a reader that wants a few devices' IRQs.
+    """
     # The header lists online CPUs only (for_each_online_cpu), so an offline CPU leaves a hole:
     # "CPU0 CPU1 CPU2 CPU4". Counts below follow the same order.
     cpus, labelled = _cpu_table(text)
     rows: dict[str, IrqRow] = {}
     for label, tail in labelled:
+        if only is not None and label not in only:
+            continue
+        if _is_uint(label):
+            # A device IRQ row has exactly one count per CPU, then chip, hwirq and name:
+            # split them off at once (the rows are most of the file on a large host).
+            parts = tail.split(None, len(cpus))
+            head = parts[: len(cpus)]
+            if len(head) != len(cpus) or not all(_is_uint(t) for t in head):
+                continue  # truncated or garbled: counts could not be attributed to CPUs
+            values = [parse_u64(t) for t in head]
+            if None in values:
+                note_malformed("/proc/interrupts row (a count of 2^64 or more)")
+                continue
+            chip, hwirq, name = _split_irq_tail(parts[len(cpus)] if len(parts) > len(cpus) else "")
+            rows[label] = IrqRow(
+                label, tuple(v for v in values if v is not None), chip, hwirq, name
+            )
+            continue
         # Counts are the first len(cpus) integer columns; x86 ERR/MIS print a single column
         # (arch/x86/kernel/irq.c arch_show_interrupts), so stop at the first non-number.
         tokens = list(_TOKEN.finditer(tail))
@@ -187,17 +211,10 @@ def parse_interrupts(text: str) -> Interrupts:
         if absurd:
             note_malformed("/proc/interrupts row (a count of 2^64 or more)")
             continue
-        rest = tail[end:]
-        if _is_uint(label):
-            if len(counts) != len(cpus):
-                continue  # truncated or garbled: counts could not be attributed to CPUs
-            chip, hwirq, name = _split_irq_tail(rest)
-        else:
-            if not counts:
-                continue
-            # Arch rows (NMI, LOC, IPI0, ...) carry a description instead of chip/action.
-            chip, hwirq, name = "", "", rest.strip()
-        rows[label] = IrqRow(label, tuple(counts), chip, hwirq, name)
+        if not counts:
+            continue
+        # Arch rows (NMI, LOC, IPI0, ...) carry a description instead of chip/action.
+        rows[label] = IrqRow(label, tuple(counts), "", "", tail[end:].strip())
     return Interrupts(cpus, rows)
 
 

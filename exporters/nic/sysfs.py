@@ -40,7 +40,7 @@ def _device_dir(sys_root: Path, name: str) -> Path | None:
         return None
     try:
         return link.resolve(strict=True)
-    except OSError:
+    except (OSError, RuntimeError):  # pathlib raises RuntimeError on a symlink loop (< 3.13)
         return None
 
 

@@ -19,11 +19,14 @@ expander, the HBA's for a direct-attached one; a wide port's phys add up.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporters.blockio.topology import list_entries, read_attr
+from exporters.blockio.topology import list_entries, resolve_in
+
+from .links import read_small
 
 _ATA_PORT = re.compile(r"^ata[0-9]+$")
 _ATA_LINK = re.compile(r"^link[0-9]+(\.[0-9]+)?$")
@@ -41,7 +44,7 @@ class DiskLink:
 
     device: str
     transport: str  # "sata" or "sas"
-    files: tuple[tuple[str, ...], ...]  # resolved paths (relative to sys_root) of the rate files
+    files: tuple[str, ...]  # the rate files, resolved inside sys_root when the chains were read
 
 
 def parse_sata(text: str) -> float | None:
@@ -62,8 +65,10 @@ def disk_link(sys_root: Path, device: str, path: tuple[str, ...]) -> DiskLink | 
         if _END_DEVICE.match(path[i]) and _SAS_PORT.match(path[i - 1]):
             port = path[:i]
             phys = sorted(p for p in list_entries(sys_root, port) if _SAS_PHY.match(p))
-            files = tuple(
-                (*port, phy, "sas_phy", phy, "negotiated_linkrate") for phy in phys[:_MAX_PHYS]
+            files = _resolved(
+                sys_root,
+                [(phy, "sas_phy", phy, "negotiated_linkrate") for phy in phys[:_MAX_PHYS]],
+                port,
             )
             return DiskLink(device, "sas", files) if files else None
         if _ATA_PORT.match(path[i]):
@@ -72,13 +77,26 @@ def disk_link(sys_root: Path, device: str, path: tuple[str, ...]) -> DiskLink | 
             if len(links) != 1 or "." in links[0]:
                 return None  # none, or a port multiplier's: not this disk's alone
             link = links[0]
-            return DiskLink(device, "sata", ((*port, link, "ata_link", link, "sata_spd"),))
+            files = _resolved(sys_root, [(link, "ata_link", link, "sata_spd")], port)
+            return DiskLink(device, "sata", files) if files else None
     return None
 
 
-def read_rate(sys_root: Path, link: DiskLink) -> float | None:
+def _resolved(
+    sys_root: Path, rels: list[tuple[str, ...]], base: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The files base/rel that exist, resolved inside sys_root, as paths to open."""
+    out = []
+    for rel in rels:
+        path = resolve_in(sys_root, rel, base)
+        if path is not None:
+            out.append(os.path.join(sys_root, *path))
+    return tuple(out)
+
+
+def read_rate(link: DiskLink) -> float | None:
     """The disk's link rate in bits/s now (a wide port's phys summed); None when unknown."""
     parse = parse_sas if link.transport == "sas" else parse_sata
-    rates = [parse(read_attr(sys_root, (), *f)) for f in link.files]
+    rates = [parse(read_small(f)) for f in link.files]
     known = [r for r in rates if r is not None]
     return sum(known) if known else None

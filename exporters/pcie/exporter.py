@@ -3,14 +3,14 @@ disks' SATA/SAS link rates, and which CPUs take the storage controllers' interru
 
 docs/exporters/pcie.md is the contract. Which devices: the controllers of the disks blockio
 exports and the PCI functions of the interfaces the nic exporter exports, found with those
-exporters' own readers (exporters.blockio.topology, exporters.nic.sysfs) and the same exclude
-patterns. The chains are cached; only current link state, link rates, /proc/interrupts and IRQ
-affinities are read per scrape.
+exporters' own readers (exporters.blockio.topology, exporters.nic.sysfs and .procfs) and the
+same exclude patterns. The chains, the files to read and the IRQ affinities are cached until
+the topology changes or pcie.refresh passes; current link state, link rates and the
+controllers' rows of /proc/interrupts are read every scrape.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -26,12 +26,10 @@ from exporters.blockio.topology import read_attr, read_topology, resolve_in
 from exporters.nic.exporter import DEFAULT_EXCLUDE as NIC_EXCLUDE
 from exporters.nic.links import interface_names, is_loopback
 from exporters.nic.procfs import Interrupts, parse_interrupts
-from exporters.nic.sysfs import irq_affinity, msi_irqs, nic_info
+from exporters.nic.sysfs import irq_affinity, msi_irqs
 
 from .disklinks import DiskLink, disk_link, read_rate
-from .links import Link, Node, read_chains, read_links, topology_names
-
-log = logging.getLogger(__name__)
+from .links import PCI_ADDR, Link, Node, read_chains, read_links, topology_names
 
 # /proc/interrupts is about 100 bytes per IRQ per 10 CPUs: 1 MiB on a large host. Beyond
 # 32 MiB it is not a file the kernel wrote.
@@ -68,6 +66,20 @@ class _Topology:
     nodes: dict[str, Node]
     disk_links: list[DiskLink]
     controller_irqs: dict[str, tuple[str, ...]]  # controller -> its IRQ numbers
+    # IRQ -> (affinity, effective): read once per refresh. Two files per vector would be most
+    # of a scrape on a many-CPU host (bench/pcie_read.py); where the interrupts land each
+    # scrape is in the per-CPU counts, the info's labels follow within pcie.refresh.
+    affinities: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+def _last_pci(path: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """path up to its last component that is a PCI address, None if it has none."""
+    if path is None:
+        return None
+    for i in range(len(path) - 1, -1, -1):
+        if PCI_ADDR.match(path[i]):
+            return path[: i + 1]
+    return None
 
 
 def _cut(path: tuple[str, ...] | None, pci: str) -> tuple[str, ...] | None:
@@ -96,10 +108,6 @@ def controller_irqs(
             counts = dict(zip(interrupts.cpus, row.counts, strict=True))
             out.append(ControllerIrq(controller, irq, counts, allowed, effective))
     return out
-
-
-def _value(x: float | int) -> float:
-    return float(x)
 
 
 def render(snap: PcieSnapshot) -> Iterator[Metric]:
@@ -149,7 +157,7 @@ def render(snap: PcieSnapshot) -> Iterator[Metric]:
         for attr, family in gauges.items():
             value = getattr(link, attr)
             if value is not None:
-                family.add_metric([address], _value(value))
+                family.add_metric([address], float(value))
         if link.downgraded is not None:
             downgraded.add_metric([address], 1.0 if link.downgraded else 0.0)
     yield info
@@ -197,6 +205,7 @@ class PcieExporter(Exporter):
         block_exclude: str = BLOCK_EXCLUDE,
         nic_exclude: str = NIC_EXCLUDE,
         refresh: float = 60.0,
+        controller_irqs: bool = True,
         sys_root: Path = Path("/sys"),
         proc_root: Path = Path("/proc"),
         clock: Callable[[], float] = time.monotonic,
@@ -204,6 +213,7 @@ class PcieExporter(Exporter):
         self.block_exclude = re.compile(block_exclude)
         self.nic_exclude = re.compile(nic_exclude) if nic_exclude else None
         self.refresh = refresh
+        self._with_irqs = controller_irqs
         self.sys_root = sys_root
         self.proc_root = proc_root
         self._clock = clock
@@ -234,12 +244,12 @@ class PcieExporter(Exporter):
                 self.sys_root, name
             ):
                 continue
-            pci = nic_info(self.sys_root, name).pci
-            if pci and pci not in roles:
-                roles[pci] = "nic"
-                hint = _cut(resolve_in(self.sys_root, ("class", "net", name, "device")), pci)
-                if hint is not None:
-                    paths[pci] = hint
+            # The PCI function nearest above the interface's device (virtio-net's device is
+            # the virtio device under it), as nic_info finds it, but resolved inside the tree.
+            hint = _last_pci(resolve_in(self.sys_root, ("class", "net", name, "device")))
+            if hint is not None and hint[-1] not in roles:
+                roles[hint[-1]] = "nic"
+                paths[hint[-1]] = hint
         return roles, paths, disk_links
 
     def _read_topology(self, names: tuple[str, ...], now: float) -> _Topology:
@@ -247,11 +257,12 @@ class PcieExporter(Exporter):
         nodes = read_chains(self.sys_root, roles, paths)
         irqs: dict[str, tuple[str, ...]] = {}
         for pci, node in nodes.items():
-            if node.role != "controller":
+            if node.role != "controller" or not self._with_irqs:
                 continue
             vectors = msi_irqs(self.sys_root.joinpath(*node.path))
             if not vectors:
-                # legacy INTx: the function's one interrupt line ("0": none assigned)
+                # legacy INTx: the function's one interrupt line ("0": none assigned); a line
+                # shared with other devices counts their interrupts too
                 line = read_attr(self.sys_root, node.path, "irq")
                 if line.isascii() and line.isdigit() and line.lstrip("0"):
                     vectors = (line.lstrip("0"),)
@@ -265,6 +276,12 @@ class PcieExporter(Exporter):
         except OSError:
             return ""
 
+    def _affinity(self, topo: _Topology, irq: str) -> tuple[str, str]:
+        cached = topo.affinities.get(irq)
+        if cached is None:
+            cached = topo.affinities[irq] = irq_affinity(self.proc_root, irq)
+        return cached
+
     def snapshot(self) -> PcieSnapshot:
         """Read what changes every scrape; re-read the chains when the topology changed."""
         now = self._clock()
@@ -274,16 +291,17 @@ class PcieExporter(Exporter):
             topo = self._topology = self._read_topology(names, now)
         rates = []
         for link in topo.disk_links:
-            bits = read_rate(self.sys_root, link)
+            bits = read_rate(link)
             if bits is not None:
                 rates.append((link.device, link.transport, bits))
         irqs: list[ControllerIrq] = []
         if any(topo.controller_irqs.values()):
-            interrupts = parse_interrupts(self._proc("interrupts"))
+            wanted = {irq for irqs in topo.controller_irqs.values() for irq in irqs}
+            interrupts = parse_interrupts(self._proc("interrupts"), only=wanted)
             irqs = controller_irqs(
                 interrupts,
                 topo.controller_irqs,
-                lambda irq: irq_affinity(self.proc_root, irq),
+                lambda irq: self._affinity(topo, irq),
             )
         return PcieSnapshot(
             nodes=topo.nodes,

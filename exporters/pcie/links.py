@@ -21,11 +21,12 @@ from pathlib import Path
 
 from exporters.blockio.topology import read_attr, resolve_in
 
-_PCI_ADDR = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+PCI_ADDR = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _ROOT_BUS = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
 _SPEED = re.compile(r"^([0-9]{1,3}(?:\.[0-9]{1,2})?) GT/s(?: PCIe)?$")
 _WIDTH = re.compile(r"^x?([0-9]{1,2})$")
 _MAX_CHAIN = 32  # bridges above a device; PCIe allows far fewer (bus numbers are 8 bits)
+_MAX_ATTR = 4096  # a sysfs attribute is at most a page
 
 # Payload bytes per transfer per lane after the line encoding (PCIe Base Specification 6.0,
 # 4.2: 8b/10b up to 5.0 GT/s, 128b/130b for 8.0-32.0 GT/s; 64.0 GT/s runs in Flit Mode, PAM4
@@ -102,14 +103,14 @@ def _chain(
 ) -> list[tuple[str, tuple[str, ...]]] | None:
     """(address, resolved path) from the top of pci's chain down to pci, plus the root bus
     as a first pseudo entry ("pci0000:00", ()) when the chain starts at one; None if absent."""
-    if not _PCI_ADDR.match(pci):
+    if not PCI_ADDR.match(pci):
         return None
     path = hint or resolve_in(sys_root, ("bus", "pci", "devices", pci))
     if path is None or not path or path[-1] != pci:
         return None
     out: list[tuple[str, tuple[str, ...]]] = []
     i = len(path) - 1
-    while i >= 0 and _PCI_ADDR.match(path[i]) and len(out) < _MAX_CHAIN:
+    while i >= 0 and PCI_ADDR.match(path[i]) and len(out) < _MAX_CHAIN:
         out.append((path[i], path[: i + 1]))
         i -= 1
     if i >= 0 and _ROOT_BUS.match(path[i]):
@@ -181,13 +182,33 @@ def read_chains(
     return nodes
 
 
+def read_small(path: str) -> str:
+    """An attribute file's stripped text, read bounded; "" when missing, odd or a symlink.
+
+    For the files read every scrape, at paths resolved (inside sys_root) when the chains were
+    read: O_NOFOLLOW keeps a file replaced by a link meanwhile from leading anywhere.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except (OSError, ValueError):
+        return ""
+    try:
+        data = os.read(fd, _MAX_ATTR)
+    except OSError:  # EIO from an attribute's show(), a directory
+        return ""
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "replace").strip(" \t\r\n\x00")
+
+
 def read_links(sys_root: Path, nodes: dict[str, Node]) -> dict[str, Link]:
     """Each node's current link, with the usable bandwidth and the downgraded flag."""
     current: dict[str, tuple[float | None, int | None]] = {}
     for address, node in nodes.items():
+        base = os.path.join(sys_root, *node.path)
         current[address] = (
-            parse_speed(read_attr(sys_root, node.path, "current_link_speed")),
-            parse_width(read_attr(sys_root, node.path, "current_link_width")),
+            parse_speed(read_small(os.path.join(base, "current_link_speed"))),
+            parse_width(read_small(os.path.join(base, "current_link_width"))),
         )
     links = {}
     for address, node in nodes.items():

@@ -42,6 +42,10 @@ Schema (every mapping rejects unknown keys; OIDs are dotted decimal, a leading d
       metered_if: [<condition>, ...] # none holds: the PDU does not meter its outlets; every
                                      #   outlet value is "unavailable" (empty: always metered)
       power_watts | current_amperes | voltage_volts | energy_joules: <Metric>
+      apparent_power_voltamperes: <Metric>   # VA, where the MIB meters no watts
+      fallback: <outlets>            # another generation's table, read when this one has no row
+    banks | phases: <outlets>        # optional, same shape: what `feeds:` maps (row = number)
+    oems: [{name, vendor, mib, enterprise, sys_object_ids}]   # the MIB under an OEM's number
 
     Metric fields (SI value = raw / 10**digits * scale):
       oid: <column>                  # for outlets: read OID.<row index>[.<suffix>]
@@ -57,6 +61,8 @@ Schema (every mapping rejects unknown keys; OIDs are dotted decimal, a leading d
       invalid_below: 0               # raw values below this are "negative" (-1 = unsupported)
       zero_invalid: false            # raw 0 means "not supported" (only where the MIB says so)
       max: 9998999                   # raw upper bound, inclusive; above it: "out_of_range"
+      text: false                    # a DisplayString holding a decimal ("0.61"); other text:
+                                     #   "unavailable"
 
     Condition (exactly one subject, exactly one test):
       oid: <column>                  # the value at this column and the row's index ...
@@ -64,7 +70,8 @@ Schema (every mapping rejects unknown keys; OIDs are dotted decimal, a leading d
       index_arc: 3                   # ... or arc N (1-based; negative counts from the end) of
                                      #   the row index itself
       in: [0] | not_in: [2] | gt | ge | lt | le: <number> | empty: true
-      # A condition on an absent value is false, except `empty: true`, which holds.
+      or_absent: true                # the test also holds when the value is absent
+      # A condition on an absent value is false, except `empty: true` and `or_absent`.
 
 Required and optional columns: only the value columns (``oid`` of each metric) are required;
 names, labels, decimal digits and states are optional (``Profile.columns_doc()`` lists both, and

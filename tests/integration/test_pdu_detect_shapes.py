@@ -52,6 +52,17 @@ def test_a_real_pdu_of_a_known_enterprise_names_its_profiles_and_their_signature
     assert "lacks its signature columns (one would do): 1.3.6.1.4.1.232.165.7." in out
 
 
+def test_a_real_partial_pdu_names_the_mib_it_partly_answers() -> None:
+    """A WTI MPC captured with its unit name only: WTI-POWER-MIB, one column, no signature."""
+    r = wattbit("pdu", "check", str(UNSUPPORTED / "wti_mpc-partial.snmprec"))
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    at = lines.index("  wti_power (WTI, WTI-POWER-MIB)")
+    assert lines[at + 1] == "    answers 1 of its columns: 1.3.6.1.4.1.2634.3.200.10.1.2"
+    assert lines[at + 2].startswith("    lacks its signature columns (one would do): ")
+    assert "1.3.6.1.4.1.2634.3.100.200.1.8" in lines[at + 2]  # plugPower
+
+
 def test_a_real_pdu_of_no_known_shape_says_so() -> None:
     r = wattbit("pdu", "check", str(UNSUPPORTED / "planet_ipm-8220.snmprec"))
     assert r.returncode == 1
@@ -139,3 +150,11 @@ def test_detect_names_partial_shapes_of_a_live_pdu(tmp_path: Path) -> None:
     assert "known MIB shapes it answers in part:" in r.stdout
     assert "  hpe_pdumm (HPE, CPQPOWER-MIB (pdu)): the PDU's enterprise" in r.stdout
     assert secret not in r.stdout + r.stderr
+
+
+def test_check_lists_the_banks_and_phases_feeds_can_map() -> None:
+    """What to write in `feeds:`: each bank and phase row with its watts."""
+    r = wattbit("pdu", "check", str(OWN_RECORDINGS / "riedo_updu-rn3214.snmprec"))
+    assert r.returncode == 0, r.stderr
+    assert "phases (feeds): phase:0.1 272 W, phase:0.2 196 W, phase:0.3 400 W" in r.stdout
+    assert "banks (feeds): bank:1.0 69 W," in r.stdout

@@ -46,6 +46,11 @@ UNIT_METRICS = {
 # A whole PDU, bank or phase mapped to one host (collector.yml `feeds:`): pdu -> (feed, host)
 FEEDS = {
     "cyberpower_pdu81005": [("unit", "mover81")],
+    "cyberpower_pdu44005": [("phase:1", "mover44")],
+    # the outlets of this PDU feed srv01 (below): its phase may feed another host
+    "apc_ap8641": [("phase:1", "mover41")],
+    "riedo_updu-rn3214": [("phase:0.2", "mover32"), ("bank:3.0", "mover33")],
+    "apc_isx-pdu": [("phase:1", "mover15")],
     "eaton_epdu-ma-24x5-20r": [("unit", "mover24")],
     # no unit power in this recording: no feed series, never a 0
     "servertech_sentry3-cwg-30vde455": [("unit", "mover30")],
@@ -53,6 +58,8 @@ FEEDS = {
 NET_SNMP_LINUX = "1.3.6.1.4.1.8072.3.2.10"
 SYS_OBJECT_ID = "1.3.6.1.2.1.1.2.0"
 PX3 = "raritan_px3-5493u-k2"
+ATEN = "aten_pe-16outlet"
+ATEN_INTEGERS = "1.3.6.1.4.1.21317.1.3.2.2.2.2.99."  # outletIntegerValueTable
 # PDU2-MIB: outletLabel, outletName, measurementsOutletSensorState
 PX3_OPTIONAL = (
     "1.3.6.1.4.1.13742.6.3.5.3.1.2.",
@@ -85,6 +92,11 @@ def _variants() -> dict[str, Variant]:
     if "eaton_epdu-ma-24x5-20r" in recs:
         out["eaton_epdu-ma-24x5-20r__net_snmp_sysoid"] = (
             recs["eaton_epdu-ma-24x5-20r"], bool, NET_SNMP_LINUX
+        )  # fmt: skip
+    if ATEN in recs:
+        # ATEN-PE-CFG-STR firmware: the outlet values as decimal strings only
+        out[f"{ATEN}__string_generation"] = (
+            recs[ATEN], lambda oid: not oid.startswith(ATEN_INTEGERS), "1.3.6.1.4.1.21317"
         )  # fmt: skip
     if PX3 in recs:
         out[f"{PX3}__no_labels_states"] = (
@@ -135,8 +147,9 @@ def scraped(sim: SnmpSim, tmp_path_factory: pytest.TempPathFactory) -> dict:
     # A poll's deadline is the interval: 5 s held the biggest recording (Raritan PX4, ~12,000
     # var-binds) with ~90 PDUs polled at once on a 2-CPU machine (2 s did not, always), but not
     # with ~110 PDUs on one shared by eight test runs (Raritan and APC cPDU polls hit it):
-    # 10 s, so only a failure, never the machine's load, can take a PDU down.
-    lines = ["interval: 10s", "auths:"]
+    # 10 s did not either at a load average of 11 (~120 PDUs, one snmpsim): 30 s, so only a
+    # failure, never the machine's load, can take a PDU down.
+    lines = ["interval: 30s", "auths:"]
     for n in names:
         lines += [f"  {n}:", "    version: 2c", f"    community: {n}"]
     lines.append("pdus:")
@@ -161,7 +174,7 @@ def scraped(sim: SnmpSim, tmp_path_factory: pytest.TempPathFactory) -> dict:
     collector = Collector("\n".join(lines) + "\n", tmp_path_factory.mktemp("collector"))
     try:
         collector.wait_ready()
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 400
         while True:
             s = collector.scrape()
             up = {dict(k[1])["pdu"]: v for k, v in s.items() if k[0] == "wattbit_pdu_up"}
@@ -183,7 +196,7 @@ def scraped(sim: SnmpSim, tmp_path_factory: pytest.TempPathFactory) -> dict:
 
         last = durations(s)
         polls = dict.fromkeys(names, 0)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 400
         while min(polls.values()) < 2:
             assert time.monotonic() < deadline, f"polls seen: {polls}"
             time.sleep(0.2)
@@ -225,8 +238,9 @@ class Snmpwalk:
 
     def decimal(self, oid: str, column: str) -> Fraction | None:
         """A DisplayString holding a decimal number ("0.61"), as net-snmp shows it."""
-        typ, raw = self.column(column).get(oid, ("", ""))
-        text = raw.strip().strip('"') if typ == "STRING" else ""
+        typ, _ = self.column(column).get(oid, ("", ""))
+        # net-snmp shows every OCTET STRING as hex here (-Ox): its bytes, as text
+        text = self.text(oid, column).strip() if typ == "Hex-STRING" else ""
         try:
             return Fraction(text) if text and text[-1].isdigit() else None
         except ValueError:
@@ -399,6 +413,11 @@ def test_every_exported_value_equals_snmpwalk(pdu: str, sim: SnmpSim, scraped: d
         "eaton_pdu-mib-dbq145412",
         "panduit_p32g13m",
         "cyberpower_pdu81005",
+        "conteg_databus-6x24",
+        "aten_pe-16outlet",
+        "wti_vmr-8hd20",
+        "riedo_updu-rn3214",
+        "chatsworth_econnect-2pdu",
     }
     outlet_series = [
         k for k in scraped if k[0] in OUTLET_METRICS.values() and dict(k[1]).get("pdu") == pdu
@@ -421,7 +440,11 @@ def test_variants_are_detected_as_their_recording(pdu: str, scraped: dict) -> No
 def _reading(w: Snmpwalk, spec: Metric, row: str) -> bool:
     """Whether net-snmp shows a reading for spec at the row (the MIB's rules, not decode's)."""
     index = f"{row}.{spec.suffix}" if spec.suffix else row
-    raw = w.number(f"{spec.oid}.{index}", spec.oid)
+    raw: int | Fraction | None
+    if spec.text:
+        raw = w.decimal(f"{spec.oid}.{index}", spec.oid)
+    else:
+        raw = w.number(f"{spec.oid}.{index}", spec.oid)
     if raw is None or raw < spec.invalid_below or (spec.zero_invalid and raw == 0):
         return False
     if spec.max is not None and raw > spec.max:
@@ -479,8 +502,12 @@ def test_identity_and_health(scraped: dict) -> None:
     assert parse_samples  # the module's parser is the one realparts uses
 
 
-def test_feeds_carry_the_unit_bank_or_phase_values_to_their_host(scraped: dict) -> None:
-    """A mapped feed's watts and joules are the unit's (or bank's, phase's) own samples."""
+def test_feeds_carry_the_unit_bank_or_phase_values_to_their_host(
+    sim: SnmpSim, scraped: dict
+) -> None:
+    """A mapped feed's watts and joules: the unit's own samples, or net-snmp's reading of the
+    bank's or phase's row scaled by the profile."""
+    profiles = {p.name: p for p in load_profiles()}
     unit = {
         (name, dict(labels)["pdu"]): v
         for (name, labels), v in scraped.items()
@@ -493,20 +520,33 @@ def test_feeds_carry_the_unit_bank_or_phase_values_to_their_host(scraped: dict) 
     }
     checked = 0
     for pdu, mapped in FEEDS.items():
+        profile = _profile(scraped, pdu, profiles)
+        w = Snmpwalk(sim, pdu)
         for feed, host in mapped:
-            assert feed == "unit"  # banks and phases: test_feeds_of_banks_and_phases
-            key = ("wattbit_pdu_feed_power_watts", pdu, feed, host)
-            assert (key in feeds) == (("wattbit_pdu_power_watts", pdu) in unit), key
-            if key in feeds:
-                assert feeds[key] == unit[("wattbit_pdu_power_watts", pdu)]
-            joules = ("wattbit_pdu_energy_joules_total", pdu)
-            feed_joules = ("wattbit_pdu_feed_energy_joules_total", pdu, feed, host)
-            assert (feed_joules in feeds) == (joules in unit)  # where the PDU has a register
-            if joules in unit:
-                assert feeds[feed_joules] == unit[joules]
+            watts = ("wattbit_pdu_feed_power_watts", pdu, feed, host)
+            joules = ("wattbit_pdu_feed_energy_joules_total", pdu, feed, host)
+            if feed == "unit":
+                assert (watts in feeds) == (("wattbit_pdu_power_watts", pdu) in unit), watts
+                if watts in feeds:
+                    assert feeds[watts] == unit[("wattbit_pdu_power_watts", pdu)]
+                assert (joules in feeds) == (("wattbit_pdu_energy_joules_total", pdu) in unit)
+                if joules in feeds:
+                    assert feeds[joules] == unit[("wattbit_pdu_energy_joules_total", pdu)]
+            else:
+                kind, _, row = feed.partition(":")
+                table = profile.banks if kind == "bank" else profile.phases
+                assert table is not None and table.power_watts is not None, (pdu, feed)
+                expected = _expected(w, table.power_watts, row)
+                assert expected is not None and feeds[watts] == pytest.approx(float(expected))
+                if table.energy_joules is not None:
+                    energy = _expected(w, table.energy_joules, row)
+                    assert energy is not None
+                    assert feeds[joules] == pytest.approx(float(energy))
+                else:
+                    assert joules not in feeds
             checked += 1
-    assert checked == 3
-    # only mapped feeds are exported
+    assert checked == 8
+    # only mapped feeds with a reading are exported (the Sentry3 capture has no unit power)
     assert {k[1] for k in feeds} == set(FEEDS) - {"servertech_sentry3-cwg-30vde455"}
     assert (
         "wattbit_pdu_feed_energy_joules_total",

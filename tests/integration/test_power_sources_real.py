@@ -12,7 +12,10 @@ rates; the collector's outlet series and the BMC series of docs/exporters/bmc.md
 second the BMC series come from the **real BMC poller and exporter** (exporters/bmc) polling
 sushy-static serving two real servers' mockups (tests/fixtures/bmc), run in this process
 because the site collector has no `bmcs:` configuration yet; the outlet and the agents are
-stand-ins. Prometheus, its rules and the report are the real ones.
+stand-ins. In the third, `wattbit collector` itself polls two real PDU recordings served by
+snmpsim: an Eaton ePDU's whole unit mapped to one host (`feeds:`, source `pdu`) and two APC
+outlets mapped to another (source `outlets`). Prometheus, its rules and the report are the
+real ones.
 """
 
 from __future__ import annotations
@@ -298,3 +301,112 @@ def test_real_poller_against_sushy_static(tmp_path: Path) -> None:
     assert rec["bmc_watts_mean"] == pytest.approx(97.0) and not rec["disagree"]
     assert rec["ratio"] == pytest.approx(97.0 / HPE_OUTLET_W)
     assert doc["power"]["gb01"]["reconciliation"] is None
+
+
+# --- the real site collector polling real PDU recordings -------------------------------------
+
+# feed01 sits alone on an Eaton ePDU that meters no outlet it is given: the whole unit is mapped
+# to it (`feeds:`). srv01 has two metered outlets of an APC AP8641. Both PDUs are real
+# recordings (tests' shared corpus) served by snmpsim, polled by `wattbit collector` itself.
+FEED_PDU, OUTLET_PDU = "eaton_epdu-ma-24x5-20r", "apc_ap8641"
+
+
+def test_real_collector_feed_and_outlets(tmp_path: Path) -> None:
+    """A host on a whole PDU (source pdu) and a host on outlets (source outlets), from the real
+    collector: the rules' watts are the collector's own readings, the report's energy too."""
+    from tests.support.env import RECORDINGS
+    from tests.support.realparts import Collector, running
+    from tests.support.snmpagents import SnmpSim, have_snmpsim
+
+    require(shutil.which("prometheus") is not None, "prometheus (Debian package) missing")
+    require(have_snmpsim(), "snmpsim is not installed in the virtualenv")
+    require(RECORDINGS.is_dir(), f"no PDU recordings at {RECORDINGS}")
+    recs = {n: RECORDINGS / f"{n}.snmprec" for n in (FEED_PDU, OUTLET_PDU)}
+    with SnmpSim({"feedpdu": recs[FEED_PDU], "outletpdu": recs[OUTLET_PDU]}) as sim:
+        cfg = f"""\
+interval: 5s
+auths:
+  feedpdu: {{version: 2c, community: feedpdu}}
+  outletpdu: {{version: 2c, community: outletpdu}}
+pdus:
+  - name: rack-eaton
+    address: "{sim.endpoint}"
+    auth: feedpdu
+    timeout: 3s
+    feeds:
+      - {{feed: unit, host: feed01, component: server}}
+  - name: rack-apc
+    address: "{sim.endpoint}"
+    auth: outletpdu
+    timeout: 3s
+    outlets:
+      - {{index: [1, 2], host: srv01, component: server}}
+"""
+        t0 = time.monotonic() - 30
+        with (
+            running(Collector(cfg, tmp_path)) as collector,
+            serve_metrics(agent_body(3.0, t0)) as a1,
+            serve_metrics(agent_body(1.5, t0)) as a2,
+        ):
+            s = collector.scrape_until(
+                "the feed's and the outlets' watts",
+                lambda s: (
+                    any(k[0] == "wattbit_pdu_feed_power_watts" for k in s)
+                    and any(k[0] == "wattbit_pdu_outlet_power_watts" for k in s)
+                ),
+                timeout=120,
+            )
+            feed_w = [v for (n, lb), v in s.items() if n == "wattbit_pdu_feed_power_watts"]
+            outlet_w = {
+                dict(lb)["outlet"]: v
+                for (n, lb), v in s.items()
+                if n == "wattbit_pdu_outlet_power_watts" and dict(lb).get("host") == "srv01"
+            }
+            assert len(feed_w) == 1 and feed_w[0] > 0 and sorted(outlet_w) == ["1", "2"]
+            (tmp_path / "prometheus.yml").write_text(
+                config({"feed01": a1, "srv01": a2}, collector.port)
+            )
+            with server(
+                "prometheus",
+                lambda port: ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                              f"--storage.tsdb.path={tmp_path / 'data'}",
+                              f"--web.listen-address=127.0.0.1:{port}"],
+                tmp_path,
+            ) as url:  # fmt: skip
+                port = int(url.rsplit(":", 1)[1])
+                wait_for(
+                    lambda: len(query(port, "host:wattbit_power_watts:sum")) == 2
+                    and query(port, 'count_over_time(up{job="wattbit-collector"}[40s])')
+                    .get(f"instance=127.0.0.1:{collector.port},job=wattbit-collector", 0) >= 25,
+                    120,
+                    "25 s of scrapes with both hosts' watts",
+                )  # fmt: skip
+                at = time.time() - 1.5
+                # a recording answers the same every poll: the watts are the collector's own
+                assert query(port, "host:wattbit_power_watts:sum", at) == {
+                    "host=feed01,source=pdu": feed_w[0],
+                    "host=srv01,source=outlets": pytest.approx(sum(outlet_w.values())),
+                }
+                end = time.time() - 2
+                start = end - 20
+                out = tmp_path / "report"
+                r = subprocess.run(
+                    [sys.executable, "-m", "collector.cli", "report", "--start", f"{start:.3f}",
+                     "--end", f"{end:.3f}", "--name", "feeds", "--prometheus", url,
+                     "--out", str(out)],
+                    cwd=ROOT, capture_output=True, text=True, timeout=120,
+                )  # fmt: skip
+                assert r.returncode == 0, r.stderr + r.stdout
+    doc = json.loads((out / "feeds.json").read_text())
+    duration = doc["window"]["duration_seconds"]
+    feed, srv = doc["hosts"]["feed01"], doc["hosts"]["srv01"]
+    assert (feed["power_source"], feed["outlets"]) == ("pdu", ["rack-eaton/unit"])
+    assert srv["power_source"] == "outlets"
+    assert sorted(srv["outlets"]) == ["rack-apc/1", "rack-apc/2"]
+    # A recording's energy register never moves while its unit draws power: too coarse, so
+    # the feed's watts are integrated (docs/report.md), constant watts x the window.
+    assert feed["energy_source"] == "power"
+    assert feed["energy_joules"] == pytest.approx(feed_w[0] * duration, rel=1e-9)
+    assert any("rack-eaton/unit" in w and "too coarse" in w for w in doc["warnings"])
+    assert feed["joules_per_gigabit"] == pytest.approx(feed["energy_joules"] / feed["gigabits"])
+    assert doc["power"]["feed01"]["sources"]["pdu"]["meters"] == ["rack-eaton/unit"]

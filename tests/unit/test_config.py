@@ -20,6 +20,8 @@ def test_defaults_without_a_file() -> None:
     assert len(cfg.blockio.latency_buckets) == 16  # the series budget: docs/exporters/blockio.md
     assert (cfg.smart.enabled, cfg.smart.interval, cfg.smart.timeout) == (True, 300.0, 30.0)
     assert (cfg.smart.devices, cfg.smart.concurrency) == ("auto", 4)
+    assert (cfg.pcie.enabled, cfg.pcie.refresh, cfg.pcie.controller_irqs) == (True, 60.0, True)
+    assert cfg.cpu.enabled is False  # node_exporter gives node_cpu_seconds_total
     assert cfg.model_dump(mode="json")["listen"] == ":9731"  # as --print-config shows it
 
 
@@ -56,6 +58,11 @@ def test_defaults_without_a_file() -> None:
         ("smart:\n  concurrency: 0\n", "smart.concurrency", "greater than or equal"),
         ("smart:\n  enabled: maybe\n", "smart.enabled", "bool"),
         ("smart:\n  smartctl: /tmp/x\n", "smart.smartctl", "unknown key"),
+        ("pcie:\n  refresh: 500ms\n", "pcie.refresh", "at least 1s"),
+        ("pcie:\n  refresh: 0\n", "pcie.refresh", "greater than 0"),
+        ("pcie:\n  controller_irqs: some\n", "pcie.controller_irqs", "bool"),
+        ("cpu:\n  enabled: 2\n", "cpu.enabled", "bool"),
+        ("cpu:\n  modes: [user]\n", "cpu.modes", "unknown key"),
         ("listen: 'a:b:c'\n", "listen", "HOST:PORT"),
         ("listen: ':99999'\n", "listen", "1-65535"),
     ],

@@ -11,14 +11,26 @@ from collector.runs.registry import RunRegistry
 from exporters.base import Exporter
 from exporters.blockio.diskstats import DiskstatsBackend
 from exporters.blockio.exporter import BlockioExporter
+from exporters.cpu.exporter import CpuExporter
 from exporters.nic.exporter import NicExporter
+from exporters.pcie.exporter import PcieExporter
 from exporters.pdu.exporter import PduExporter
 from exporters.power.exporter import PowerExporter
 from exporters.smart.exporter import SmartExporter
 
 
 @pytest.mark.parametrize(
-    "cls", [BlockioExporter, NicExporter, PduExporter, PowerExporter, SmartExporter, RunRegistry]
+    "cls",
+    [
+        BlockioExporter,
+        NicExporter,
+        PduExporter,
+        PowerExporter,
+        SmartExporter,
+        RunRegistry,
+        PcieExporter,
+        CpuExporter,
+    ],
 )
 def test_every_exporter_is_an_exporter(cls: type[Exporter]) -> None:
     assert issubclass(cls, Exporter)

@@ -464,9 +464,14 @@ def test_symlink_loops_and_escapes(tmp_path: Path) -> None:
     (root / "bus/pci/devices/0000:08:00.0").symlink_to("../../../../../../etc")  # escapes
     devices = {p: "nic" for p in ("0000:05:00.0", "0000:07:00.0", "0000:08:00.0", "bogus")}
     assert read_chains(root, devices) == {}
-    # and through the exporter: a class/block entry looping on itself
+    # and through the exporter: a class/block entry looping on itself, an interface whose
+    # device link loops, one leaving the tree for the machine's own /etc
     (root / "class/block").mkdir(parents=True)
     (root / "class/block/sdx").symlink_to("sdx")
+    (root / "class/net/eth9").mkdir(parents=True)
+    (root / "class/net/eth9/device").symlink_to("device")
+    (root / "class/net/eth8").mkdir(parents=True)
+    (root / "class/net/eth8/device").symlink_to("/sys/devices/pci0000:00")
     assert scrape(PcieExporter(sys_root=root, proc_root=tmp_path / "noproc")) == {}
 
 
@@ -569,3 +574,70 @@ def test_controller_interrupts(trees: dict[str, Path], tmp_path: Path) -> None:
     }
     # The NVMe's msi_irqs lists 81-89; 80 is not among them, 83-89 not in /proc/interrupts.
     assert info == {(HBA, "28"): ("0-3", "2"), (NVME, "81"): ("0", "0"), (NVME, "82"): ("1", "1")}
+
+
+def test_controller_irqs_can_be_turned_off(trees: dict[str, Path], tmp_path: Path) -> None:
+    root = sas_host(trees, tmp_path)
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "interrupts").write_text(INTERRUPTS_SYNTHETIC)
+    on = scrape(PcieExporter(sys_root=root, proc_root=proc))
+    off = scrape(PcieExporter(sys_root=root, proc_root=proc, controller_irqs=False))
+    assert any(k[0].startswith("wattbit_controller_") for k in on)
+    assert not any(k[0].startswith("wattbit_controller_") for k in off)
+    assert {k for k in on if not k[0].startswith("wattbit_controller_")} == set(off)
+
+
+def test_affinity_labels_follow_within_the_refresh(trees: dict[str, Path], tmp_path: Path) -> None:
+    """irqbalance moves the HBA's line from CPU 2 to CPU 3: the per-CPU counts show it at once,
+    the info's affinity labels at the next refresh of the chains."""
+    root = sas_host(trees, tmp_path)
+    proc = tmp_path / "proc"
+    (proc / "irq" / "28").mkdir(parents=True)
+    (proc / "interrupts").write_text(INTERRUPTS_SYNTHETIC)
+    (proc / "irq/28/smp_affinity_list").write_text("0-3\n")
+    (proc / "irq/28/effective_affinity_list").write_text("2\n")
+    clock = [0.0]
+    exporter = PcieExporter(sys_root=root, proc_root=proc, refresh=60, clock=lambda: clock[0])
+
+    def hba() -> tuple[set[str], dict[str, float]]:
+        samples = scrape(exporter)
+        effective = {
+            dict(k[1])["effective_affinity"]
+            for k in samples
+            if k[0] == "wattbit_controller_irq_info" and dict(k[1])["controller"] == HBA
+        }
+        per_cpu = {
+            dict(k[1])["cpu"]: v
+            for k, v in samples.items()
+            if k[0] == "wattbit_controller_cpu_interrupts_total" and dict(k[1])["controller"] == HBA
+        }
+        return effective, per_cpu
+
+    assert hba() == ({"2"}, {"2": 5000.0, "3": 7.0})
+    (proc / "irq/28/effective_affinity_list").write_text("3\n")
+    (proc / "interrupts").write_text(INTERRUPTS_SYNTHETIC.replace("7  IO-APIC", "9007  IO-APIC"))
+    clock[0] = 30.0
+    assert hba() == ({"2"}, {"2": 5000.0, "3": 9007.0})
+    clock[0] = 61.0
+    assert hba() == ({"3"}, {"2": 5000.0, "3": 9007.0})
+
+
+def test_vmd_domain(tmp_path: Path) -> None:
+    """Intel VMD: NVMe behind root ports of a domain (10000) under a VMD endpoint on bus 0."""
+    root = tmp_path / "sys"
+    vmd = root / "devices/pci0000:00/0000:00:0e.0/pci10000:00"
+    port, drive = vmd / "10000:00:02.0", vmd / "10000:00:02.0/10000:01:00.0"
+    for d, (cur, mx) in ((port, ("4", "4")), (drive, ("4", "4"))):
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "current_link_speed").write_text("16.0 GT/s PCIe\n")
+        (d / "max_link_speed").write_text("16.0 GT/s PCIe\n")
+        (d / "current_link_width").write_text(cur + "\n")
+        (d / "max_link_width").write_text(mx + "\n")
+    _link(root / "bus/pci/devices/10000:01:00.0", drive)
+    nodes = read_chains(root, {"10000:01:00.0": "controller"})
+    assert {p: (n.role, n.upstream, n.root) for p, n in nodes.items()} == {
+        "10000:00:02.0": ("root_port", "", "10000:00:02.0"),
+        "10000:01:00.0": ("controller", "10000:00:02.0", "10000:00:02.0"),
+    }
+    assert not any(link.downgraded for link in read_links(root, nodes).values())

@@ -87,6 +87,7 @@ def test_wrap_keeps_the_counter_monotonic() -> None:
         ([90, 90], 100, 90),  # no change
         ([90, 10], None, 90 + 10),  # a drop with no range known: a reset from 0
         ([90, 10], 50, 90 + 10),  # a range below the last reading cannot be a wrap: reset
+        ([90, 10], 0, 90 + 10),  # some machines answer max_energy_range_uj with 0
     ],
 )
 def test_advance(raws: list[int], max_range: int | None, total: int) -> None:
