@@ -25,11 +25,20 @@ Phases: a warm-up (every PDU read twice; not measured), an idle phase (--idle-mi
   (answers 1.5 s, 2.4 s or 5 s late, against the 2 s timeout) or garbage (answers cut in half,
   or random bytes);
 * an attacker process (`_attack`, niced: at a site the attackers have CPUs of their own) keeps
-  --slow-clients slowloris connections (half on each server: request headers trickled a byte
+  --slow-clients slowloris connections (half on each server, all on the collector when the
+  agent serves HTTPS, below: request headers trickled a byte
   a second, reconnecting when dropped) and --idle-clients connections that never send a byte,
   and floods the collector's SNMP socket (found through /proc/PID/fd and /proc/PID/net/udp)
   with --flood-pps SNMP datagrams, half from a port of its own and half, as root (raw socket),
   spoofed from the good PDUs' addresses.
+
+* with --stalled-tls N (default 1000; 0 turns it off), the agent serves HTTPS (a self-signed
+  certificate; the scraper checks it) and this process keeps rounds of N connections to it
+  that send 6 bytes of a ClientHello and stall --stalled-tls-hold s (bench/tls_stall.py);
+* with --churn (root), loop devices and veth pairs are created, written to (O_DIRECT) or
+  brought up, and destroyed every --churn-every s (--churn-loops, --churn-veths a cycle), so
+  the agent sees disks and NICs come and go for the whole attack; the agent's series count on
+  /metrics per phase says whether gone ones leave.
 
 Then, beyond --minutes, a recovery phase (--recovery-minutes, default as long as the idle one):
 the attacker gone and every PDU healthy again (the refused ones on their old ports), to see the
@@ -65,6 +74,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import statistics
 import struct
 import subprocess
@@ -82,13 +92,17 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.pdu_poll import SOURCE, loadavg, machine, proc_cpu, signals, synthesize  # noqa: E402
-from bench.pdu_poll import read_snmprec as read_rows  # noqa: E402
+from bench.harness import cpu_seconds as proc_cpu  # noqa: E402
+from bench.harness import interruptible as signals  # noqa: E402
+from bench.harness import load_average as loadavg  # noqa: E402
+from bench.harness import machine as harness_machine  # noqa: E402
 from collector.demo.procs import Procs, free_port, wait_for  # noqa: E402
 from collector.pdu.responder import Responder  # noqa: E402
 from collector.pdu.snmprec import read_snmprec  # noqa: E402
 from exporters.snmp.types import Value  # noqa: E402
 from tests.support.berbuild import integer, oid_content, response, var_bind  # noqa: E402
+from tests.support.synthetic_pdu import SOURCE, synthesize  # noqa: E402
+from tests.support.synthetic_pdu import read_snmprec as read_rows  # noqa: E402
 
 PROFILE = "apc_rpdu2"
 DEVICE_ENERGY = "1.3.6.1.4.1.318.1.1.26.4.3.1.9.1"  # rPDU2DeviceStatusEnergy, 0.1 kWh a unit
@@ -630,14 +644,22 @@ class Scrape:
     error: str = ""
     retried: bool = False
     size: int = 0  # bytes of the body
+    series: int = 0  # samples on /metrics (lines that are not comments)
 
 
 class Scraper(threading.Thread):
     """Both /metrics every `every` s, one after the other, on kept-alive connections, timed."""
 
-    def __init__(self, targets: dict[str, int], every: float, fresh: Freshness) -> None:
+    def __init__(
+        self,
+        targets: dict[str, int],
+        every: float,
+        fresh: Freshness,
+        tls: dict[str, ssl.SSLContext] | None = None,
+    ) -> None:
         super().__init__(name="soak-scraper", daemon=True)
         self.targets = targets
+        self.tls = tls or {}
         self.every = every
         self.fresh = fresh
         self.conns: dict[str, http.client.HTTPConnection | None] = dict.fromkeys(targets)
@@ -668,7 +690,13 @@ class Scraper(threading.Thread):
             conn = self.conns[name]
             reused = conn is not None
             if conn is None:
-                conn = http.client.HTTPConnection("127.0.0.1", self.targets[name], SCRAPE_TIMEOUT_S)
+                port = self.targets[name]
+                if name in self.tls:
+                    conn = http.client.HTTPSConnection(
+                        "127.0.0.1", port, timeout=SCRAPE_TIMEOUT_S, context=self.tls[name]
+                    )
+                else:
+                    conn = http.client.HTTPConnection("127.0.0.1", port, SCRAPE_TIMEOUT_S)
                 self.conns[name] = conn
             try:
                 conn.request("GET", "/metrics")
@@ -686,7 +714,8 @@ class Scraper(threading.Thread):
                 self.conns[name] = None
             ok = resp.status == 200
             took = time.monotonic() - start
-            rec = Scrape(t, name, took, resp.status, "", attempt > 0, len(body))
+            series = sum(1 for ln in body.split(b"\n") if ln and not ln.startswith(b"#"))
+            rec = Scrape(t, name, took, resp.status, "", attempt > 0, len(body), series)
             return rec, body if ok else b""
         raise AssertionError("unreachable")
 
@@ -720,9 +749,107 @@ class Sampler(threading.Thread):
             self.halt.wait(due - time.monotonic())
 
 
-def http_ok(port: int) -> bool:
+class StalledTls(threading.Thread):
+    """Rounds of `clients` connections to a TLS port that send 6 bytes of a ClientHello and
+    stall `hold` s (bench/tls_stall.py's attack), until halted."""
+
+    def __init__(self, port: int, clients: int, hold: float) -> None:
+        super().__init__(name="soak-stalled-tls", daemon=True)
+        self.port, self.clients, self.hold = port, clients, hold
+        self.rounds = 0
+        self.opened = 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        """One round after another."""
+        from bench.tls_stall import CLIENT_HELLO_START
+
+        while not self.halt.is_set():
+            socks: list[socket.socket] = []
+            try:
+                for _ in range(self.clients):
+                    if self.halt.is_set():
+                        break
+                    sk = socket.socket()
+                    sk.settimeout(5)
+                    try:
+                        sk.connect(("127.0.0.1", self.port))
+                        sk.sendall(CLIENT_HELLO_START)
+                    except OSError:
+                        sk.close()
+                        continue
+                    socks.append(sk)
+                self.opened += len(socks)
+                self.halt.wait(self.hold)
+            finally:
+                for sk in socks:
+                    sk.close()
+            self.rounds += 1
+
+
+class Churn(threading.Thread):
+    """Loop devices and veth pairs created, used and destroyed while the agent runs (root).
+
+    Every `every` s: `loops` loop devices over sparse files, 1 MiB written to each with
+    O_DIRECT (so the block layer sees I/O), then detached; `veths` veth pairs brought up and
+    deleted. A disk or NIC that is gone must leave the agent's /metrics (issue 26: 2-4).
+    """
+
+    def __init__(self, work: Path, loops: int, veths: int, every: float) -> None:
+        super().__init__(name="soak-churn", daemon=True)
+        self.work, self.loops, self.veths, self.every = work, loops, veths, every
+        self.cycles = 0
+        self.disks = 0
+        self.nics = 0
+        self.errors: Counter[str] = Counter()
+        self.halt = threading.Event()
+
+    def _run(self, *cmd: str) -> str:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            self.errors[cmd[0]] += 1
+            return ""
+        return r.stdout.strip()
+
+    def run(self) -> None:
+        """Cycle until halted."""
+        backing = [self.work / f"churn-{i}.img" for i in range(self.loops)]
+        for f in backing:
+            with f.open("wb") as fh:
+                fh.truncate(16 * 1024 * 1024)
+        while not self.halt.is_set():
+            due = time.monotonic() + self.every
+            devs = [
+                d for d in (self._run("losetup", "--find", "--show", str(f)) for f in backing) if d
+            ]
+            for d in devs:
+                self._run("dd", "if=/dev/zero", f"of={d}", "bs=64k", "count=16", "oflag=direct",
+                          "status=none")  # fmt: skip
+            names = [f"wbch{self.cycles % 1000}x{i}" for i in range(self.veths)]
+            for n in names:
+                if self._run("ip", "link", "add", n, "type", "veth", "peer", "name", n + "p") == "":
+                    self._run("ip", "link", "set", n, "up")
+            self.halt.wait(max(0.5, (due - time.monotonic()) / 2))  # seen by a scrape or two
+            for d in devs:
+                self._run("losetup", "-d", d)
+            for n in names:
+                self._run("ip", "link", "del", n)
+            self.disks += len(devs)
+            self.nics += len(names)
+            self.cycles += 1
+            self.halt.wait(max(0.0, due - time.monotonic()))
+        for f in backing:
+            with contextlib.suppress(OSError):
+                f.unlink()
+
+
+def http_ok(port: int, tls: ssl.SSLContext | None = None) -> bool:
     """GET /metrics answers 200."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn = (
+        http.client.HTTPSConnection("127.0.0.1", port, timeout=5, context=tls)
+        if tls is not None
+        else http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    )
     try:
         conn.request("GET", "/metrics")
         return conn.getresponse().status == 200
@@ -984,6 +1111,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="auto",
         help="backend",
     )
+    ap.add_argument(
+        "--stalled-tls", type=int, default=1000,
+        help="the agent serves HTTPS; this many clients at a time send it 6 bytes of a "
+        "ClientHello and stall (0: plain HTTP, no such clients)",
+    )  # fmt: skip
+    ap.add_argument("--stalled-tls-hold", type=float, default=3.0, help="seconds they stall")
+    ap.add_argument(
+        "--churn", action="store_true",
+        help="loop devices and veth pairs created and destroyed during the attack (root)",
+    )  # fmt: skip
+    ap.add_argument("--churn-loops", type=int, default=8, help="loop devices a cycle")
+    ap.add_argument("--churn-veths", type=int, default=4, help="veth pairs a cycle")
+    ap.add_argument("--churn-every", type=float, default=6.0, help="seconds a cycle")
     ap.add_argument("--out", type=Path, help="write the results (and every sample) as JSON")
     ap.add_argument("--keep", action="store_true", help="keep the work directory and its logs")
     a = ap.parse_args(argv)
@@ -1010,11 +1150,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     res: dict[str, Any] = {
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "machine": machine(),
+        "machine": harness_machine(packages=("pysnmp", "snmpsim")),
         "load_average_start": loadavg(),
     }
     scraper: Scraper | None = None
     sampler: Sampler | None = None
+    stalled: StalledTls | None = None
+    churn: Churn | None = None
     status = 0
     marks: dict[str, float] = {}
     pdus: list[PduSpec] = []
@@ -1063,6 +1205,17 @@ def main(argv: list[str] | None = None) -> int:
             agent_cfg = work / "agent.yml"
             agent_cfg.write_text(f"blockio:\n  backend: {args.agent_blockio}\n")
             ports = {"collector": free_port(), "agent": free_port()}
+            tls: dict[str, ssl.SSLContext] = {}
+            agent_tls: list[str] = []
+            if args.stalled_tls > 0:  # the agent serves HTTPS, as bench/tls_stall.py's server
+                from bench.tls_stall import make_cert
+
+                cert = make_cert(work)
+                (work / "web.yml").write_text(
+                    "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+                )
+                tls["agent"] = ssl.create_default_context(cafile=str(cert))
+                agent_tls = ["--web-config", str(work / "web.yml")]
             wattbit = [py, "-m", "collector.cli"]
             collector = start(
                 procs,
@@ -1086,11 +1239,12 @@ def main(argv: list[str] | None = None) -> int:
                     str(agent_cfg),
                     "--listen",
                     f"127.0.0.1:{ports['agent']}",
+                    *agent_tls,
                 ],
             )
             for name, port in ports.items():
                 wait_for(
-                    lambda port=port: http_ok(port),  # type: ignore[misc]
+                    lambda port=port, name=name: http_ok(port, tls.get(name)),  # type: ignore[misc]
                     180,
                     f"{name} /metrics",
                     alive=procs.check,
@@ -1102,7 +1256,7 @@ def main(argv: list[str] | None = None) -> int:
 
             # warm-up: the scraper runs (not measured) until every PDU has been read twice
             fresh = Freshness(epoch, [p.name for p in pdus])
-            scraper = Scraper(ports, args.scrape_every, fresh)
+            scraper = Scraper(ports, args.scrape_every, fresh, tls)
             sampler = Sampler(pids, args.sample_every)
             marks["warmup"] = time.time()
             scraper.start()
@@ -1127,7 +1281,13 @@ def main(argv: list[str] | None = None) -> int:
             marks["attack"] = time.time()
             sampler.phase = "attack"
             fresh.mark("attack")
-            half = {"slow": args.slow_clients // 2, "idle": args.idle_clients // 2}
+            # an HTTPS agent gets the stalled TLS clients instead: slowloris speaking plain
+            # HTTP to it would be closed at their first bytes (not TLS), a reconnect loop
+            attacked = {"collector": ports["collector"]} if args.stalled_tls > 0 else ports
+            half = {
+                "slow": args.slow_clients // len(attacked),
+                "idle": args.idle_clients // len(attacked),
+            }
             attack_spec = work / "attack.json"
             attack_spec.write_text(
                 json.dumps(
@@ -1136,10 +1296,12 @@ def main(argv: list[str] | None = None) -> int:
                             {
                                 "name": n,
                                 "port": port,
-                                "slow": half["slow"] + (args.slow_clients % 2 if i == 0 else 0),
-                                "idle": half["idle"] + (args.idle_clients % 2 if i == 0 else 0),
+                                "slow": half["slow"]
+                                + (args.slow_clients % len(attacked) if i == 0 else 0),
+                                "idle": half["idle"]
+                                + (args.idle_clients % len(attacked) if i == 0 else 0),
                             }
-                            for i, (n, port) in enumerate(ports.items())
+                            for i, (n, port) in enumerate(attacked.items())
                         ],
                         "collector_pid": collector.pid,
                         "flood_pps": args.flood_pps,
@@ -1152,6 +1314,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             farm.send_signal(signal.SIGUSR1)
             attacker = start(procs, "attacker", [py, __file__, "_attack", str(attack_spec)])
+            if args.stalled_tls > 0:
+                stalled = StalledTls(ports["agent"], args.stalled_tls, args.stalled_tls_hold)
+                stalled.start()
+            if args.churn:
+                churn = Churn(work, args.churn_loops, args.churn_veths, args.churn_every)
+                churn.start()
             print(
                 f"attack phase: {args.attack_s:.0f} s ({args.slow_clients} slow, "
                 f"{args.idle_clients} idle clients, {args.flood_pps:g} datagrams/s,"
@@ -1171,6 +1339,15 @@ def main(argv: list[str] | None = None) -> int:
             sampler.phase = "stopping_attack"
             sampler.sample("attack")
             res["shutdown"] = stop_children({"attacker": attacker})
+            if stalled is not None:
+                stalled.halt.set()
+                stalled.join(60)
+                res["stalled_tls"] = {"rounds": stalled.rounds, "connections": stalled.opened}
+            if churn is not None:
+                churn.halt.set()
+                churn.join(120)
+                res["churn"] = {"cycles": churn.cycles, "loop_devices": churn.disks,
+                                "veth_pairs": churn.nics, "errors": dict(churn.errors)}  # fmt: skip
             time.sleep(AFTER_S)
             sampler.sample("after_attack")
             sampler.phase = "recovery"
@@ -1213,9 +1390,11 @@ def main(argv: list[str] | None = None) -> int:
             # cleanup must not be cut short by a second signal
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_IGN)
-            for t in (scraper, sampler):
+            for t in (scraper, sampler, stalled, churn):
                 if t is not None:
                     t.halt.set()
+            if churn is not None:
+                churn.join(120)  # its loop devices and veths detached before we go
             procs.stop_all()
             res["left_over_after_cleanup"] = left = session_members({p.pid for _, p in procs.procs})
             if left:
@@ -1263,6 +1442,14 @@ def analyse(
     col = [r.t for r in scraper.records if r.target == "collector" and r.status == 200]
     ends = {p: max((t for t in col if a <= t < b), default=a) for p, (a, b) in phases.items()}
     res["latency"] = latency(scraper.records, phases)
+    res["series"] = {
+        name: {
+            p: summary([float(r.series) for r in scraper.records
+                        if r.target == name and r.status == 200 and a <= r.t < b])
+            for p, (a, b) in phases.items()
+        }
+        for name in ("agent", "collector")
+    }  # fmt: skip
     ramp = min(60.0, (marks["end"] - marks["attack"]) / 3)  # every attacker connected, cycled once
     res["ramp_s"] = ramp
     res["resources"] = {
@@ -1360,6 +1547,13 @@ def report(res: dict[str, Any], args: argparse.Namespace) -> None:
             f"  {key:<15} dropped by the server after {_fmt(s['median'])} s median,"
             f" {_fmt(s['max'])} s max ({s['n']} connections)"
         )
+    print(f"stalled TLS clients (agent): {res.get('stalled_tls')}; churn: {res.get('churn')}")
+    for name, by_phase in res.get("series", {}).items():
+        cells = ", ".join(
+            f"{p} {_fmt(v['p10'], '.0f')}/{_fmt(v['median'], '.0f')}/{_fmt(v['max'], '.0f')}"
+            for p, v in by_phase.items()
+        )
+        print(f"  {name} series on /metrics (p10/median/max): {cells}")
     print(f"collector UDP socket drops: {res.get('collector_udp_drops')}")
     print(f"shutdown: {res.get('shutdown')}")
     print(f"logs: {res.get('logs')}; agent blockio backend: {res.get('agent_blockio_backend')}")

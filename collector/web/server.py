@@ -13,12 +13,15 @@ bounded pool plus a short-lived cache of successful logins. TLS and basic auth c
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import base64
 import binascii
 import concurrent.futures
 import contextlib
+import ctypes
 import errno
 import functools
+import gc
 import hashlib
 import hmac
 import html
@@ -50,6 +53,7 @@ __all__ = ["BCRYPT_CONCURRENCY", "Limits", "Server", "WSGIApp", "landing_page", 
 WSGIApp = WSGIApplication
 
 log = logging.getLogger(__name__)
+
 
 REALM = "wattbit"
 _BCRYPT_COST_RE = re.compile(r"\$2[aby]\$(\d\d)\$")
@@ -539,6 +543,141 @@ def _same(conn: _Connection) -> _Connection:
     return conn
 
 
+# asyncio's SSLProtocol reads into a buffer of its own of max_size bytes, allocated with the
+# protocol: 256 KiB a connection (CPython 3.11-3.13 Lib/asyncio/sslproto.py). A TLS record is
+# at most 16 KiB + 256 of ciphertext, and our requests are small: 32 KiB reads the same data
+# in more, smaller reads, for an eighth of the memory per connection (bench/tls_stall.py:
+# stalled whole ClientHellos, 1,000 a round, ~160 -> ~100 MB).
+SSL_READ_BUFFER = 32 * 1024
+
+
+class _Reclaimer:
+    """Give back the memory of failed TLS handshakes, at most once every `every` seconds.
+
+    A handshake that fails leaves its SSLProtocol, transport and OpenSSL object in reference
+    cycles (through the exception's traceback) that only the cyclic collector frees, and
+    Python's collector reaches them late (generation 2): 1,000 stalled clients a round piled
+    them up to 240 MB. A collection after failures frees them; malloc_trim(0) then returns
+    the freed pages that glibc keeps (a fragmented heap is never trimmed at its top).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, every: float = 2.0) -> None:
+        self._loop = loop
+        self._every = every
+        self._pending: asyncio.TimerHandle | None = None
+        self.runs = 0
+        try:
+            self._trim: Callable[[int], int] | None = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+            self._trim = None
+
+    def soon(self) -> None:
+        """Reclaim in `every` seconds, unless already due: a burst of failures costs one run."""
+        if self._pending is None:
+            self._pending = self._loop.call_later(self._every, self._run)
+
+    def cancel(self) -> None:
+        """Forget a pending run (the server is stopping)."""
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
+
+    def _run(self) -> None:
+        self._pending = None
+        self.runs += 1
+        gc.collect()
+        if self._trim is not None:
+            self._trim(0)
+
+
+class _Hello:
+    """A TLS connection until its first record (the ClientHello) has arrived whole.
+
+    asyncio gives every TLS connection an SSLProtocol at once: a 256 KiB read buffer
+    (sslproto.SSLProtocol.max_size) plus OpenSSL's state. Clients that send 6 bytes of a
+    ClientHello and stop, a thousand at a time, round after round, took the agent from 51 MB
+    to 650-785 MB, never given back (issue 26): the cap bounded the connections, not what
+    each had allocated before it was evicted. Until a whole first record is in the kernel's
+    buffer, a connection here costs its socket alone; SO_RCVLOWAT keeps epoll from waking the
+    loop before then (Linux >= 2.6.28, socket(7)), so a dribbling client costs no CPU either.
+    The handshake timeout runs from accept(): waiting here counts against it.
+    """
+
+    _HEADER = 5  # content type, record version (2), length (2): RFC 8446 section 5.1
+    _MAX_RECORD = 2**14 + 256  # a TLSPlaintext fragment may not exceed 2^14 (+ slack)
+    _HANDSHAKE = 0x16
+
+    def __init__(
+        self, acceptor: _Acceptor, conn: _Connection, sock: socket.socket, timeout: float
+    ) -> None:
+        self._acceptor = acceptor
+        self._loop = acceptor._loop
+        self._conn = conn
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._start = time.monotonic()
+        self._timeout = timeout
+        self._want = self._HEADER
+        self._timer: asyncio.TimerHandle | None = None
+
+    def wait(self) -> None:
+        """Wait (without reading) for the first record; then hand the socket to asyncio."""
+        self._lowat(self._want)
+        self._loop.add_reader(self._fd, self._readable)
+        self._timer = self._loop.call_later(self._timeout, self._give_up)
+
+    def _lowat(self, n: int) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, n)
+
+    def _readable(self) -> None:
+        try:
+            head = self._sock.recv(self._want, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close()
+            return
+        if len(head) < self._want:  # readable with less than asked: EOF, or evicted
+            self._close()
+            return
+        if self._want == self._HEADER:
+            length = int.from_bytes(head[3:5], "big")
+            if head[0] != self._HANDSHAKE or length > self._MAX_RECORD:
+                self._close()  # not TLS (plain HTTP to the HTTPS port, say): nothing to do
+                return
+            self._want = self._HEADER + length
+            self._lowat(self._want)
+            return  # woken again when the whole record is there
+        self._done()
+        self._lowat(1)
+        left = max(0.001, self._timeout - (time.monotonic() - self._start))
+        self._acceptor._connect(self._conn, self._sock, left)
+
+    def _done(self) -> None:
+        self._acceptor._hellos.discard(self)
+        self._loop.remove_reader(self._fd)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _give_up(self) -> None:
+        self._timer = None
+        log.debug("no TLS ClientHello within %gs: closed", self._timeout)
+        self._close()
+
+    def close(self) -> None:
+        """Close the connection (it never reached asyncio)."""
+        self._close()
+
+    def _close(self) -> None:
+        self._done()
+        self._acceptor._reclaim.soon()  # its _Connection (aiohttp's handler) is in cycles too
+        self._acceptor._gate.release(self._conn)
+        self._conn.sock = None
+        self._sock.close()
+
+
 class _Acceptor:
     """accept() on the listening socket, admitting each connection through the gate.
 
@@ -570,6 +709,8 @@ class _Acceptor:
         self._retry: asyncio.TimerHandle | None = None
         self._last_warning = -float("inf")
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._hellos: set[_Hello] = set()  # TLS connections waiting for their ClientHello
+        self._reclaim = _Reclaimer(loop)
         gate.on_release = self._resume
 
     def start(self) -> None:
@@ -618,16 +759,25 @@ class _Acceptor:
             conn = self._factory()
             conn.sock = sock
             self._gate.admit(conn)
-            task = self._loop.create_task(
-                self._loop.connect_accepted_socket(
-                    functools.partial(_same, conn),
-                    sock,
-                    ssl=self._ssl,
-                    ssl_handshake_timeout=self._handshake_timeout if self._ssl else None,
-                )
+            if self._ssl is None:
+                self._connect(conn, sock, None)
+            else:
+                hello = _Hello(self, conn, sock, self._handshake_timeout)
+                self._hellos.add(hello)
+                hello.wait()
+
+    def _connect(self, conn: _Connection, sock: socket.socket, handshake: float | None) -> None:
+        """Hand the socket to asyncio (which does the TLS handshake, if any, in `handshake` s)."""
+        task = self._loop.create_task(
+            self._loop.connect_accepted_socket(
+                functools.partial(_same, conn),
+                sock,
+                ssl=self._ssl,
+                ssl_handshake_timeout=handshake,
             )
-            self._tasks.add(task)
-            task.add_done_callback(functools.partial(self._connected, conn=conn))
+        )
+        self._tasks.add(task)
+        task.add_done_callback(functools.partial(self._connected, conn=conn))
 
     def _connected(self, task: asyncio.Task[Any], conn: _Connection) -> None:
         self._tasks.discard(task)
@@ -635,6 +785,7 @@ class _Acceptor:
             # A failed TLS handshake: the protocol never saw the connection.
             exc = None if task.cancelled() else task.exception()
             log.debug("connection failed before it was made: %s", exc)
+            self._reclaim.soon()
             self._gate.release(conn)
             if conn.sock is not None:
                 conn.sock.close()
@@ -647,6 +798,9 @@ class _Acceptor:
             self._retry.cancel()
             self._retry = None
         self._sock.close()
+        self._reclaim.cancel()
+        for hello in list(self._hellos):
+            hello.close()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -769,6 +923,8 @@ def start_server(
     """
     limits = limits or Limits()
     ssl_context = web.ssl_context() if web is not None else None
+    if ssl_context is not None:  # the process's asyncio TLS: this server's, and clients'
+        asyncio.sslproto.SSLProtocol.max_size = SSL_READ_BUFFER
     pool = concurrent.futures.ThreadPoolExecutor(limits.workers, thread_name_prefix="wattbit-http")
     pools = [pool]
     auth = None

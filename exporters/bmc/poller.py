@@ -229,6 +229,18 @@ class BmcPoller:
                     t.name,
                     ", ".join(twice),
                 )
+            others = [c.chassis for c in reading.chassis if c.power_watts is not None]
+            if t.mapper is None and mapped and len(others) > 1:
+                self._once(
+                    t.name,
+                    "several",
+                    "bmc %s: %d chassis report power (%s); exporting %s as the server's: map "
+                    "the others with chassis: rules (docs/exporters/bmc.md)",
+                    t.name,
+                    len(others),
+                    ", ".join(others),
+                    mapped[0].power.chassis,
+                )
             if not any(m.power.power_watts is not None for m in mapped):
                 self._once(
                     t.name,
@@ -276,9 +288,9 @@ class BmcPoller:
     async def close(self) -> None:
         """Log out of every session and close every connection."""
         clients, self._redfish = self._redfish, {}
-        for client in clients.values():
-            with contextlib.suppress(Exception):
-                await client.close()
+        # Side by side: each logout waits at most 2 s for its BMC, and a stop must not take
+        # 2 s per BMC that went silent since its last poll.
+        await asyncio.gather(*(c.close() for c in clients.values()), return_exceptions=True)
         ipmis, self._ipmi = self._ipmi, {}
         for ipmi in ipmis.values():
             ipmi.close()

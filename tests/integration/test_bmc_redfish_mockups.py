@@ -28,6 +28,7 @@ from tests.support.realparts import parse_samples
 HEADLINE: dict[str, float | None] = {
     # Chassis/1U/EnvironmentMetrics PowerWatts.Reading (Power's PowerConsumedWatts says 344)
     "dmtf-public-rackmount1": 374.0,
+    "dell-poweredge-r750": 234.0,  # Chassis/System.Embedded.1/Power PowerControl[0]
     "gigabyte-h262-z63": 100.0,  # Chassis/Self/Power PowerControl[0].PowerConsumedWatts
     "hpe-dl325-gen10plus": 97.0,  # Chassis/1/Power PowerControl[0] (supplies: output 51 + 46)
     "hpe-xl675d-gen10plus": 894.0,  # Chassis/1/Power PowerControl[0] (4 supplies repeat 894)

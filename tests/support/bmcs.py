@@ -119,10 +119,12 @@ class SushyStatic(Proc):
 class HostileBmc(Proc):
     """tests/support/hostilebmc.py: a Redfish service misbehaving in one way (`mode`)."""
 
-    def __init__(self, mode: str, tmp: Path, other_port: int = 0) -> None:
+    def __init__(
+        self, mode: str, tmp: Path, other_port: int = 0, extra: list[str] | None = None
+    ) -> None:
         self.port = free_port()
         cmd = [sys.executable, "-m", "tests.support.hostilebmc", "--port", str(self.port)]
-        cmd += ["--mode", mode, "--other-port", str(other_port)]
+        cmd += ["--mode", mode, "--other-port", str(other_port), *(extra or [])]
         self.url = f"http://127.0.0.1:{self.port}"
         super().__init__(cmd, tmp / f"hostile-{mode}-{self.port}.log")
         self._started(

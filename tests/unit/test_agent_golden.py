@@ -22,10 +22,7 @@ by default a mismatch fails.
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 import tarfile
-from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -36,11 +33,10 @@ from collector.daemon.serve import build_registry
 from collector.web.exposition import metrics_app
 from exporters.smart.exporter import SmartExporter
 from exporters.smart.runner import RunOutcome
-from tests.support.env import FIXTURES, require
-from tests.support.realparts import have
+from tests.support.env import FIXTURES
+from tests.support.golden import assert_golden, normalise, promtool_accepts, scrape
 
 GOLDEN = FIXTURES / "metrics" / "agent.prom"
-UPDATE = os.environ.get("WATTBIT_UPDATE_GOLDEN") == "1"
 
 NIC_PCI = "devices/pci0000:00/0000:00:03.0"  # virtio2 in interrupts-6.18-virtio
 # /sys/class/net/eth0/statistics: the sums of the recorded ethtool queues, a few drops
@@ -165,22 +161,6 @@ class RecordedEthtool:
         self.closed = True
 
 
-def normalise(body: bytes) -> bytes:
-    """The exposition without what varies between runs (see the module docstring)."""
-    text = body.decode()
-    text = re.sub(r"(?m)^(# (HELP|TYPE) )?process_\S*.*\n", "", text)
-    text = re.sub(r"(?m)^(wattbit_exporter_duration_seconds\{[^}]*\}) \S+$", r"\1 0.0", text)
-    return text.encode()
-
-
-def scrape(app: Callable[..., Iterable[bytes]]) -> bytes:
-    """One GET /metrics from the WSGI app."""
-    status: list[str] = []
-    body = b"".join(app({"REQUEST_METHOD": "GET"}, lambda s, h: status.append(s)))
-    assert status == ["200 OK"]
-    return body
-
-
 @pytest.fixture(scope="module")
 def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     sys_root, proc_root = machine(tmp_path_factory.mktemp("machine"))
@@ -214,13 +194,7 @@ def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 
 
 def test_golden_metrics(agent_metrics: bytes) -> None:
-    if UPDATE:
-        GOLDEN.write_bytes(agent_metrics)
-    assert GOLDEN.exists(), f"no golden {GOLDEN}: run with WATTBIT_UPDATE_GOLDEN=1"
-    # Compared as text for a readable diff; UTF-8 both ways, so equal text is equal bytes.
-    assert agent_metrics.decode() == GOLDEN.read_bytes().decode(), (
-        "intended? WATTBIT_UPDATE_GOLDEN=1"
-    )
+    assert_golden(GOLDEN, agent_metrics.decode())
 
 
 def test_golden_covers_every_exporter(agent_metrics: bytes) -> None:
@@ -243,14 +217,7 @@ def test_golden_covers_every_exporter(agent_metrics: bytes) -> None:
 
 
 def test_promtool_accepts_the_golden() -> None:
-    require(have("promtool"), "promtool (Debian package prometheus) is not installed")
-    r = subprocess.run(
-        ["promtool", "check", "metrics"],
-        input=GOLDEN.read_bytes(),
-        capture_output=True,
-        timeout=60,
-    )
-    assert r.returncode == 0, (r.stdout + r.stderr).decode()
+    promtool_accepts(GOLDEN)
 
 
 def test_machine_is_only_the_fixtures(tmp_path: Path) -> None:

@@ -21,11 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import re
 import socket
-import subprocess
-from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -38,11 +35,10 @@ from collector.site.config import CollectorConfig
 from collector.site.main import build_exporters, profiles_for
 from collector.web.exposition import metrics_app
 from exporters.snmp.client import SnmpClient
-from tests.support.env import FIXTURES, ROOT, require
-from tests.support.realparts import have
+from tests.support.env import FIXTURES, ROOT
+from tests.support.golden import assert_golden, normalise, promtool_accepts, scrape
 
 GOLDEN = FIXTURES / "metrics" / "site.prom"
-UPDATE = os.environ.get("WATTBIT_UPDATE_GOLDEN") == "1"
 DEMO = ROOT / "deploy" / "demo" / "apc_ap8641.snmprec"
 RARITAN = FIXTURES / "pdu" / "recordings" / "raritan_px2-12outlet.snmprec"
 T0 = 1_764_000_000.0  # the registry's clock: 2025-11-24T16:00:00Z, then a minute a tick
@@ -56,23 +52,6 @@ VARYING = (
     "wattbit_snmp_var_binds_received_total",
     "wattbit_snmp_datagrams_discarded_total",
 )
-
-
-def normalise(body: bytes) -> bytes:
-    """The exposition without what varies between runs (see the module docstring)."""
-    text = body.decode()
-    text = re.sub(r"(?m)^(# (HELP|TYPE) )?process_\S*.*\n", "", text)
-    for name in VARYING:
-        text = re.sub(rf"(?m)^({name}(\{{[^}}]*\}})?) \S+$", r"\1 0.0", text)
-    return text.encode()
-
-
-def scrape(app: Callable[..., Iterable[bytes]]) -> bytes:
-    """One GET /metrics from the WSGI app."""
-    status: list[str] = []
-    body = b"".join(app({"REQUEST_METHOD": "GET"}, lambda s, h: status.append(s)))
-    assert status == ["200 OK"]
-    return body
 
 
 def _config(demo: int, raritan: int, silent: int, tmp: Path) -> CollectorConfig:
@@ -149,17 +128,12 @@ def site_metrics(tmp_path_factory: pytest.TempPathFactory) -> bytes:
                     e.close()
 
         first, second = asyncio.run(poll_and_scrape())
-    assert normalise(second) == normalise(first)  # nothing but time varies
-    return normalise(first)
+    assert normalise(second, VARYING) == normalise(first, VARYING)  # nothing but time varies
+    return normalise(first, VARYING)
 
 
 def test_golden_metrics(site_metrics: bytes) -> None:
-    if UPDATE:
-        GOLDEN.write_bytes(site_metrics)
-    assert GOLDEN.exists(), f"no golden {GOLDEN}: run with WATTBIT_UPDATE_GOLDEN=1"
-    assert site_metrics.decode() == GOLDEN.read_bytes().decode(), (
-        "intended? WATTBIT_UPDATE_GOLDEN=1"
-    )
+    assert_golden(GOLDEN, site_metrics.decode())
 
 
 def test_golden_covers_every_part(site_metrics: bytes) -> None:
@@ -178,11 +152,4 @@ def test_golden_covers_every_part(site_metrics: bytes) -> None:
 
 
 def test_promtool_accepts_the_golden() -> None:
-    require(have("promtool"), "promtool (Debian package prometheus) is not installed")
-    r = subprocess.run(
-        ["promtool", "check", "metrics"],
-        input=GOLDEN.read_bytes(),
-        capture_output=True,
-        timeout=60,
-    )
-    assert r.returncode == 0, (r.stdout + r.stderr).decode()
+    promtool_accepts(GOLDEN)
