@@ -153,6 +153,7 @@ class Gathered:
     requests: int  # HTTP requests the client had made when gathering ended
     phases: list[PhaseRun] = field(default_factory=list)  # runs marked as its phases
     limits: L.Raw | None = None  # what the verdict needs beyond the tracks (limits.fetch)
+    limits_error: str = ""  # why there is no verdict, when its queries failed
 
 
 def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gathered:
@@ -166,7 +167,11 @@ def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gat
         phases = find_phases(prom, window, g.interval, opts.match)
         g.timings["phases"] = time.monotonic() - t0
         t0 = time.monotonic()
-        raw = g.limits.result() if g.limits is not None else None
+        raw, limits_error = None, ""
+        try:
+            raw = g.limits.result() if g.limits is not None else None
+        except PromError as exc:  # the verdict is left out, the rest of the report stands
+            limits_error = str(exc)
         g.timings["limits"] = time.monotonic() - t0  # the wait left once the bins are in
     finally:
         g.pool.shutdown(wait=False)
@@ -185,6 +190,7 @@ def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gat
         requests=prom.requests,
         phases=phases,
         limits=raw,
+        limits_error=limits_error,
     )
 
 
