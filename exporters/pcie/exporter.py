@@ -22,14 +22,14 @@ from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
 from exporters.blockio.exporter import DEFAULT_EXCLUDE as BLOCK_EXCLUDE
-from exporters.blockio.topology import read_attr, read_topology, resolve_in
+from exporters.blockio.topology import last_pci, read_attr, read_topology, resolve_in
 from exporters.nic.exporter import DEFAULT_EXCLUDE as NIC_EXCLUDE
 from exporters.nic.links import interface_names, is_loopback
 from exporters.nic.procfs import Interrupts, parse_interrupts
 from exporters.nic.sysfs import irq_affinity, msi_irqs
 
 from .disklinks import DiskLink, disk_link, read_rate
-from .links import PCI_ADDR, Link, Node, read_chains, read_links, topology_names
+from .links import Link, Node, read_chains, read_links, topology_names
 
 # /proc/interrupts is about 100 bytes per IRQ per 10 CPUs: 1 MiB on a large host. Beyond
 # 32 MiB it is not a file the kernel wrote.
@@ -70,16 +70,6 @@ class _Topology:
     # of a scrape on a many-CPU host (bench/pcie_read.py); where the interrupts land each
     # scrape is in the per-CPU counts, the info's labels follow within pcie.refresh.
     affinities: dict[str, tuple[str, str]] = field(default_factory=dict)
-
-
-def _last_pci(path: tuple[str, ...] | None) -> tuple[str, ...] | None:
-    """path up to its last component that is a PCI address, None if it has none."""
-    if path is None:
-        return None
-    for i in range(len(path) - 1, -1, -1):
-        if PCI_ADDR.match(path[i]):
-            return path[: i + 1]
-    return None
 
 
 def _cut(path: tuple[str, ...] | None, pci: str) -> tuple[str, ...] | None:
@@ -246,7 +236,7 @@ class PcieExporter(Exporter):
                 continue
             # The PCI function nearest above the interface's device (virtio-net's device is
             # the virtio device under it), as nic_info finds it, but resolved inside the tree.
-            hint = _last_pci(resolve_in(self.sys_root, ("class", "net", name, "device")))
+            hint = last_pci(resolve_in(self.sys_root, ("class", "net", name, "device")))
             if hint is not None and hint[-1] not in roles:
                 roles[hint[-1]] = "nic"
                 paths[hint[-1]] = hint
