@@ -17,13 +17,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
 from exporters.blockio.exporter import DEFAULT_EXCLUDE as BLOCK_EXCLUDE
 from exporters.blockio.topology import last_pci, read_attr, read_topology, resolve_in
 from exporters.nic.exporter import DEFAULT_EXCLUDE as NIC_EXCLUDE
+from exporters.nic.exporter import cpu_interrupts
 from exporters.nic.links import interface_names, is_loopback
 from exporters.nic.procfs import Interrupts, parse_interrupts
 from exporters.nic.sysfs import irq_affinity, msi_irqs
@@ -168,21 +169,15 @@ def render(snap: PcieSnapshot) -> Iterator[Metric]:
         "A storage controller's interrupt: the CPUs it may run on and does (effective).",
         labels=["controller", "irq", "affinity", "effective_affinity"],
     )
-    per_cpu: dict[tuple[str, int], int] = {}
     for irq in snap.irqs:
         irq_info.add_metric([irq.controller, irq.irq, irq.affinity, irq.effective], 1.0)
-        for cpu, count in irq.counts.items():
-            per_cpu[(irq.controller, cpu)] = per_cpu.get((irq.controller, cpu), 0) + count
-    cpu_irqs = CounterMetricFamily(
+    yield irq_info
+    yield cpu_interrupts(
         "wattbit_controller_cpu_interrupts",
         "Interrupts of a storage controller taken by each CPU (CPUs that took none left out).",
-        labels=["controller", "cpu"],
+        "controller",
+        ((irq.controller, irq.counts) for irq in snap.irqs),
     )
-    for (controller, cpu), count in sorted(per_cpu.items()):
-        if count:
-            cpu_irqs.add_metric([controller, str(cpu)], float(count))
-    yield irq_info
-    yield cpu_irqs
 
 
 class PcieExporter(Exporter):
