@@ -82,6 +82,8 @@ def analyse(g: Gathered, now: float | None = None) -> Result:
     timelines: dict[str, Timeline] = {}
     hosts, disk_busy = _host_scopes(g, ix, timelines, warnings)
     usage = L.usage(g.grid, g.tracks, g.limits) if g.limits is not None else None
+    if g.limits_error:
+        warnings.append(f"no verdict (what limited it): {g.limits_error}")
     if usage is not None:
         every = range(g.grid.n)
         hosts = {h: replace(d, limited_by=L.verdict(usage, h, every)) for h, d in hosts.items()}

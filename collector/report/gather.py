@@ -153,6 +153,7 @@ class Gathered:
     requests: int  # HTTP requests the client had made when gathering ended
     phases: list[PhaseRun] = field(default_factory=list)  # runs marked as its phases
     limits: L.Raw | None = None  # what the verdict needs beyond the tracks (limits.fetch)
+    limits_error: str = ""  # why there is no verdict, when its queries failed
 
 
 def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gathered:
@@ -162,14 +163,19 @@ def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gat
     g = _Gatherer(prom, window, opts)
     try:
         grid, tracks, outlets = g.run()
+        t0 = time.monotonic()
+        phases = find_phases(prom, window, g.interval, opts.match)
+        g.timings["phases"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        raw, limits_error = None, ""
+        try:
+            raw = g.limits.result() if g.limits is not None else None
+        except PromError as exc:  # the verdict is left out, the rest of the report stands
+            limits_error = str(exc)
+        g.timings["limits"] = time.monotonic() - t0  # the wait left once the bins are in
     finally:
         g.pool.shutdown(wait=False)
-    t0 = time.monotonic()
-    phases = find_phases(prom, window, g.interval, opts.match)
-    g.timings["phases"] = time.monotonic() - t0
-    t0 = time.monotonic()
-    raw = L.fetch(prom, grid, g.interval, opts.match, opts.workers)
-    g.timings["limits"] = time.monotonic() - t0
+        g.limits_pool.shutdown(wait=False, cancel_futures=True)
     return Gathered(
         window=window,
         options=opts,
@@ -184,6 +190,7 @@ def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gat
         requests=prom.requests,
         phases=phases,
         limits=raw,
+        limits_error=limits_error,
     )
 
 
@@ -198,6 +205,10 @@ class _Gatherer:
         self.timings: dict[str, float] = {}
         self.coarse: dict[str, float | None] = {}
         self.interval = 0.0
+        # the verdict's queries (limits.fetch), started as soon as the grid is known so that
+        # they run beside the bins' (a Prometheus answers several queries at once)
+        self.limits: Future[L.Raw] | None = None
+        self.limits_pool = ThreadPoolExecutor(max_workers=2)
 
     def sel(self, metric: str, labels: dict[str, str] | None = None) -> str:
         """Selector of a metric, with --match's labels and the interface filter on NIC series."""
@@ -226,6 +237,9 @@ class _Gatherer:
         tracks, probed = self._count()
         self._probe(tracks, probed)
         grid = self._grid(tracks)
+        self.limits = self.limits_pool.submit(
+            L.fetch, self.prom, grid, self.interval, self.opts.match, 2
+        )
         outlets = outlets_of(list(tracks.values()))
         integrate = [o.power for o in choose_energy_sources(outlets) if o.power is not None]
         resets = self._bin(grid, tracks, integrate)

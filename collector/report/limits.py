@@ -35,7 +35,6 @@ ALONE_BUSY, OTHERS_IDLE, BUSY_DISK = 0.9, 0.05, 0.5
 INTERRUPT_SHARE = 0.1  # a CPU this much in irq + softirq moves data (a virtual NIC's softirq)
 TCP_SATURATED = 0.01  # a 1 % retransmitted share is a TCP utilisation of 1
 MOVING_NIC, MOVING_DISK = 10e6 / 8, 1e6  # bytes/s: a host below both moved no data
-_CPU_MODES = "user|nice|system|idle|iowait|irq|softirq|steal"
 _NOUN = {
     "disk": "disk-bound",
     "controller": "controller-bound",
@@ -143,8 +142,9 @@ def fetch(
         f"(rate({sel('wattbit_disk_ios_total', op='read|write')}[{w}]))",
         # plain sums per CPU (and mode): which CPUs move data is decided here, not by a topk
         # of joins in Prometheus, which costs it tens of seconds over a day at 1 s
+        # seconds per second of each mode: a CPU's modes add up to 1 (the counters count its
+        # time), so the shares need no second query for the total
         "cpu_modes": cpu("host, cpu, mode", "idle|iowait|irq|softirq"),
-        "cpu_total": cpu("host, cpu", _CPU_MODES),
         "cpu_irqs": f"sum by (host, cpu) (rate({sel('wattbit_nic_cpu_interrupts_total')}[{w}]))"
         f" > 0 or sum by (host, cpu) "
         f"(rate({sel('wattbit_controller_cpu_interrupts_total')}[{w}])) > 0",
@@ -184,46 +184,43 @@ def fetch(
     i = {_hd(s): v for s in seeded["alone_ios"] if (v := _last(s)) is not None}
     raw.alone = {k: (b[k], i.get(k, 0.0)) for k in b}
     raw.disk_ios = {_hd(s): v for s, v in per["ios"]}
-    raw.cpu_busy, raw.cpu_softirq = _cpus(per["cpu_modes"], per["cpu_total"], per["cpu_irqs"])
+    raw.cpu_busy, raw.cpu_softirq = _cpus(per["cpu_modes"], per["cpu_irqs"])
     raw.tcp_ratio = {s.labels.get("host", ""): v for s, v in per["tcp"]}
     return raw
 
 
 def _cpus(
-    modes: list[tuple[Series, Bins]],
-    totals: list[tuple[Series, Bins]],
-    irqs: list[tuple[Series, Bins]],
+    modes: list[tuple[Series, Bins]], irqs: list[tuple[Series, Bins]]
 ) -> tuple[dict[tuple[str, str], Bins], dict[tuple[str, str], Bins]]:
     """Per CPU moving data and step, its busy share and its softirq share (None: not moving
     data, or no figure): CPUs taking NIC or storage interrupts, or INTERRUPT_SHARE of their
-    time in irq + softirq. Busy is everything but idle and iowait."""
-    total = {_hc(s): b for s, b in totals}
+    time in irq + softirq. Busy is everything but idle and iowait: 1 - their seconds per
+    second (a CPU's modes add up to one second per second)."""
     irq = {_hc(s): b for s, b in irqs}
     by_mode: dict[tuple[str, str], dict[str, Bins]] = defaultdict(dict)
     for s, b in modes:
         by_mode[_hc(s)][s.labels.get("mode", "")] = b
     busy: dict[tuple[str, str], Bins] = {}
     soft: dict[tuple[str, str], Bins] = {}
-    for key, tot in total.items():
-        mb = by_mode.get(key, {})
-        n = len(tot)
+    for key, mb in by_mode.items():
+        idle = mb.get("idle")
+        if idle is None:
+            continue  # without idle time there is no busy share
+        n = len(idle)
         zero: Bins = [None] * n
-
-        def at(mode: str, k: int, mb: dict[str, Bins] = mb, zero: Bins = zero) -> float:
-            return mb.get(mode, zero)[k] or 0.0
-
+        iowait, hard, softirq = (mb.get(m, zero) for m in ("iowait", "irq", "softirq"))
+        taking = irq.get(key, zero)
         b_out: Bins = [None] * n
         s_out: Bins = [None] * n
-        taking = irq.get(key, zero)
         for k in range(n):
-            t = tot[k]
-            if t is None or t <= 0:
+            i = idle[k]
+            if i is None:
                 continue
-            interrupt = (at("irq", k) + at("softirq", k)) / t
-            if taking[k] is None and interrupt < INTERRUPT_SHARE:
+            si = softirq[k] or 0.0
+            if taking[k] is None and (hard[k] or 0.0) + si < INTERRUPT_SHARE:
                 continue  # not moving data in this step
-            b_out[k] = min(1.0, max(0.0, 1.0 - (at("idle", k) + at("iowait", k)) / t))
-            s_out[k] = at("softirq", k) / t
+            b_out[k] = min(1.0, max(0.0, 1.0 - i - (iowait[k] or 0.0)))
+            s_out[k] = min(1.0, si)
         if any(v is not None for v in b_out):
             busy[key], soft[key] = b_out, s_out
     return busy, soft

@@ -12,20 +12,12 @@ from exporters.base import Exporter
 from exporters.polling import PollFamilies, reason_counter
 
 from .poller import PduPoller, PduState, PduTarget
-from .types import Reading
+from .types import Reading, feed_values
+
+__all__ = ["FEED_LABELS", "OUTLET_LABELS", "PduExporter", "feed_values", "render"]
 
 OUTLET_LABELS = ["pdu", "outlet", "outlet_name", "host", "component"]
 FEED_LABELS = ["pdu", "feed", "host", "component"]
-
-
-def feed_values(reading: Reading, feed: str) -> tuple[float | None, float | None]:
-    """(watts, joules) of one feed of a reading: "unit", "bank:N" or "phase:N"; None: absent."""
-    if feed == "unit":
-        return reading.unit_power_watts, reading.unit_energy_joules
-    kind, _, index = feed.partition(":")
-    rows = reading.banks if kind == "bank" else reading.phases if kind == "phase" else []
-    row = next((r for r in rows if r.index == index), None)
-    return (None, None) if row is None else (row.power_watts, row.energy_joules)
 
 
 class PduExporter(Exporter):

@@ -24,7 +24,7 @@ from .decode import MAX_OUTLETS, decode, metered
 from .decode import REASONS as INVALID_REASONS
 from .detect import Detection, NoProfile, detect
 from .profile import Profile
-from .types import Reading
+from .types import Reading, feed_values
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,7 @@ class PduPoller(PeriodicPoller[PduTarget, PduState]):
             for reason in INVALID_REASONS:
                 self.invalid[(t.name, reason)] += 0
         self._unmetered_logged: set[str] = set()
+        self._feed_logged: set[tuple[str, str]] = set()  # (pdu, feed) said to have no watts
         self._late_logged: set[str] = set()
 
     async def _profile(self, t: PduTarget) -> Profile:
@@ -161,6 +162,18 @@ class PduPoller(PeriodicPoller[PduTarget, PduState]):
             self._answered(t.name)
             for reason, n in reading.invalid.items():
                 self.invalid[(t.name, reason)] += n
+            for feed, _, _ in t.feeds:
+                # A mapped feed without watts gives its host no power: say so once (a bank
+                # number the PDU does not have, a profile that reads no banks, no unit power).
+                said = (t.name, feed) in self._feed_logged
+                if feed_values(reading, feed)[0] is None and not said:
+                    self._feed_logged.add((t.name, feed))
+                    log.warning(
+                        "pdu %s: feed %s has no power reading (profile %s): no series for it",
+                        t.name,
+                        feed,
+                        profile_name,
+                    )
             if not metered(reading) and t.name not in self._unmetered_logged:
                 self._unmetered_logged.add(t.name)
                 log.warning(

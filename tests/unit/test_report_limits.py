@@ -260,3 +260,17 @@ def test_gen4_nvme_trained_at_gen3_from_a_real_capture(tmp_path: Path) -> None:
     assert lb.utilisation == pytest.approx(3.8e9 / usable)
     assert lb.others == {"disk": 1.0}  # no pcie: the root port's link is the drive's own
     assert lb.evidence.startswith(f"controller {NVME} at 96 %")
+
+
+def test_a_failed_verdict_leaves_the_rest_of_the_report() -> None:
+    """When the verdict's queries fail (a store that times out), the report has no verdict and
+    says why; its other figures stand."""
+    from dataclasses import replace
+
+    from collector.report.analyse import analyse
+    from tests.unit.test_report_math import phased_window
+
+    doc = analyse(replace(phased_window(), limits_error="Prometheus timed out")).doc
+    assert any(w == "no verdict (what limited it): Prometheus timed out" for w in doc.warnings)
+    assert doc.hosts["h"].limited_by is None and doc.hosts["h"].joules_per_gigabit is not None
+    assert all(not p.limited_by for p in doc.phases)
