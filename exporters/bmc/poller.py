@@ -99,24 +99,76 @@ def primary(chassis: Sequence[ChassisPower]) -> ChassisPower | None:
     return with_power[0] if with_power else (chassis[0] if len(chassis) == 1 else None)
 
 
-def map_chassis(t: BmcTarget, reading: BmcReading) -> tuple[list[Mapped], list[str]]:
-    """The exported chassis with their labels, and the (host, component) pairs given twice."""
+@dataclass
+class ChassisMap:
+    """What map_chassis decided for one poll."""
+
+    mapped: list[Mapped]
+    twice: list[str]  # chassis on a host/component already taken
+    nested: list[tuple[str, str]]  # (chassis, the chassis it is inside): its watts counted there
+
+
+def ancestors(chassis: Sequence[ChassisPower]) -> dict[str, list[str]]:
+    """Every chassis' containers, innermost first, from Links.ContainedBy and Links.Contains.
+
+    The Chassis schema links both ways (ContainedBy on the inner chassis, Contains on the
+    outer: https://redfish.dmtf.org/schemas/v1/Chassis.json); a BMC may fill only one side.
+    A BMC that loops (A in B, B in A) gets each chain cut where it comes back.
+    """
+    parent: dict[str, str] = {}
+    for c in chassis:
+        if c.contained_by and c.contained_by != c.chassis:
+            parent[c.chassis] = c.contained_by
+    for c in chassis:
+        for inner in c.contains:
+            if inner != c.chassis:
+                parent.setdefault(inner, c.chassis)
+    out: dict[str, list[str]] = {}
+    for c in chassis:
+        chain: list[str] = []
+        node = c.chassis
+        while node in parent and parent[node] not in chain and parent[node] != c.chassis:
+            node = parent[node]
+            chain.append(node)
+        out[c.chassis] = chain
+    return out
+
+
+def map_chassis(t: BmcTarget, reading: BmcReading) -> ChassisMap:
+    """The exported chassis with their labels, and those left out (twice, or nested).
+
+    A chassis inside another chassis mapped to the same host, with a power figure, is left
+    out: the outer chassis' input power already includes it (an enclosure and its blades, a
+    rack-mount chassis and its board), and the rules sum a host's BMC series, so exporting
+    both would count its watts twice. The outermost mapped chassis with a figure stands.
+    """
     if t.mapper is None:
         chosen = primary(reading.chassis)
-        return ([Mapped(t.labels[0], t.labels[1], chosen)] if chosen else []), []
+        return ChassisMap([Mapped(t.labels[0], t.labels[1], chosen)] if chosen else [], [], [])
+    labelled = [(c, t.mapper(c.chassis, c.name)) for c in reading.chassis]
+    hosts_with_power = {
+        (c.chassis, labels[0])
+        for c, labels in labelled
+        if labels is not None and c.power_watts is not None
+    }
+    up = ancestors(reading.chassis)
     out: list[Mapped] = []
     seen: set[tuple[str, str]] = set()
     twice: list[str] = []
-    for c in reading.chassis:
-        labels = t.mapper(c.chassis, c.name)
+    nested: list[tuple[str, str]] = []
+    for c, labels in labelled:
         if labels is None:
+            continue
+        outer = next((a for a in up[c.chassis] if (a, labels[0]) in hosts_with_power), None)
+        if outer is not None and c.power_watts is not None:
+            nested.append((c.chassis, outer))
             continue
         if labels in seen:  # two chassis on one host/component: the first wins, once logged
             twice.append(c.chassis)
             continue
         seen.add(labels)
         out.append(Mapped(labels[0], labels[1], c))
-    return out, twice
+    return ChassisMap(out, twice, nested)
 
 
 class BmcPoller(PeriodicPoller[BmcTarget, BmcState]):
@@ -200,7 +252,17 @@ class BmcPoller(PeriodicPoller[BmcTarget, BmcState]):
                 self._identity[t.name] = tuple(sorted(reading.identity.items()))
             for reason, n in reading.invalid.items():
                 self.invalid[(t.name, reason)] += n
-            mapped, twice = map_chassis(t, reading)
+            decided = map_chassis(t, reading)
+            mapped, twice = decided.mapped, decided.twice
+            if decided.nested:
+                self._once(
+                    t.name,
+                    "nested",
+                    "bmc %s: %s mapped to the host of the chassis it is inside; its watts are "
+                    "in that chassis' and are not exported twice (docs/exporters/bmc.md)",
+                    t.name,
+                    ", ".join(f"{inner} (inside {outer})" for inner, outer in decided.nested),
+                )
             if twice:
                 self._once(
                     t.name,

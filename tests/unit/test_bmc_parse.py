@@ -19,7 +19,7 @@ from exporters.bmc.ipmi import (
     reading_of,
     stderr_reason,
 )
-from exporters.bmc.poller import BmcTarget, map_chassis, primary
+from exporters.bmc.poller import BmcTarget, ancestors, map_chassis, primary
 from exporters.bmc.redfish_parse import (
     KWH,
     chassis_power,
@@ -182,9 +182,64 @@ def test_primary_and_mapping() -> None:
     def mapper(cid: str, name: str) -> tuple[str, str] | None:
         return {"Baseboard": ("n1", ""), "Blade2": ("n1", "")}.get(cid)
 
-    mapped, twice = map_chassis(BmcTarget("b", "redfish", mapper=mapper), reading)
-    assert [(m.host, m.power.chassis) for m in mapped] == [("n1", "Baseboard")]
-    assert twice == ["Blade2"]
+    decided = map_chassis(BmcTarget("b", "redfish", mapper=mapper), reading)
+    assert [(m.host, m.power.chassis) for m in decided.mapped] == [("n1", "Baseboard")]
+    assert decided.twice == ["Blade2"] and decided.nested == []
+
+
+def mapped_to(
+    chassis: list[ChassisPower], rules: dict[str, tuple[str, str]]
+) -> tuple[dict[str, float | None], list[tuple[str, str]]]:
+    """{chassis exported: its watts}, and the chassis left out as nested, under `rules`."""
+    decided = map_chassis(BmcTarget("b", "redfish", mapper=lambda c, n: rules.get(c)),
+                          BmcReading(chassis=chassis))  # fmt: skip
+    return {m.power.chassis: m.power.power_watts for m in decided.mapped}, decided.nested
+
+
+def test_nested_chassis_on_one_host_counted_once() -> None:
+    """An enclosure and its blade (or a chassis and its board) mapped to one host: only the
+    outermost with a figure is exported, whichever side the BMC links from; on other hosts
+    both stand; a contained chassis without a figure never hides its container."""
+    enclosure = ChassisPower("Enclosure", power_watts=2000.0, contains=("Blade1", "Blade2"))
+    blade1 = ChassisPower("Blade1", power_watts=300.0)  # linked only from the enclosure
+    blade2 = ChassisPower("Blade2", power_watts=280.0, contained_by="Enclosure")
+    node = ChassisPower("Node", power_watts=150.0, contained_by="Blade2")  # two levels down
+    same = {"Enclosure": ("h", "enclosure"), "Blade1": ("h", "server"), "Node": ("h", "node")}
+    assert mapped_to([blade1, enclosure, blade2, node], same) == (
+        {"Enclosure": 2000.0},
+        [("Blade1", "Enclosure"), ("Node", "Enclosure")],
+    )
+    apart = {"Enclosure": ("enc", ""), "Blade1": ("h1", ""), "Blade2": ("h2", "")}
+    assert mapped_to([enclosure, blade1, blade2], apart) == (
+        {"Enclosure": 2000.0, "Blade1": 300.0, "Blade2": 280.0},
+        [],
+    )
+    # the container has no figure (HPE XL675d's EnclosureChassis): the server's stands
+    empty = ChassisPower("EnclosureChassis")
+    server = ChassisPower("1", power_watts=894.0, contained=True, contained_by="EnclosureChassis")
+    both = {"EnclosureChassis": ("h", "enclosure"), "1": ("h", "server")}
+    assert mapped_to([empty, server], both) == ({"EnclosureChassis": None, "1": 894.0}, [])
+    # a BMC whose links loop is cut, not followed forever
+    a = ChassisPower("A", power_watts=1.0, contained_by="B")
+    b = ChassisPower("B", power_watts=2.0, contained_by="A")
+    assert ancestors([a, b]) == {"A": ["B"], "B": ["A"]}
+
+
+def test_containment_links_of_a_real_chassis() -> None:
+    """HPE iLO 5 ends its links with "/": the XL675d mockup's server chassis names its
+    enclosure by Id all the same (tests/fixtures/bmc, a verbatim capture)."""
+    import json
+
+    from tests.support.bmcs import MOCKUPS
+
+    doc = json.loads((MOCKUPS / "hpe-xl675d-gen10plus/Chassis/1/index.json").read_text())
+    c = chassis_power(doc, None, None, [], BmcReading())
+    assert (c.contained, c.contained_by, c.contains) == (True, "EnclosureChassis", ())
+    intel = {"Id": "Baseboard", "Links": {"ContainedBy": [{"@odata.id": "/redfish/v1/Chassis/R"}]}}
+    assert chassis_power(intel, None, None, [], BmcReading()).contained_by == "R"
+    garbage = {"Id": "x", "Links": {"ContainedBy": "nope", "Contains": [{"@odata.id": 5}, 7]}}
+    c = chassis_power(garbage, None, None, [], BmcReading())
+    assert (c.contained_by, c.contains) == ("", ())
 
 
 JSON = st.recursive(

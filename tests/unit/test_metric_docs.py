@@ -27,22 +27,6 @@ NOT_IN_GOLDENS = {
     "wattbit_disk_io_latency_clock_info": "core and bcc only: which clock the latency reads",
     "wattbit_disk_io_untimed_total": "core and bcc only: requests the latency could not time",
     "wattbit_cpu_seconds_total": "cpu.enabled, opt-in (where no node_exporter runs)",
-    **{
-        f"wattbit_bmc_{name}": "the site golden's configuration has no BMC (one would need "
-        "a Redfish service or an IPMI simulator running); tests/integration/"
-        "test_bmc_redfish_mockups.py and test_bmc_ipmi.py check every family on real ones"
-        for name in (
-            "power_watts",
-            "supply_power_watts",
-            "energy_joules_total",
-            "up",
-            "info",
-            "poll_duration_seconds",
-            "last_poll_timestamp_seconds",
-            "poll_failures_total",
-            "invalid_values_total",
-        )
-    },
 }
 
 _NAME = re.compile(r"(?<![:\w])(wattbit_[a-z0-9_]*[a-z0-9])(?![\w*]|\.[A-Za-z])")
