@@ -31,7 +31,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.test_rules_promtool import ALERTS, PROM_CONFIG, query, serve_metrics
+from tests.integration.test_rules_promtool import (
+    ALERTS,
+    prometheus_config,
+    query,
+    serve_metrics,
+)
 from tests.support.env import ROOT, require
 from tests.support.realparts import server, wait_for
 
@@ -78,18 +83,10 @@ def collector_body() -> bytes:
 
 def config(agents: dict[str, int], collector: int) -> str:
     """deploy/prometheus/prometheus.yml's jobs pointed at the stand-ins, 1s intervals."""
-    cfg = yaml.safe_load(PROM_CONFIG.read_text())
-    cfg["global"].update(scrape_interval="1s", scrape_timeout="1s", evaluation_interval="1s")
-    cfg["rule_files"] = [str(ALERTS / "*.yml")]
-    cfg.pop("alerting", None)
-    jobs = {job["job_name"]: job for job in cfg["scrape_configs"]}
-    jobs["wattbit-agent"]["static_configs"] = [
+    targets = [
         {"targets": [f"127.0.0.1:{port}"], "labels": {"host": h}} for h, port in agents.items()
     ]
-    jobs["wattbit-collector"]["static_configs"] = [{"targets": [f"127.0.0.1:{collector}"]}]
-    del jobs["node"]
-    cfg["scrape_configs"] = list(jobs.values())
-    return yaml.safe_dump(cfg)
+    return yaml.safe_dump(prometheus_config(targets, collector))
 
 
 def test_host_power_by_source_rules_and_report(tmp_path: Path) -> None:
