@@ -94,6 +94,7 @@ class Usage:
     speed: dict[tuple[str, str], float]  # (host, interface) -> bytes/s
     softirq: dict[tuple[str, str], Bins]  # (host, cpu)
     disk_bytes: dict[tuple[str, str], Bins]  # (host, device)
+    disk_ios: dict[tuple[str, str], Bins]  # (host, device): requests/s
     yields: dict[tuple[str, str], Bins]  # (host, controller or bridge) -> share
 
 
@@ -354,6 +355,7 @@ def usage(grid: Grid, tracks: Iterable[Track], raw: Raw) -> Usage:
         speed=dict(raw.nic_speed),
         softirq=dict(raw.cpu_softirq),
         disk_bytes=dict(dbytes),
+        disk_ios=dict(raw.disk_ios),
         yields=yields,
     )
 
@@ -540,6 +542,14 @@ def _ordered(per: dict[str, tuple[float, str]]) -> list[tuple[str, tuple[float, 
     return sorted(per.items(), key=lambda kv: -kv[1][0])
 
 
+def _rate(bps: float) -> str:
+    """Bytes/s in three figures: '2.05 MB/s', '1.31 GB/s'."""
+    for div, unit in ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s")):
+        if bps >= div:
+            return f"{bps / div:.3g} {unit}"
+    return f"{bps:.3g} B/s"
+
+
 def _pct(v: float) -> str:
     return f"{100 * v:.0f} %"
 
@@ -555,7 +565,11 @@ def _phrase(u: Usage, host: str, res: str, subj: str, v: float, steps: list[int]
     """One resource in a few words: "disk sda 96 % busy", "NIC eth2 70 % of 60 Gbit/s"."""
     if res == "disk":
         mb = _mean(u.disk_bytes.get((host, subj)), steps)
-        moved = f" at {mb / 1e6:.3g} MB/s" if mb is not None else ""
+        moved = f" at {_rate(mb)}" if mb is not None else ""
+        ios = _mean(u.disk_ios.get((host, subj)), steps)
+        if mb is not None and ios:
+            # small requests say "random I/O": busy, and few bytes for it
+            moved += f" in {mb / ios / 1024:.3g} KiB requests"
         return f"disk {subj} {_pct(v)} busy{moved}"
     if res == "controller":
         y = _mean(u.yields.get((host, subj)), steps)

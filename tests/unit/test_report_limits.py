@@ -167,6 +167,7 @@ def test_random_io_is_the_disks_not_the_controller() -> None:
     u = usage(GRID, tracks, raw)
     lb = verdict(u, h, range(2, N))
     assert (lb.resource, lb.subject) == ("disk", "sda") and lb.utilisation == 1.0
+    assert lb.evidence.startswith("disk sda 100 % busy at 2.05 MB/s in 8 KiB requests")
     assert "controller" not in lb.others
     assert abs((u.yields[(h, "0000:03:00.0")][5] or 0) - 500 / 240) < 1e-9
 
