@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import binned as B
 from . import compute as C
 from . import limits as L
 from .prom import LabelKey, PromError, Prometheus, Series, duration, label_key, selector
@@ -268,7 +269,7 @@ class _Gatherer:
         tracks: _Tracks = {}
         for metric, fut in count_f.items():
             for s in fut.result():
-                labels = _strip_name(s.labels)
+                labels = B.strip_name(s.labels)
                 n = s.samples[-1][1]
                 if not (math.isfinite(n) and n >= 0):  # a count; a hostile store sends NaN
                     raise PromError(f"{prom.url}: count_over_time({metric}) answered {n}")
@@ -329,7 +330,7 @@ class _Gatherer:
         for (metric, key), tr in tracks.items():
             if metric in COUNTERS:
                 points = binned[(metric, "last_over_time")].get(key, {})
-                last = [points.get(k) for k in range(grid.n + 1)]
+                last = B.last_values(points, grid)
                 tr.counter = C.counter_from_last(last)
                 tr.present = [v is not None for v in last[1:]]
             else:
@@ -369,60 +370,20 @@ class _Gatherer:
 
     def _raw(self, tr: Track, grid: Grid) -> list[tuple[float, float]]:
         """Raw samples of one track in ``(start - step, end]`` (the step before is the base)."""
-        chunk = max(60.0, 20_000 * (tr.interval or grid.step))
-        res = self.prom.raw(
-            self.sel(tr.metric, tr.labels), grid.start - grid.step, grid.end, chunk_seconds=chunk
-        )
-        return [p for p in res[0].samples if math.isfinite(p[1])] if res else []
+        return B.raw(self.prom, self.sel(tr.metric, tr.labels), grid, tr.interval or grid.step)
 
     def _bins(
         self, grid: Grid, metric: str, fn: str, series: int = 1
     ) -> dict[LabelKey, dict[int, float]]:
         """``fn(metric[bin])`` for every bin: {labels: {edge index: value}}; ``series`` expected."""
-        prom, sel = self.prom, self.sel(metric)
-        out: dict[LabelKey, dict[int, float]] = defaultdict(dict)
-
-        def put(series: list[Series]) -> None:
-            start, step, end, n = grid.start, grid.step, grid.end, grid.n
-            for s in series:
-                # some functions keep the metric name (last_over_time), most drop it
-                d = out[label_key(_strip_name(s.labels))]
-                for t, v in s.samples:
-                    if v != v:  # NaN
-                        continue
-                    if abs(t - end) < 1e-3:
-                        d[n] = v
-                        continue
-                    k = round((t - start) / step)
-                    if 0 <= k < n and abs(start + k * step - t) < 1e-3:
-                        d[k] = v
-
-        if fn == "resets":  # one number over the whole window and the step before it
-            span = prom.range_for(grid.end - grid.start + grid.step)
-            put(_at(prom.query(f"resets({sel}[{span}])", grid.end), grid.end))
-            return out
-        # bins 0..n-2 end on the regular grid; the last one ends at `end` and may be shorter
-        first = 0 if fn == "last_over_time" else 1  # edge 0 is the counters' base
-        if grid.n - 1 >= first:
-            put(
-                prom.query_range(
-                    f"{fn}({sel}[{prom.range_for(grid.step)}])",
-                    grid.edges[first],
-                    grid.edges[grid.n - 1],
-                    grid.step,
-                    series,
-                )
-            )
-        last_len = grid.end - grid.edges[grid.n - 1]
-        put(_at(prom.query(f"{fn}({sel}[{prom.range_for(last_len)}])", grid.end), grid.end))
-        return out
+        return B.bins(self.prom, grid, self.sel(metric), fn, series)
 
     @staticmethod
     def _set_intervals(tracks: _Tracks, probed: dict[str, list[Series]]) -> None:
         """Scrape interval of each series: median spacing of its raw samples in a probe slice."""
         for metric, series in probed.items():
             for s in series:
-                tr = tracks.get((metric, label_key(_strip_name(s.labels))))
+                tr = tracks.get((metric, label_key(B.strip_name(s.labels))))
                 if tr is not None and tr.interval is None:
                     tr.interval = C.median_interval([t for t, _ in s.samples])
 
@@ -432,17 +393,6 @@ class _Gatherer:
         if same:
             return sorted(same)[len(same) // 2]
         return step
-
-
-def _strip_name(labels: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in labels.items() if k != "__name__"}
-
-
-def _at(series: list[Series], t: float) -> list[Series]:
-    """Stamp instant-query answers with exactly ``t`` (Prometheus rounds to ms)."""
-    for s in series:
-        s.samples = [(t, v) for _, v in s.samples]
-    return series
 
 
 def _bin_of(grid: Grid, t: float) -> int:

@@ -6,7 +6,10 @@ a Prometheus without the rules: each disk (busy), each storage controller (its P
 busy disks against what each moved when last seen alone), each PCIe link and shared bridge or
 root-port link, each NIC each way (against its link speed), the busiest CPU moving data, TCP
 retransmits. :func:`fetch` asks Prometheus for what the report's other series do not hold
-(topology, link speeds, requests/s, CPU time, TCP); :func:`usage` and :func:`verdict` are pure.
+(topology, link speeds, requests/s, CPU time, TCP), its counters read as the report's own are
+(:mod:`.binned`: the last sample per step, rates computed here, never a store's ``rate()``, so
+that Prometheus and VictoriaMetrics give the same verdict); :func:`counters`, :func:`usage` and
+:func:`verdict` are pure.
 
 The verdict over a set of steps (the whole run, a phase): of the steps in which the host moved
 data (NICs at least 10 Mbit/s or disks at least 1 MB/s), each subject's mean utilisation; each
@@ -24,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import binned as B
 from .prom import Prometheus, Series, selector
 from .series import BUSY, DISK_IO, NIC, Grid, Track
 
@@ -101,6 +105,24 @@ class Usage:
 # --- fetching -----------------------------------------------------------------------------
 
 
+# The verdict's counters: {what: (metric, exact labels, regex labels)}. Each is read as the
+# report's own counters are (binned.counter_rates: last sample per bin, Python's arithmetic),
+# never as a store's rate(), whose figures differ between Prometheus and VictoriaMetrics.
+CPU_MODES = "idle|iowait|irq|softirq"
+COUNTERS: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {
+    "ios": ("wattbit_disk_ios_total", {}, {"op": "read|write"}),
+    # seconds per second of each mode: a CPU's modes add up to 1 (the counters count its time),
+    # so the shares need no second query for the total
+    "node_cpu": ("node_cpu_seconds_total", {}, {"mode": CPU_MODES}),
+    "agent_cpu": ("wattbit_cpu_seconds_total", {}, {"mode": CPU_MODES}),
+    "nic_irqs": ("wattbit_nic_cpu_interrupts_total", {}, {}),
+    "controller_irqs": ("wattbit_controller_cpu_interrupts_total", {}, {}),
+    "retransmitted": ("wattbit_tcp_retransmitted_segments_total", {}, {}),
+    "segments_out": ("wattbit_tcp_segments_total", {"direction": "out"}, {}),
+}
+PerSeries = list[tuple[dict[str, str], Bins]]  # (labels, per-second rate per step)
+
+
 def fetch(
     prom: Prometheus, grid: Grid, interval: float, match: dict[str, str], workers: int = 4
 ) -> Raw:
@@ -108,18 +130,9 @@ def fetch(
     raw = Raw()
     m = dict(match)
     whole = prom.range_for(grid.end - grid.start)
-    # rates over a few scrapes, so that a step of one scrape interval still has two samples
-    w = prom.range_for(max(grid.step, 2.5 * interval))
 
     def sel(metric: str, labels: dict[str, str] | None = None, **regex: str) -> str:
         return selector(metric, {**m, **(labels or {})}, **regex)
-
-    def cpu(by: str, modes: str) -> str:
-        # node_exporter's, else the agent's own (cpu.enabled) where a host has no node_exporter
-        return (
-            f"sum by ({by}) (rate({sel('node_cpu_seconds_total', mode=modes)}[{w}]))"
-            f" or sum by ({by}) (rate({sel('wattbit_cpu_seconds_total', mode=modes)}[{w}]))"
-        )
 
     at = grid.end
     instant: dict[str, str] = {
@@ -138,21 +151,6 @@ def fetch(
         "alone_bytes": "host_device:wattbit_disk_alone_bytes_per_second:last",
         "alone_ios": "host_device:wattbit_disk_alone_ios_per_second:last",
     }
-    ranged: dict[str, str] = {
-        "ios": f"sum by (host, device) "
-        f"(rate({sel('wattbit_disk_ios_total', op='read|write')}[{w}]))",
-        # plain sums per CPU (and mode): which CPUs move data is decided here, not by a topk
-        # of joins in Prometheus, which costs it tens of seconds over a day at 1 s
-        # seconds per second of each mode: a CPU's modes add up to 1 (the counters count its
-        # time), so the shares need no second query for the total
-        "cpu_modes": cpu("host, cpu, mode", "idle|iowait|irq|softirq"),
-        "cpu_irqs": f"sum by (host, cpu) (rate({sel('wattbit_nic_cpu_interrupts_total')}[{w}]))"
-        f" > 0 or sum by (host, cpu) "
-        f"(rate({sel('wattbit_controller_cpu_interrupts_total')}[{w}])) > 0",
-        "tcp": f"sum by (host) (rate({sel('wattbit_tcp_retransmitted_segments_total')}[{w}]))"
-        f" / (sum by (host) "
-        f"(rate({sel('wattbit_tcp_segments_total', {'direction': 'out'})}[{w}])) > 0)",
-    }
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         fi = {k: pool.submit(prom.query, q, at) for k, q in instant.items()}
         # the recording rules' alone values just before the window, where there are rules
@@ -160,10 +158,14 @@ def fetch(
             k: pool.submit(prom.query, f"last_over_time({sel(r)}[1h])", grid.start)
             for k, r in seeds.items()
         }
-        fr = {k: pool.submit(_per_step, prom, grid, q) for k, q in ranged.items()}
+        fc = {
+            k: pool.submit(B.counter_rates, prom, grid, metric, sel(metric, exact, **regex),
+                           interval)
+            for k, (metric, exact, regex) in COUNTERS.items()
+        }  # fmt: skip
         got = {k: f.result() for k, f in fi.items()}
         seeded = {k: f.result() for k, f in fs.items()}
-        per = {k: f.result() for k, f in fr.items()}
+        per = {k: f.result() for k, f in fc.items()}
     for s in got["disk_info"]:
         h, d = s.labels.get("host", ""), s.labels.get("device", "")
         raw.whole_disks.add((h, d))
@@ -184,23 +186,66 @@ def fetch(
     b = {_hd(s): v for s in seeded["alone_bytes"] if (v := _last(s)) is not None}
     i = {_hd(s): v for s in seeded["alone_ios"] if (v := _last(s)) is not None}
     raw.alone = {k: (b[k], i.get(k, 0.0)) for k in b}
-    raw.disk_ios = {_hd(s): v for s, v in per["ios"]}
-    raw.cpu_busy, raw.cpu_softirq = _cpus(per["cpu_modes"], per["cpu_irqs"])
-    raw.tcp_ratio = {s.labels.get("host", ""): v for s, v in per["tcp"]}
+    raw.disk_ios, raw.cpu_busy, raw.cpu_softirq, raw.tcp_ratio = counters(per, grid.n)
     return raw
 
 
+def counters(
+    per: dict[str, PerSeries], n: int
+) -> tuple[
+    dict[tuple[str, str], Bins],
+    dict[tuple[str, str], Bins],
+    dict[tuple[str, str], Bins],
+    dict[str, Bins],
+]:
+    """The verdict's per-step figures from its counters' per-series rates (keys of COUNTERS;
+    a missing key has no series): requests/s per disk, busy and softirq shares per CPU moving
+    data, retransmitted share of segments sent per host."""
+
+    def by(what: str, *labels: str) -> dict[tuple[str, ...], Bins]:
+        # `sum by (labels)`: a step's sum over the series with a value in it
+        groups: dict[tuple[str, ...], list[Bins]] = defaultdict(list)
+        for lab, b in per.get(what, []):
+            groups[tuple(lab.get(k, "") for k in labels)].append(b)
+        return {k: _sum(bs, n) for k, bs in groups.items()}
+
+    ios = {(k[0], k[1]): b for k, b in by("ios", "host", "device").items()}
+    # node_exporter's CPU time where the host has it, else the agent's own (cpu.enabled)
+    modes = by("node_cpu", "host", "cpu", "mode")
+    with_node = {k[0] for k in modes}
+    modes |= {k: b for k, b in by("agent_cpu", "host", "cpu", "mode").items()
+              if k[0] not in with_node}  # fmt: skip
+    # CPUs taking NIC or storage interrupts in a step
+    nic_irq, ctl_irq = by("nic_irqs", "host", "cpu"), by("controller_irqs", "host", "cpu")
+    irqs: dict[tuple[str, str], Bins] = {}
+    for k in nic_irq.keys() | ctl_irq.keys():
+        none: Bins = [None] * n
+        a, c = nic_irq.get(k, none), ctl_irq.get(k, none)
+        irqs[(k[0], k[1])] = [
+            x if x is not None and x > 0 else y if y is not None and y > 0 else None
+            for x, y in zip(a, c, strict=True)
+        ]
+    busy, soft = _cpus({(k[0], k[1], k[2]): b for k, b in modes.items()}, irqs)
+    retrans, sent = by("retransmitted", "host"), by("segments_out", "host")
+    tcp = {
+        h[0]: [None if r is None or s is None or s <= 0 else r / s
+               for r, s in zip(retrans[h], sent[h], strict=True)]
+        for h in retrans.keys() & sent.keys()
+    }  # fmt: skip
+    return ios, busy, soft, tcp
+
+
 def _cpus(
-    modes: list[tuple[Series, Bins]], irqs: list[tuple[Series, Bins]]
+    modes: dict[tuple[str, str, str], Bins], irqs: dict[tuple[str, str], Bins]
 ) -> tuple[dict[tuple[str, str], Bins], dict[tuple[str, str], Bins]]:
     """Per CPU moving data and step, its busy share and its softirq share (None: not moving
     data, or no figure): CPUs taking NIC or storage interrupts, or INTERRUPT_SHARE of their
     time in irq + softirq. Busy is everything but idle and iowait: 1 - their seconds per
-    second (a CPU's modes add up to one second per second)."""
-    irq = {_hc(s): b for s, b in irqs}
+    second (a CPU's modes add up to one second per second). ``modes``: seconds per second by
+    (host, cpu, mode); ``irqs``: interrupts per second by (host, cpu), None where none."""
     by_mode: dict[tuple[str, str], dict[str, Bins]] = defaultdict(dict)
-    for s, b in modes:
-        by_mode[_hc(s)][s.labels.get("mode", "")] = b
+    for (h, c, mode), b in modes.items():
+        by_mode[(h, c)][mode] = b
     busy: dict[tuple[str, str], Bins] = {}
     soft: dict[tuple[str, str], Bins] = {}
     for key, mb in by_mode.items():
@@ -210,7 +255,7 @@ def _cpus(
         n = len(idle)
         zero: Bins = [None] * n
         iowait, hard, softirq = (mb.get(m, zero) for m in ("iowait", "irq", "softirq"))
-        taking = irq.get(key, zero)
+        taking = irqs.get(key, zero)
         b_out: Bins = [None] * n
         s_out: Bins = [None] * n
         for k in range(n):
@@ -231,32 +276,9 @@ def _hd(s: Series) -> tuple[str, str]:
     return (s.labels.get("host", ""), s.labels.get("device", ""))
 
 
-def _hc(s: Series) -> tuple[str, str]:
-    return (s.labels.get("host", ""), s.labels.get("cpu", ""))
-
-
 def _last(s: Series) -> float | None:
     v = s.samples[-1][1] if s.samples else None
     return v if v is not None and math.isfinite(v) else None
-
-
-def _per_step(prom: Prometheus, grid: Grid, expr: str) -> list[tuple[Series, Bins]]:
-    """``expr`` at the end of every step: one value per step (None where it had none)."""
-    out: dict[tuple[tuple[str, str], ...], tuple[Series, Bins]] = {}
-
-    def put(series: list[Series], at: float | None = None) -> None:
-        for s in series:
-            key = tuple(sorted((k, v) for k, v in s.labels.items() if k != "__name__"))
-            _s, bins = out.setdefault(key, (s, [None] * grid.n))
-            for t, v in s.samples:
-                k = grid.n if at is not None else grid.index(t)
-                if k is not None and k >= 1 and math.isfinite(v):
-                    bins[k - 1] = v
-
-    if grid.n >= 2:
-        put(prom.query_range(expr, grid.edges[1], grid.edges[grid.n - 1], grid.step))
-    put(prom.query(expr, grid.end), at=grid.end)
-    return list(out.values())
 
 
 # --- utilisation per step (pure) -----------------------------------------------------------

@@ -275,3 +275,42 @@ def test_a_failed_verdict_leaves_the_rest_of_the_report() -> None:
     assert any(w == "no verdict (what limited it): Prometheus timed out" for w in doc.warnings)
     assert doc.hosts["h"].limited_by is None and doc.hosts["h"].joules_per_gigabit is not None
     assert all(not p.limited_by for p in doc.phases)
+
+
+def test_counters_combine_per_series_rates_as_the_rules_do() -> None:
+    """limits.counters: the per-series rates the report computed (never a store's rate())
+    summed as the rules' `sum by` do, node_exporter's CPU time ahead of the agent's for a host
+    with both, CPUs taking interrupts picked, TCP's retransmitted share per host."""
+    from collector.report.limits import counters
+
+    n = 3
+    per = {
+        "ios": [
+            ({"host": "h", "device": "sda", "op": "read"}, [100.0, None, 50.0]),
+            ({"host": "h", "device": "sda", "op": "write"}, [20.0, None, None]),
+        ],
+        "node_cpu": [
+            ({"host": "h", "cpu": "0", "mode": "idle"}, [0.2, 0.9, None]),
+            ({"host": "h", "cpu": "0", "mode": "softirq"}, [0.5, 0.0, None]),
+            ({"host": "h", "cpu": "1", "mode": "idle"}, [0.1, 0.1, 0.1]),
+        ],
+        "agent_cpu": [
+            # h has node_exporter: its agent's CPU time is not read; g has only the agent's
+            ({"host": "h", "cpu": "1", "mode": "idle"}, [0.9, 0.9, 0.9]),
+            ({"host": "g", "cpu": "0", "mode": "idle"}, [0.3, 0.3, 0.3]),
+        ],
+        "nic_irqs": [({"host": "h", "cpu": "1", "irq": "40"}, [0.0, 10.0, None])],
+        "controller_irqs": [({"host": "g", "cpu": "0", "vector": "1"}, [5.0, 0.0, 5.0])],
+        "retransmitted": [({"host": "h"}, [1.0, 0.0, None])],
+        "segments_out": [({"host": "h", "direction": "out"}, [100.0, 0.0, 50.0])],
+    }
+    ios, busy, soft, tcp = counters(per, n)
+    assert ios == {("h", "sda"): [120.0, None, 50.0]}
+    # CPU 0 of h: 50 % softirq in step 0 moves data; step 1 neither softirq nor interrupts
+    assert busy[("h", "0")] == [pytest.approx(0.8), None, None]
+    assert soft[("h", "0")] == [0.5, None, None]
+    # CPU 1 of h takes the NIC's interrupts in step 1 only; its idle is node_exporter's
+    assert busy[("h", "1")] == [None, pytest.approx(0.9), None]
+    assert busy[("g", "0")] == [pytest.approx(0.7), None, pytest.approx(0.7)]
+    assert tcp == {"h": [0.01, None, None]}  # no segments sent: no share
+    assert counters({}, n) == ({}, {}, {}, {})
