@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from collector.config import Duration, DurationOrZero, Regex, Strict, parse_listen
+from collector.config import Duration, DurationOrZero, Regex, Strict, at_least, parse_listen
 from collector.daemon.config import COLLECTOR_PORT, Listen, ProcessConfig
 from collector.secretfile import read_secret_file
 from collector.site.shard import WHOLE, Shard, parse_shard
@@ -503,7 +503,7 @@ class CollectorConfig(ProcessConfig):
     default_port: ClassVar[int] = COLLECTOR_PORT
 
     listen: Listen = Listen.default(COLLECTOR_PORT)
-    interval: Duration = 10.0
+    interval: Annotated[Duration, at_least(1)] = 10.0
     concurrency: int = Field(default=32, ge=1, le=1024)  # PDUs polled at once
     profiles_dir: Path | None = None  # extra profiles, next to the built-in ones
     state_dir: Path = Path("/var/lib/wattbit")
@@ -529,13 +529,6 @@ class CollectorConfig(ProcessConfig):
             raise ValueError(f"cannot read the directory: {reason}") from None
         if not stat.S_ISDIR(st.st_mode):
             raise ValueError("not a directory")
-        return v
-
-    @field_validator("interval")
-    @classmethod
-    def _interval(cls, v: float) -> float:
-        if v < 1.0:
-            raise ValueError("interval must be at least 1s")
         return v
 
     def polled(self) -> list[PduConfig]:

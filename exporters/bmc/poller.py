@@ -1,22 +1,22 @@
 """Polls every BMC on its own schedule; publishes each BMC's last completed poll.
 
-As the PDU poller (exporters/pdu/poller.py): one loop per BMC, a semaphore bounding how many
-are polled at once, a bulkhead so failing BMCs hold at most a quarter of the slots, and a
-deadline per poll (the BMC's timeout budget, never more than the interval) so a slow or dead
-BMC cannot delay another or overlap its own next poll. A BMC's power series vanish the
-moment a poll fails and return when it answers again. An IPMI poll is one FreeIPMI process,
-killed if the deadline passes.
+As the PDU poller (exporters/pdu/poller.py), with the same schedule and slots
+(exporters/polling.py): one loop per BMC, a semaphore bounding how many are polled at once, a
+bulkhead so failing BMCs hold at most a quarter of the slots, and a deadline per poll (the
+BMC's timeout budget, never more than the interval) so a slow or dead BMC cannot delay another
+or overlap its own next poll. A BMC's power series vanish the moment a poll fails and return
+when it answers again. An IPMI poll is one FreeIPMI process, killed if the deadline passes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from exporters.polling import PeriodicPoller
 
 from .ipmi import IpmiClient, IpmiTarget
 from .redfish import RedfishClient, RedfishTarget
@@ -171,8 +171,10 @@ def map_chassis(t: BmcTarget, reading: BmcReading) -> ChassisMap:
     return ChassisMap(out, twice, nested)
 
 
-class BmcPoller:
+class BmcPoller(PeriodicPoller[BmcTarget, BmcState]):
     """The site collector's BMC polling loops and their results."""
+
+    kind = "bmc"
 
     def __init__(
         self,
@@ -181,19 +183,12 @@ class BmcPoller:
         concurrency: int = 32,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.targets = list(targets)
-        self.interval = interval
-        self.concurrency = concurrency
-        self._clock = clock
-        self.states: dict[str, BmcState] = {}
-        self.failures: Counter[tuple[str, str]] = Counter()
-        self.invalid: Counter[tuple[str, str]] = Counter()
+        super().__init__(targets, interval, concurrency, clock)
         for t in self.targets:  # every reason at 0 from the start
             for reason in REDFISH_REASONS if t.protocol == "redfish" else IPMI_REASONS:
                 self.failures[(t.name, reason)] += 0
             for reason in INVALID_REASONS:
                 self.invalid[(t.name, reason)] += 0
-        self.last_poll: dict[str, float] = {}
         for t in self.targets:
             if t.redfish is not None and not t.redfish.verify_tls:
                 log.warning(
@@ -201,14 +196,10 @@ class BmcPoller:
                     "anyone on the path can read its credentials",
                     t.name,
                 )
-        self._failing: set[str] = set()
         self._identity: dict[str, tuple[tuple[str, str], ...]] = {}
         self._logged: set[tuple[str, str]] = set()
         self._redfish: dict[str, RedfishClient] = {}
         self._ipmi: dict[str, IpmiClient] = {}
-        self._sem: asyncio.Semaphore | None = None
-        self._failing_sem: asyncio.Semaphore | None = None
-        self.failing_slots = max(1, concurrency // 4)
 
     def _once(self, name: str, what: str, msg: str, *args: object) -> None:
         if (name, what) not in self._logged:
@@ -230,13 +221,7 @@ class BmcPoller:
 
     async def poll(self, t: BmcTarget) -> BmcState:
         """Poll one BMC once, within its deadline, and publish the outcome."""
-        if self._sem is None or self._failing_sem is None:
-            self._sem = asyncio.Semaphore(self.concurrency)
-            self._failing_sem = asyncio.Semaphore(self.failing_slots)
-        async with contextlib.AsyncExitStack() as slots:
-            if t.name in self._failing:
-                await slots.enter_async_context(self._failing_sem)
-            await slots.enter_async_context(self._sem)
+        async with self._slot(t.name):
             start = self._clock()
             error = detail = ""
             reading: BmcReading | None = None
@@ -258,16 +243,11 @@ class BmcPoller:
             await self._redfish.pop(t.name).close()
         mapped: list[Mapped] = []
         if error:
-            self.failures[(t.name, error)] += 1
+            self._failed(t.name, error, detail)
             self._identity.pop(t.name, None)  # the BMC may have been swapped
-            if t.name not in self._failing:
-                self._failing.add(t.name)
-                log.warning("bmc %s: poll failed (%s): %s", t.name, error, detail)
         else:
             assert reading is not None
-            if t.name in self._failing:
-                self._failing.discard(t.name)
-                log.info("bmc %s: answering again", t.name)
+            self._answered(t.name)
             if reading.identity or t.name not in self._identity:
                 self._identity[t.name] = tuple(sorted(reading.identity.items()))
             for reason, n in reading.invalid.items():
@@ -311,7 +291,6 @@ class BmcPoller:
                     t.name,
                     ", ".join(c.chassis or "(the system)" for c in reading.chassis) or "none",
                 )
-        self.last_poll = {**self.last_poll, t.name: time.time()}
         state = BmcState(
             t.name,
             t.protocol,
@@ -321,29 +300,13 @@ class BmcPoller:
             self._identity.get(t.name, ()),
             error,
         )
-        # Replace the whole dict: readers (the HTTP threads) see the old or the new one, whole.
-        self.states = {**self.states, t.name: state}
+        self._publish(t.name, state)
         return state
-
-    async def poll_all(self) -> list[BmcState]:
-        """Poll every BMC once, concurrently (bounded)."""
-        return list(await asyncio.gather(*(self.poll(t) for t in self.targets)))
-
-    async def _loop(self, t: BmcTarget, stop: asyncio.Event) -> None:
-        next_start = self._clock()
-        while not stop.is_set():
-            await self.poll(t)
-            next_start += self.interval
-            now = self._clock()
-            if next_start < now:  # ran over: skip the missed ticks rather than bursting
-                next_start = now
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), max(0.0, next_start - now))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll every BMC on its own schedule until stop is set, then close the sessions."""
         try:
-            await asyncio.gather(*(self._loop(t, stop) for t in self.targets))
+            await super().run(stop)
         finally:
             await self.close()
 

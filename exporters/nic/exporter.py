@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -154,6 +154,22 @@ def _add(family: CounterMetricFamily, labels: list[str], *counters: int | None) 
         family.add_metric(labels, float(sum(known)))
 
 
+def cpu_interrupts(
+    name: str, documentation: str, label: str, irqs: Iterable[tuple[str, Mapping[int, int]]]
+) -> CounterMetricFamily:
+    """Interrupts per (owner, CPU), summed over the owner's vectors; CPUs that took none are
+    left out (the nic and pcie exporters' per-CPU families: one series per CPU is the budget)."""
+    per_cpu: dict[tuple[str, int], int] = {}
+    for owner, counts in irqs:
+        for cpu, c in counts.items():
+            per_cpu[(owner, cpu)] = per_cpu.get((owner, cpu), 0) + c
+    family = CounterMetricFamily(name, documentation, labels=[label, "cpu"])
+    for (owner, cpu), c in sorted(per_cpu.items()):
+        if c:
+            family.add_metric([owner, str(cpu)], float(c))
+    return family
+
+
 def render(snap: NicSnapshot) -> Iterator[Metric]:
     """The nic metric families of one snapshot (pure)."""
     lab = ["interface", "direction"]
@@ -239,21 +255,16 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
         "Interrupts of one NIC queue, all CPUs together.",
         labels=["interface", "irq", "queue", "type"],
     )
-    per_cpu: dict[tuple[str, int], int] = {}
     for irq in sorted(snap.irqs, key=lambda i: (i.interface, i.queue, i.kind)):
         lv = [irq.interface, irq.irq, str(irq.queue), irq.kind]
         irq_info.add_metric([*lv, irq.affinity, irq.effective], 1.0)
         irq_total.add_metric(lv, float(sum(irq.counts.values())))
-        for cpu, c in irq.counts.items():
-            per_cpu[(irq.interface, cpu)] = per_cpu.get((irq.interface, cpu), 0) + c
-    cpu_irqs = CounterMetricFamily(
+    cpu_irqs = cpu_interrupts(
         "wattbit_nic_cpu_interrupts",
         "Interrupts of a NIC's queues taken by each CPU (CPUs that took none are left out).",
-        labels=["interface", "cpu"],
+        "interface",
+        ((irq.interface, irq.counts) for irq in snap.irqs),
     )
-    for (ifname, cpu), c in sorted(per_cpu.items()):
-        if c:
-            cpu_irqs.add_metric([ifname, str(cpu)], float(c))
     yield from (irq_info, irq_total, cpu_irqs)
 
     softirq = CounterMetricFamily(

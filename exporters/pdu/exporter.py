@@ -9,6 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
+from exporters.polling import PollFamilies, reason_counter
 
 from .poller import PduPoller, PduState, PduTarget
 from .types import Reading, feed_values
@@ -125,14 +126,12 @@ def render(snap: PduSnapshot) -> Iterator[Metric]:
             "wattbit_pdu_voltage_volts", "Input voltage of the PDU.", labels=["pdu"]
         ),
     }
-    up = GaugeMetricFamily("wattbit_pdu_up", "1 if the PDU's last poll succeeded.", labels=["pdu"])
-    duration = GaugeMetricFamily(
-        "wattbit_pdu_poll_duration_seconds", "Time the PDU's last poll took.", labels=["pdu"]
-    )
-    last_poll = GaugeMetricFamily(
-        "wattbit_pdu_last_poll_timestamp_seconds",
-        "Unix time the PDU's last poll completed (successful or not): staleness shows here.",
-        labels=["pdu"],
+    polls = PollFamilies(
+        "pdu",
+        "PDU",
+        up="wattbit_pdu_up",
+        duration="wattbit_pdu_poll_duration_seconds",
+        last_poll="wattbit_pdu_last_poll_timestamp_seconds",
     )
     polled_at = snap.last_poll
     info = GaugeMetricFamily(
@@ -142,10 +141,7 @@ def render(snap: PduSnapshot) -> Iterator[Metric]:
     )
     for name in sorted(states):
         st = states[name]
-        up.add_metric([name], 1.0 if st.up else 0.0)
-        duration.add_metric([name], st.duration)
-        if name in polled_at:
-            last_poll.add_metric([name], polled_at[name])
+        polls.add(name, st.up, st.duration, polled_at)
         r = st.reading
         if not st.up or r is None:
             continue  # a PDU that stopped answering loses its readings at once
@@ -165,23 +161,20 @@ def render(snap: PduSnapshot) -> Iterator[Metric]:
     yield from outlet.values()
     yield from (feed_power, feed_energy)
     yield from unit.values()
-    yield from (up, duration, last_poll, info)
-    failures = CounterMetricFamily(
+    yield from (*polls, info)
+    yield reason_counter(
         "wattbit_pdu_poll_failures",
         "Failed polls by reason (timeout, auth, too_big, garbage, over_limit, deadline, "
         "no_profile, refused, error).",
-        labels=["pdu", "reason"],
+        "pdu",
+        snap.failures,
     )
-    for (pdu, reason), n in sorted(snap.failures.items()):
-        failures.add_metric([pdu, reason], float(n))
-    invalid = CounterMetricFamily(
+    yield reason_counter(
         "wattbit_pdu_invalid_values",
         "Values the PDU answered that were not readings, by reason; those series are absent.",
-        labels=["pdu", "reason"],
+        "pdu",
+        snap.invalid,
     )
-    for (pdu, reason), n in sorted(snap.invalid.items()):
-        invalid.add_metric([pdu, reason], float(n))
-    yield from (failures, invalid)
     yield from _shard_metrics(snap)
     yield from snmp_counters(snap.snmp)
 

@@ -37,7 +37,7 @@ import pytest
 from exporters.blockio.bcc_backend import BccBackend
 from exporters.blockio.core.backend import OBJECT, CoreBackend
 from exporters.blockio.devt import decode
-from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS
+from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, DeviceStats
 from tests.support.env import require
 from tests.support.realparts import (
     Agent,
@@ -210,10 +210,11 @@ def test_bcc_churn_deletes_gone_disks(loops: Loops) -> None:
         backend.close()
 
 
-def test_bcc_full_map_is_counted(loops: Loops) -> None:
-    """bcc with 2 statistics entries and 3 disks reading: as for core."""
-    require(bcc_importable(), "bcc (python3-bpfcc) is not importable")
-    backend = BccBackend(max_stats=2)
+def _three_disks_reading(
+    backend: CoreBackend | BccBackend, loops: Loops
+) -> tuple[list[str], dict[str, DeviceStats], int]:
+    """Three disks of ours each read 101 times, then the backend read and closed: (their
+    names, what it read, how much its stats map-full counter rose meanwhile)."""
     try:
         names = [name for n in range(BASE, BASE + 3) if (name := loops.add(n))]
         assert len(names) == 3, "our loop numbers are taken"
@@ -224,6 +225,13 @@ def test_bcc_full_map_is_counted(loops: Loops) -> None:
         full = backend.map_full()["stats"] - full0
     finally:
         backend.close()
+    return names, got, full
+
+
+def test_bcc_full_map_is_counted(loops: Loops) -> None:
+    """bcc with 2 statistics entries and 3 disks reading: as for core."""
+    require(bcc_importable(), "bcc (python3-bpfcc) is not importable")
+    names, got, full = _three_disks_reading(BccBackend(max_stats=2), loops)
     missing = [n for n in names if n not in got or not got[n].ops.get("read")]
     assert missing, "3 disks fitted into 2 entries"
     # bcc's counts may miss a completion the kernel skipped (another BPF program on the CPU).
@@ -234,17 +242,7 @@ def test_bcc_full_map_is_counted(loops: Loops) -> None:
 def test_a_full_map_is_counted(loops: Loops) -> None:
     """A hash map of 2 entries and 3 disks reading: a disk that found no room has none of its
     completions counted, and every one of them is in the map-full counter."""
-    backend = _core(max_queues=0, stats_entries=2)
-    try:
-        names = [name for n in range(BASE, BASE + 3) if (name := loops.add(n))]
-        assert len(names) == 3, "our loop numbers are taken"
-        full0 = backend.map_full()["stats"]
-        for name in names:
-            _read(name, 101)
-        got = backend.read()
-        full = backend.map_full()["stats"] - full0
-    finally:
-        backend.close()
+    names, got, full = _three_disks_reading(_core(max_queues=0, stats_entries=2), loops)
     # Other tests' disks may take the entries too: at least one of ours is left out.
     missing = [n for n in names if n not in got or not got[n].ops.get("read")]
     counted = [n for n in names if n not in missing]

@@ -20,18 +20,24 @@ the real ones.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.integration.test_rules_promtool import ALERTS, PROM_CONFIG, query, serve_metrics
+from tests.integration.test_rules_promtool import (
+    ALERTS,
+    prometheus_config,
+    query,
+    serve_metrics,
+)
 from tests.support.env import ROOT, require
 from tests.support.realparts import server, wait_for
 
@@ -78,18 +84,52 @@ def collector_body() -> bytes:
 
 def config(agents: dict[str, int], collector: int) -> str:
     """deploy/prometheus/prometheus.yml's jobs pointed at the stand-ins, 1s intervals."""
-    cfg = yaml.safe_load(PROM_CONFIG.read_text())
-    cfg["global"].update(scrape_interval="1s", scrape_timeout="1s", evaluation_interval="1s")
-    cfg["rule_files"] = [str(ALERTS / "*.yml")]
-    cfg.pop("alerting", None)
-    jobs = {job["job_name"]: job for job in cfg["scrape_configs"]}
-    jobs["wattbit-agent"]["static_configs"] = [
+    targets = [
         {"targets": [f"127.0.0.1:{port}"], "labels": {"host": h}} for h, port in agents.items()
     ]
-    jobs["wattbit-collector"]["static_configs"] = [{"targets": [f"127.0.0.1:{collector}"]}]
-    del jobs["node"]
-    cfg["scrape_configs"] = list(jobs.values())
-    return yaml.safe_dump(cfg)
+    return yaml.safe_dump(prometheus_config(targets, collector))
+
+
+@contextlib.contextmanager
+def prometheus(tmp_path: Path, agents: dict[str, int], collector: int) -> Iterator[tuple[str, int]]:
+    """A real Prometheus scraping the agents and the collector (config()): its URL and port."""
+    (tmp_path / "prometheus.yml").write_text(config(agents, collector))
+    with server(
+        "prometheus",
+        lambda port: ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                      f"--storage.tsdb.path={tmp_path / 'data'}",
+                      f"--web.listen-address=127.0.0.1:{port}"],
+        tmp_path,
+    ) as url:  # fmt: skip
+        yield url, int(url.rsplit(":", 1)[1])
+
+
+def collector_scrapes(port: int, collector: int, window: str) -> float:
+    """How many times Prometheus scraped the collector over the last window ("40s")."""
+    job = f"instance=127.0.0.1:{collector},job=wattbit-collector"
+    return query(port, f'count_over_time(up{{job="wattbit-collector"}}[{window}])').get(job, 0)
+
+
+def wait_hosts_watts(port: int, collector: int, hosts: int) -> None:
+    """Wait (2 min at most) for 25 s of the collector's scrapes and every host's watts."""
+    wait_for(
+        lambda: len(query(port, "host:wattbit_power_watts:sum")) == hosts
+        and collector_scrapes(port, collector, "40s") >= 25,
+        120,
+        f"25 s of scrapes with the {hosts} hosts' watts",
+    )  # fmt: skip
+
+
+def report(url: str, name: str, out: Path) -> None:
+    """`wattbit report` of the last 20 s (to 2 s ago) into out, as name; it must succeed."""
+    end = time.time() - 2
+    start = end - 20
+    r = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "report", "--start", f"{start:.3f}",
+         "--end", f"{end:.3f}", "--name", name, "--prometheus", url, "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
 
 
 def test_host_power_by_source_rules_and_report(tmp_path: Path) -> None:
@@ -101,56 +141,39 @@ def test_host_power_by_source_rules_and_report(tmp_path: Path) -> None:
         serve_metrics(agent_body(GBPS["both01"], t0, rapl=True)) as a1,
         serve_metrics(agent_body(GBPS["bmc01"], t0)) as a2,
         serve_metrics(collector_body) as c,
+        prometheus(tmp_path, {"both01": a1, "bmc01": a2}, c) as (url, port),
     ):
-        (tmp_path / "prometheus.yml").write_text(config({"both01": a1, "bmc01": a2}, c))
-        with server(
-            "prometheus",
-            lambda port: ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                          f"--storage.tsdb.path={tmp_path / 'data'}",
-                          f"--web.listen-address=127.0.0.1:{port}"],
-            tmp_path,
-        ) as url:  # fmt: skip
-            port = int(url.rsplit(":", 1)[1])
-            # A full minute of scrapes: the rules' 1m rates are fair once their window is full
-            # (before, rate() divides a shorter span's increase by the whole minute).
-            wait_for(
-                lambda: len(query(port, "host:wattbit_joules_per_gigabit:ratio1m")) == 2
-                and query(port, 'count_over_time(up{job="wattbit-collector"}[90s])')
-                .get(f"instance=127.0.0.1:{c},job=wattbit-collector", 0) >= 65,
-                180,
-                "65 s of scrapes and J/Gbit for both hosts",
-            )  # fmt: skip
-            at = time.time() - 1.5
-            # --- the rules: one source per host, carried to J/Gbit
-            assert query(port, "host:wattbit_power_watts:sum", at) == {
-                "host=both01,source=outlets": OUTLET_W,
-                "host=bmc01,source=ipmi": 250.0,
-            }
-            assert set(query(port, "host:wattbit_joules_per_gigabit:ratio1m", at)) == {
-                "host=both01,source=outlets",
-                "host=bmc01,source=ipmi",
-            }
-            assert query(port, "host:wattbit_power_watts:bmc_minus_pdu", at) == {
-                "bmc_source=redfish,host=both01,pdu_source=outlets": 45.0
-            }
-            assert query(port, "host:wattbit_power_bmc_over_pdu:ratio", at) == {
-                "bmc_source=redfish,host=both01,pdu_source=outlets": pytest.approx(1.15)
-            }
-            share = query(port, "host:wattbit_power_rapl_share:ratio", at)
-            assert set(share) == {"host=both01,source=outlets"}
-            assert share["host=both01,source=outlets"] == pytest.approx(120 / 300, rel=0.02)
+        # A full minute of scrapes: the rules' 1m rates are fair once their window is full
+        # (before, rate() divides a shorter span's increase by the whole minute).
+        wait_for(
+            lambda: len(query(port, "host:wattbit_joules_per_gigabit:ratio1m")) == 2
+            and collector_scrapes(port, c, "90s") >= 65,
+            180,
+            "65 s of scrapes and J/Gbit for both hosts",
+        )  # fmt: skip
+        at = time.time() - 1.5
+        # --- the rules: one source per host, carried to J/Gbit
+        assert query(port, "host:wattbit_power_watts:sum", at) == {
+            "host=both01,source=outlets": OUTLET_W,
+            "host=bmc01,source=ipmi": 250.0,
+        }
+        assert set(query(port, "host:wattbit_joules_per_gigabit:ratio1m", at)) == {
+            "host=both01,source=outlets",
+            "host=bmc01,source=ipmi",
+        }
+        assert query(port, "host:wattbit_power_watts:bmc_minus_pdu", at) == {
+            "bmc_source=redfish,host=both01,pdu_source=outlets": 45.0
+        }
+        assert query(port, "host:wattbit_power_bmc_over_pdu:ratio", at) == {
+            "bmc_source=redfish,host=both01,pdu_source=outlets": pytest.approx(1.15)
+        }
+        share = query(port, "host:wattbit_power_rapl_share:ratio", at)
+        assert set(share) == {"host=both01,source=outlets"}
+        assert share["host=both01,source=outlets"] == pytest.approx(120 / 300, rel=0.02)
 
-            # --- the report over the last 20 s
-            end = time.time() - 2
-            start = end - 20
-            out = tmp_path / "report"
-            r = subprocess.run(
-                [sys.executable, "-m", "collector.cli", "report", "--start", f"{start:.3f}",
-                 "--end", f"{end:.3f}", "--name", "sources", "--prometheus", url,
-                 "--out", str(out)],
-                cwd=ROOT, capture_output=True, text=True, timeout=120,
-            )  # fmt: skip
-            assert r.returncode == 0, r.stderr + r.stdout
+        # --- the report over the last 20 s
+        out = tmp_path / "report"
+        report(url, "sources", out)
     doc = json.loads((out / "sources.json").read_text())
     hosts, power = doc["hosts"], doc["power"]
     duration = doc["window"]["duration_seconds"]
@@ -315,23 +338,9 @@ bmcs:
                 v for (n, _), v in s.items() if n == "wattbit_pdu_outlet_power_watts"
             )
             agents = {"agree01": a1, "disagree01": a2, "bmc01": a3, "ipmi01": a4}
-            (tmp_path / "prometheus.yml").write_text(config(agents, collector.port))
-            with server(
-                "prometheus",
-                lambda port: ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                              f"--storage.tsdb.path={tmp_path / 'data'}",
-                              f"--web.listen-address=127.0.0.1:{port}"],
-                tmp_path,
-            ) as url:  # fmt: skip
-                port = int(url.rsplit(":", 1)[1])
+            with prometheus(tmp_path, agents, collector.port) as (url, port):
                 job = f"instance=127.0.0.1:{collector.port},job=wattbit-collector"
-                wait_for(
-                    lambda: len(query(port, "host:wattbit_power_watts:sum")) == 4
-                    and query(port, 'count_over_time(up{job="wattbit-collector"}[40s])')
-                    .get(job, 0) >= 25,
-                    120,
-                    "25 s of scrapes with the four hosts' watts",
-                )  # fmt: skip
+                wait_hosts_watts(port, collector.port, 4)
                 at = time.time() - 1.5
                 # --- the recording rules: one source per host, the BMC set against the outlet
                 assert query(port, "host:wattbit_power_watts:sum", at) == {
@@ -356,16 +365,8 @@ bmcs:
                 assert query(port, "wattbit_bmc_up", at) == {
                     f"bmc={h}-bmc,{job}": 1.0 for h in (*bmc_w, "ipmi01")
                 }
-                end = time.time() - 2
-                start = end - 20
                 out = tmp_path / "report"
-                r = subprocess.run(
-                    [sys.executable, "-m", "collector.cli", "report", "--start", f"{start:.3f}",
-                     "--end", f"{end:.3f}", "--name", "real", "--prometheus", url,
-                     "--out", str(out)],
-                    cwd=ROOT, capture_output=True, text=True, timeout=120,
-                )  # fmt: skip
-                assert r.returncode == 0, r.stderr + r.stdout
+                report(url, "real", out)
     doc = json.loads((out / "real.json").read_text())
     hosts, power = doc["hosts"], doc["power"]
     duration = doc["window"]["duration_seconds"]
@@ -463,40 +464,16 @@ pdus:
                 if n == "wattbit_pdu_outlet_power_watts" and dict(lb).get("host") == "srv01"
             }
             assert len(feed_w) == 1 and feed_w[0] > 0 and sorted(outlet_w) == ["1", "2"]
-            (tmp_path / "prometheus.yml").write_text(
-                config({"feed01": a1, "srv01": a2}, collector.port)
-            )
-            with server(
-                "prometheus",
-                lambda port: ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                              f"--storage.tsdb.path={tmp_path / 'data'}",
-                              f"--web.listen-address=127.0.0.1:{port}"],
-                tmp_path,
-            ) as url:  # fmt: skip
-                port = int(url.rsplit(":", 1)[1])
-                wait_for(
-                    lambda: len(query(port, "host:wattbit_power_watts:sum")) == 2
-                    and query(port, 'count_over_time(up{job="wattbit-collector"}[40s])')
-                    .get(f"instance=127.0.0.1:{collector.port},job=wattbit-collector", 0) >= 25,
-                    120,
-                    "25 s of scrapes with both hosts' watts",
-                )  # fmt: skip
+            with prometheus(tmp_path, {"feed01": a1, "srv01": a2}, collector.port) as (url, port):
+                wait_hosts_watts(port, collector.port, 2)
                 at = time.time() - 1.5
                 # a recording answers the same every poll: the watts are the collector's own
                 assert query(port, "host:wattbit_power_watts:sum", at) == {
                     "host=feed01,source=pdu": feed_w[0],
                     "host=srv01,source=outlets": pytest.approx(sum(outlet_w.values())),
                 }
-                end = time.time() - 2
-                start = end - 20
                 out = tmp_path / "report"
-                r = subprocess.run(
-                    [sys.executable, "-m", "collector.cli", "report", "--start", f"{start:.3f}",
-                     "--end", f"{end:.3f}", "--name", "feeds", "--prometheus", url,
-                     "--out", str(out)],
-                    cwd=ROOT, capture_output=True, text=True, timeout=120,
-                )  # fmt: skip
-                assert r.returncode == 0, r.stderr + r.stdout
+                report(url, "feeds", out)
     doc = json.loads((out / "feeds.json").read_text())
     duration = doc["window"]["duration_seconds"]
     feed, srv = doc["hosts"]["feed01"], doc["hosts"]["srv01"]

@@ -492,12 +492,19 @@ def small_window() -> Gathered:
         _counter(ENERGY, {**p1, **PDU_TARGET}, [0, 1000, 2100, 3300], grid),
         _watts({**p2, **PDU_TARGET}, [50.0, 50.0, 50.0], grid),
     ]
+    return gathered(w, grid, tracks, count_seconds=0.25, requests=7)
+
+
+def gathered(
+    w: Window, grid: Grid, tracks: list[Track], count_seconds: float, requests: int
+) -> Gathered:
+    """What gather() would hand analyse() for these tracks, at a 10 s scrape interval."""
     outlets = outlets_of(tracks)
     choose_energy_sources(outlets)
     return Gathered(
         window=w, options=Options(), grid=grid, tracks=tracks, outlets=outlets,
-        coarse=coarse_counters(outlets), interval=10.0, timings={"count": 0.25},
-        started=time.monotonic(), prometheus="http://prom.invalid:9090", requests=7,
+        coarse=coarse_counters(outlets), interval=10.0, timings={"count": count_seconds},
+        started=time.monotonic(), prometheus="http://prom.invalid:9090", requests=requests,
     )  # fmt: skip
 
 
