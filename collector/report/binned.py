@@ -89,13 +89,14 @@ def last_values(points: dict[int, float], grid: Grid) -> list[float | None]:
 
 
 def counter_rates(
-    prom: Prometheus, grid: Grid, metric: str, sel: str, interval: float
+    prom: Prometheus, grid: Grid, metric: str, sel: str, interval: float, over: int = 1
 ) -> list[tuple[dict[str, str], Bins]]:
     """Every series of the counter ``sel`` picks, its per-second rate per bin.
 
     The report's tracks' arithmetic (:meth:`compute.CounterBins.rates`): a bin's increase over
-    its length, None where the bin or the one before had no sample; a series that reset inside
-    the window is read raw (``selector(metric, its labels)``) and binned in Python.
+    its length, None where the bin or the one before had no sample; with ``over`` > 1, over
+    that many bins ending with each (:meth:`compute.CounterBins.window_rates`). A series that
+    reset inside the window is read raw (``selector(metric, its labels)``) and binned in Python.
     """
     resets = bins(prom, grid, sel, "resets")
     last = bins(prom, grid, sel, "last_over_time", max(1, len(resets)))
@@ -106,5 +107,5 @@ def counter_rates(
             counter = C.bin_counter(raw(prom, selector(metric, labels), grid, interval), grid.edges)
         else:
             counter = C.counter_from_last(last_values(points, grid))
-        out.append((labels, counter.rates(grid.edges)))
+        out.append((labels, counter.window_rates(grid.edges, over)))
     return out

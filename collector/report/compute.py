@@ -74,6 +74,39 @@ class CounterBins:
                 out.append(inc / (edges[k + 1] - edges[k]))
         return out
 
+    def window_rates(self, edges: Sequence[float], bins: int) -> list[float | None]:
+        """Per-second rate over the ``bins`` bins ending with each bin (fewer at the start).
+
+        The increase from the last sample before the window's bins, or the first sample in
+        them, to the last sample in the bin, over that span (as in :meth:`rates`, a sample
+        stands at its bin's end); None where the bin has no sample or no span starts inside
+        the window. ``bins`` 1 is :meth:`rates`.
+        """
+        if bins <= 1:
+            return self.rates(edges)
+        # the edge each bin's increase counts from: its own start, or after a gap the end of
+        # the last bin with a sample (None: unknown, before the first increase)
+        base: list[int | None] = []
+        prev: int | None = None
+        for j, inc in enumerate(self.increase):
+            if inc is None:
+                base.append(None)
+                continue
+            base.append(j if self.single[j] else None if prev is None else prev + 1)
+            prev = j
+        out: list[float | None] = []
+        for k, inc in enumerate(self.increase):
+            j0 = max(0, k - bins + 1)
+            start = next(
+                (b for j in range(j0, k + 1) if (b := base[j]) is not None and b >= j0), None
+            )
+            if inc is None or start is None:
+                out.append(None)
+                continue
+            total = math.fsum(v for v in self.increase[start : k + 1] if v is not None)
+            out.append(total / (edges[k + 1] - edges[start]))
+        return out
+
 
 def bin_counter(samples: Sequence[Sample], edges: Sequence[float]) -> CounterBins:
     """Attribute a counter's increase to the bins ``(e[k], e[k+1]]`` of a grid.

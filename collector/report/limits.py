@@ -130,6 +130,9 @@ def fetch(
     raw = Raw()
     m = dict(match)
     whole = prom.range_for(grid.end - grid.start)
+    # rates over a few scrapes, so that a step of one scrape interval still has two samples
+    # and a CPU's softirq share is not one scrape's (it decides which CPUs move data)
+    over = max(1, math.ceil(2.5 * interval / grid.step - 1e-9))
 
     def sel(metric: str, labels: dict[str, str] | None = None, **regex: str) -> str:
         return selector(metric, {**m, **(labels or {})}, **regex)
@@ -160,7 +163,7 @@ def fetch(
         }
         fc = {
             k: pool.submit(B.counter_rates, prom, grid, metric, sel(metric, exact, **regex),
-                           interval)
+                           interval, over)
             for k, (metric, exact, regex) in COUNTERS.items()
         }  # fmt: skip
         got = {k: f.result() for k, f in fi.items()}

@@ -77,6 +77,22 @@ def test_bin_counter_last_per_bin_equals_raw_without_resets() -> None:
     assert a.single == b.single
 
 
+def test_window_rates_span_several_bins_and_gaps() -> None:
+    """CounterBins.window_rates (the verdict's rates over a few scrapes): the increase over
+    the last `bins` bins ending with each, across a gap, None without a base or a sample."""
+    edges = [0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
+    cb = C.counter_from_last([100.0, 110.0, None, 130.0, 5.0, 9.0])  # increases 10,-,20,5,4
+    assert cb.window_rates(edges, 1) == cb.rates(edges) == [1.0, None, None, 0.5, 0.4]
+    # bin 2's +20 spans bins 1-2 (the gap): over two bins it counts where the window starts
+    # at bin 1, not at bin 2 (then only bin 3's +5 does)
+    assert cb.window_rates(edges, 2) == [1.0, None, 1.0, 0.5, 9.0 / 20.0]
+    assert cb.window_rates(edges, 3) == [1.0, None, 1.0, 25.0 / 30.0, 9.0 / 20.0]
+    # no base: the first sample (bin 0) only starts the count
+    cb = C.counter_from_last([None, 3.0, 4.0, None, None, 6.0])  # increases -,1,-,-,2
+    assert cb.window_rates(edges, 2) == [None, 0.1, None, None, None]
+    assert cb.window_rates(edges, 4) == [None, 0.1, None, None, 3.0 / 40.0]
+
+
 def test_counter_from_last_equals_bin_counter_on_edges() -> None:
     edges = [0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
     # base 100; bins: 110, -, 130, 5 (reset), 9; and a window with no base
