@@ -25,6 +25,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       python3 python3-venv python3-bpfcc libbpf1 ethtool iproute2 smartmontools ca-certificates \
+      freeipmi-tools \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/wattbit

@@ -56,8 +56,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
-import fcntl
 import json
 import os
 import platform
@@ -82,16 +80,27 @@ from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from bench.harness import (  # noqa: E402
+    LOCK,
+    alternate,
+    commit,
+    cpu_model,
+    cpu_seconds,
+    median,
+    proc_status,
+    spawn,
+    stop,
+    tool_version,
+)
+from bench.harness import bench_lock as harness_lock  # noqa: E402
 from collector.demo.procs import free_port  # noqa: E402  (the demo's and the tests' helper)
 from exporters.blockio.core.backend import OBJECT  # noqa: E402
 
 BT_SCRIPT = Path(__file__).resolve().with_suffix(".bt")
 BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 BTF = Path("/sys/kernel/btf/vmlinux")
-LOCK = Path("/tmp/wattbit-bench.lock")  # shared by the benches: one measures at a time
 LOOP_SIZE = 1 << 30
 NEIGHBOUR_SHARE = 0.02  # another process using more than 2% of one CPU during a run is noise
-PR_SET_PDEATHSIG = 1
 TRACERS = ("core", "bcc", "empty", "bpftrace")
 PARTS = ("iops", "start", "latency")
 # blockio.bpf.o's programs; --hold-empty loads only the last.
@@ -130,11 +139,7 @@ def log(msg: str) -> None:
 # --- child processes ---------------------------------------------------------------------
 
 
-def _child_setup() -> None:
-    # Die with the bench even if it is SIGKILLed: a stray tracer would keep BPF programs
-    # attached to every block request on the host.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+def _raise_memlock() -> None:
     # bpftrace warns (harmlessly, memcg accounting has replaced memlock since 5.11) when it
     # cannot raise RLIMIT_MEMLOCK; raise it for it when we are allowed to.
     with contextlib.suppress(ValueError, OSError):
@@ -144,48 +149,14 @@ def _child_setup() -> None:
 
 
 def _spawn(cmd: list[str], **kw: Any) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        cmd,
-        stdin=subprocess.DEVNULL,
-        # Own session: the bench, not the terminal's Ctrl-C, decides when it stops.
-        start_new_session=True,
-        preexec_fn=_child_setup,
-        **kw,
-    )
+    # Dies with the bench even if it is SIGKILLed: a stray tracer would keep BPF programs
+    # attached to every block request on the host.
+    return spawn(cmd, setup=_raise_memlock, **kw)
 
 
 def _stop(proc: subprocess.Popen[Any], sig: int, timeout: float = 15.0) -> None:
     """Signal proc, wait for it, SIGKILL it if it does not exit in time."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(sig)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        log(f"pid {proc.pid} did not exit on signal {sig}; killing it")
-        proc.kill()
-        proc.wait()
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of pid (its own threads, not BPF time, which runs in I/O tasks)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _proc_status(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM of pid in kB (empty when it is gone)."""
-    out = {}
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(value.split()[0])
-    return out
+    stop(proc, sig, timeout, log=log)
 
 
 # --- BPF programs ------------------------------------------------------------------------
@@ -705,29 +676,14 @@ def bpf_stats_on() -> Iterator[None]:
 
 @contextlib.contextmanager
 def bench_lock(timeout: float) -> Iterator[None]:
-    """flock(LOCK) for the measuring part, as `flock /tmp/wattbit-bench.lock CMD` takes it, so
-    two benches never measure at once; wait up to timeout seconds for another to finish."""
-    fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o666)  # not inherited by children (CLOEXEC)
-    try:
-        deadline = time.monotonic() + timeout
-        told = False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise BenchError(
-                        f"{LOCK} still held by another benchmark after {timeout:.0f} s"
-                    ) from None
-                if not told:
-                    log(f"waiting for {LOCK}: another benchmark is measuring")
-                    told = True
-                time.sleep(1.0)
+    """The machine's benchmark lock (bench/harness.py) for the measuring part."""
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(harness_lock(timeout, log=log))
+        except TimeoutError as exc:
+            raise BenchError(str(exc)) from None
         log(f"holding {LOCK}")
         yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def fio_run(
@@ -910,7 +866,7 @@ def measure(dev: str, runtime: int, cost_runtime: int, run: Run, tracer: Tracer 
     try:
         ids = tracer.start()
         run.foreign_progs = foreign_block_progs(set(ids))
-        cpu0 = _cpu_seconds(tracer.pid)
+        cpu0 = cpu_seconds(tracer.pid)
         counts0 = tracer.io_counts(devname)
         progs0 = bpf_progs()
         finish = tracer.during_run()
@@ -918,7 +874,7 @@ def measure(dev: str, runtime: int, cost_runtime: int, run: Run, tracer: Tracer 
             # The IOPS the pair compares: bpf_stats off, as on a production host.
             for key, value in _fio_watched(dev, runtime, {tracer.pid}).items():
                 setattr(run, key, value)
-            run.tracer_cpu_s = round(_cpu_seconds(tracer.pid) - cpu0, 3)
+            run.tracer_cpu_s = round(cpu_seconds(tracer.pid) - cpu0, 3)
             counts1 = tracer.io_counts(devname)
             if counts0 is not None and counts1 is not None:
                 run.counted = {k: counts1[k] - counts0[k] for k in counts1}
@@ -994,10 +950,6 @@ def _describe(run: Run) -> str:
     return s
 
 
-def _median(values: Sequence[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
 def summarise_iops(runs: list[Run], tracers: list[str]) -> dict[str, Any]:
     """Per tracer: IOPS ratios over pairs, median IOPS of each side, median ns per I/O; and
     the core's ratio against the empty program's."""
@@ -1029,17 +981,17 @@ def summarise_iops(runs: list[Run], tracers: list[str]) -> dict[str, Any]:
             "ratios": ratios,
             "iops_off_median": statistics.median(p["off"].iops for p in done.values()),
             "iops_on_median": statistics.median(r.iops for r in ons),
-            "ns_per_io_median": _median(ns),
+            "ns_per_io_median": median(ns),
             "ns_per_io": ns,
             "ns_per_io_by_program_median": {k: statistics.median(v) for k, v in per_prog.items()},
             "runs_with": sorted({a for r in ons for a in r.attached}),
             "recursion_misses": sum(r.recursion_misses or 0 for r in ons),
-            "counted_per_fio_io_median": _median(counted),
+            "counted_per_fio_io_median": median(counted),
             "untimed": sum((r.counted or {}).get("untimed", 0) for r in ons),
-            "tracer_cpu_s_median": _median(
+            "tracer_cpu_s_median": median(
                 [r.tracer_cpu_s for r in ons if r.tracer_cpu_s is not None]
             ),
-            "cost_iops_median": _median([r.cost_run["iops"] for r in ons if r.cost_run]),
+            "cost_iops_median": median([r.cost_run["iops"] for r in ons if r.cost_run]),
             "noisy_runs": sum(bool(r.neighbours) for p in done.values() for r in p.values()),
             "noisy_cost_runs": sum(bool(r.cost_run.get("neighbours")) for r in ons),
             "foreign_runs": sum(bool(r.foreign_progs) for p in done.values() for r in p.values()),
@@ -1128,15 +1080,15 @@ def start_once(workdir: Path, backend: str, index: int, settle: float) -> Start:
             agent.spawn()
             w.ours.add(agent.pid)
             st.ready_s = agent.wait_ready(poll=0.02)
-            st.cpu_s_at_ready = _cpu_seconds(agent.pid)
-            st.rss_first_kb = _proc_status(agent.pid).get("VmRSS", 0)
+            st.cpu_s_at_ready = cpu_seconds(agent.pid)
+            st.rss_first_kb = proc_status(agent.pid).get("VmRSS", 0)
             # Settle as under Prometheus: one scrape a second.
             end = time.monotonic() + settle
             while time.monotonic() < end:
                 time.sleep(min(1.0, max(0.0, end - time.monotonic())))
                 agent.text()
                 st.scrapes += 1
-            status = _proc_status(agent.pid)
+            status = proc_status(agent.pid)
             st.rss_kb, st.hwm_kb = status.get("VmRSS", 0), status.get("VmHWM", 0)
             st.attached = sorted(set(tracer_progs(agent.pid).values()))
     finally:
@@ -1152,17 +1104,16 @@ def run_starts(args: argparse.Namespace, workdir: Path) -> list[Start]:
     for backend in backends:
         log(f"start warm-up [{backend}] (not counted) ...")
         start_once(workdir, backend, -1, 0)
-    for i in range(args.starts):
-        for backend in backends if i % 2 == 0 else backends[::-1]:
-            st = start_once(workdir, backend, i, args.settle)
-            starts.append(st)
-            log(
-                f"start {i + 1}/{args.starts} [{backend}]: ready in {st.ready_s:.3f} s "
-                f"(CPU {st.cpu_s_at_ready:.2f} s), VmRSS {st.rss_first_kb / 1024:.1f} MiB "
-                f"at ready, {st.rss_kb / 1024:.1f} MiB after {args.settle:g} s "
-                f"(HWM {st.hwm_kb / 1024:.1f}), programs {st.attached}"
-                + (f"  [NOISY: {_busy(st.neighbours)}]" if st.neighbours else "")
-            )
+    for i, backend in alternate(backends, args.starts):
+        st = start_once(workdir, backend, i, args.settle)
+        starts.append(st)
+        log(
+            f"start {i + 1}/{args.starts} [{backend}]: ready in {st.ready_s:.3f} s "
+            f"(CPU {st.cpu_s_at_ready:.2f} s), VmRSS {st.rss_first_kb / 1024:.1f} MiB "
+            f"at ready, {st.rss_kb / 1024:.1f} MiB after {args.settle:g} s "
+            f"(HWM {st.hwm_kb / 1024:.1f}), programs {st.attached}"
+            + (f"  [NOISY: {_busy(st.neighbours)}]" if st.neighbours else "")
+        )
     return starts
 
 
@@ -1283,25 +1234,24 @@ def run_latency(args: argparse.Namespace, dev: str, workdir: Path) -> list[LatRu
     """Part 3: the sized QD1 job under core and bcc alternately."""
     out = []
     backends = ["core", "bcc"]
-    for pair in range(args.lat_pairs):
-        order = backends if pair % 2 == 0 else backends[::-1]
-        for position, backend in enumerate(order):
-            lr = latency_once(workdir, dev, backend, args.lat_io_size, pair, position, args.lat_bs)
-            out.append(lr)
-            f = lr.fio
-            med = lr.hist_median_s
-            log(
-                f"latency {pair + 1}/{args.lat_pairs} [{backend}]: histogram median "
-                f"{'-' if med is None else f'{med * 1e6:.2f}'} us "
-                f"(in {_bucket(lr.median_bucket_s)}, mean {(lr.hist_mean_s or 0) * 1e6:.2f}, "
-                f"clock {lr.clock or '?'}), fio clat "
-                f"median {f['clat_p50_ns'] / 1e3:.2f} us, lat median {f['lat_p50_ns'] / 1e3:.2f} "
-                f"us, {f['iops']:,.0f} IOPS; {lr.count:,.0f} timed of {f['total_ios']:,} I/Os"
-                f" ({lr.untimed:,.0f} untimed), {lr.below_first:.2%} <= first bound, "
-                f"{lr.over_last:.2%} > last, programs {lr.attached}"
-                + (f", {lr.recursion_misses} recursion misses" if lr.recursion_misses else "")
-                + (f"  [NOISY: {_busy(lr.neighbours)}]" if lr.neighbours else "")
-            )
+    for k, (pair, backend) in enumerate(alternate(backends, args.lat_pairs)):
+        position = k % len(backends)
+        lr = latency_once(workdir, dev, backend, args.lat_io_size, pair, position, args.lat_bs)
+        out.append(lr)
+        f = lr.fio
+        med = lr.hist_median_s
+        log(
+            f"latency {pair + 1}/{args.lat_pairs} [{backend}]: histogram median "
+            f"{'-' if med is None else f'{med * 1e6:.2f}'} us "
+            f"(in {_bucket(lr.median_bucket_s)}, mean {(lr.hist_mean_s or 0) * 1e6:.2f}, "
+            f"clock {lr.clock or '?'}), fio clat "
+            f"median {f['clat_p50_ns'] / 1e3:.2f} us, lat median {f['lat_p50_ns'] / 1e3:.2f} "
+            f"us, {f['iops']:,.0f} IOPS; {lr.count:,.0f} timed of {f['total_ios']:,} I/Os"
+            f" ({lr.untimed:,.0f} untimed), {lr.below_first:.2%} <= first bound, "
+            f"{lr.over_last:.2%} > last, programs {lr.attached}"
+            + (f", {lr.recursion_misses} recursion misses" if lr.recursion_misses else "")
+            + (f"  [NOISY: {_busy(lr.neighbours)}]" if lr.neighbours else "")
+        )
     return out
 
 
@@ -1569,35 +1519,17 @@ def warnings(
 # --- driver ------------------------------------------------------------------------------
 
 
-def _version(cmd: list[str]) -> str:
-    with contextlib.suppress(OSError):
-        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        return (out.stdout or out.stderr).strip().splitlines()[0]
-    return "?"
-
-
 def machine() -> dict[str, Any]:
     """What the numbers were measured on."""
-    cpu = "?"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
+    cpu = cpu_model() or "?"
     return {
         "nproc": os.cpu_count(),
         "kernel": platform.release(),
         "cpu": cpu,
-        "commit": commit or "?",
-        "fio": _version(["fio", "--version"]),
-        "bpftrace": _version(["bpftrace", "--version"]),
-        "bpftool": _version(["bpftool", "version"]),
+        "commit": commit() or "?",
+        "fio": tool_version(["fio", "--version"]),
+        "bpftrace": tool_version(["bpftrace", "--version"]),
+        "bpftool": tool_version(["bpftool", "version"]),
         "python": platform.python_version(),
     }
 

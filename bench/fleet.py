@@ -11,7 +11,7 @@ hold /tmp/wattbit-bench.lock (others benchmark on this machine too; `flock` it f
 * **Hosts: SIMULATED, one recorded exposition served N times.** At start the bench renders a
   48-disk host's /metrics through the agent's own code path — collector/agent/main.py's
   registry (the exporters' health, the process collector) and the agent's renderer over
-  bench/agent_scrape.py's synthetic blockio (48 disks x 4 ops, every histogram filled) and nic
+  tests/support/synthetic.py's synthetic blockio (48 disks x 4 ops, every histogram filled) and nic
   (8 NICs x 16 queues, 64 CPUs) content — so the content follows the current code (bucket
   layouts, labels). A simulator process (`--serve`, one asyncio loop) serves it on one port
   per host with every counter, histogram bucket and sum advancing each second (integers by
@@ -58,8 +58,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
-import fcntl
 import json
 import math
 import os
@@ -75,7 +73,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,12 +82,28 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.harness import (  # noqa: E402
+    bench_lock,
+    cpu_model,
+    cpu_seconds,
+    die_with_parent,
+    in_turn,
+    machine_busy_seconds,
+    rss_bytes,
+)
 from collector.demo.procs import free_port, wait_for  # noqa: E402
+from tests.support.synthetic import (  # noqa: E402
+    RULES,
+    TOKEN,
+    Exposition,
+    collector_yml,
+    prometheus_yml,
+    record_exposition,
+    scrape_config,
+    series_of,
+)
 
-LOCK = Path("/tmp/wattbit-bench.lock")
-RULES = [ROOT / "alerts" / "wattbit-recording.yml", ROOT / "alerts" / "wattbit-alerts.yml"]
 RECORDING = ROOT / "deploy" / "demo" / "apc_ap8641.snmprec"
-TOKEN = "fleetbench-token-0123456789abcdef"
 STORES = ("prometheus", "victoriametrics")
 TOOLS = {
     "prometheus": ["prometheus"],
@@ -98,93 +112,6 @@ TOOLS = {
 SAMPLE_EVERY_S = 5.0
 REPORT_GUARD_S = 30.0  # the run ends this long before the window: VictoriaMetrics' latencyOffset
 KEPT_UP = 0.9
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-# --- the recorded host exposition ------------------------------------------------------------
-
-
-def record_exposition(disks: int, nics: int, queues: int, cpus: int, all_ops: bool = False) -> str:
-    """A host's /metrics as the agent renders it by default, over bench/agent_scrape.py's
-    content: every disk reading and writing (all_ops: all four ops and the size histogram,
-    the exposition before issue 15's series budget)."""
-    from bench.agent_scrape import SyntheticBlockio, SyntheticNic
-    from collector.daemon.serve import build_registry
-    from collector.web.exposition import TextRenderer
-
-    registry = build_registry(
-        [
-            SyntheticBlockio(disks)
-            if all_ops
-            else SyntheticBlockio(disks, ("read", "write"), size_histogram=False),
-            SyntheticNic(nics, queues, cpus),
-        ]  # type: ignore[list-item]
-    )
-    return TextRenderer(registry).render().decode()
-
-
-def series_of(text: str) -> int:
-    """Sample lines in an exposition."""
-    return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
-
-
-# Counters of trouble (I/O and NIC errors, drops, retransmits, timeouts): served as 0 and
-# still, as on a healthy fleet. Moving, they would fire WattbitDiskErrors, WattbitNicDrops, ...
-# for every disk and NIC of every host, and the alerts group would measure templating
-# thousands of alerts instead of evaluating the rules.
-TROUBLE = re.compile(r"error|drop|retrans|missed|timeout|squeez")
-
-
-class Exposition:
-    """The recorded text with its counters (and histograms, summaries' sums and counts) moving.
-
-    Each moving sample advances by a fixed step per second: integers by an integer (1 per
-    million of its value, at least 1, so histogram buckets stay cumulative: the step grows
-    with the value), floats by a millionth of theirs. Gauges stay as recorded; counters of
-    trouble (TROUBLE) are 0.
-    """
-
-    def __init__(self, text: str) -> None:
-        self.parts: list[str] = []
-        self.moving: list[tuple[int, float, float, bool]] = []  # slot, start, step, integral
-        kind = "untyped"
-        for line in text.splitlines():
-            if line.startswith("# TYPE "):
-                kind = line.split(" ")[3]
-            if not line or line.startswith("#"):
-                self.parts.append(line + "\n")
-                continue
-            head, _, value = line.rpartition(" ")
-            name = head.split("{", 1)[0]
-            v0 = float(value)
-            if kind == "counter" and TROUBLE.search(name):
-                self.parts.append(f"{head} 0\n")
-                continue
-            moves = kind in ("counter", "histogram") or (
-                kind == "summary" and name.endswith(("_sum", "_count"))
-            )
-            if not moves or not math.isfinite(v0):
-                self.parts.append(line + "\n")
-                continue
-            self.parts.append(head + " ")
-            integral = v0.is_integer() and abs(v0) < 2**53
-            step = float(max(1, int(v0) // 1_000_000)) if integral else max(abs(v0) * 1e-6, 1e-3)
-            self.moving.append((len(self.parts), v0, step, integral))
-            self.parts.append("")
-        self._cache: tuple[int, bytes] = (-1, b"")
-
-    def body(self, second: int) -> bytes:
-        """The exposition `second` seconds after the start (cached for that second)."""
-        if self._cache[0] == second:
-            return self._cache[1]
-        parts = self.parts.copy()
-        for slot, v0, step, integral in self.moving:
-            v = v0 + step * second
-            parts[slot] = f"{int(v)}\n" if integral else f"{v!r}\n"
-        body = "".join(parts).encode()
-        self._cache = (second, body)
-        return body
 
 
 # --- the simulator (a child process: --serve SPEC) ------------------------------------------
@@ -257,12 +184,6 @@ async def _serve(spec: dict[str, Any]) -> None:
 # --- processes --------------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: SIGTERM when the bench dies, however it dies (prctl PR_SET_PDEATHSIG)."""
-    os.setsid()
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
-
-
 class Procs:
     """The bench's children: a log each, stopped newest first."""
 
@@ -280,7 +201,8 @@ class Procs:
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,
                 env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                preexec_fn=_die_with_parent,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
             )
         self.procs[name] = p
         return p
@@ -311,23 +233,6 @@ class Procs:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds every CPU of the machine has been busy (not idle, not iowait) since boot."""
-    v = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
-    return (sum(v) - v[3] - v[4]) / CLK_TCK
-
-
-def rss_bytes(pid: int) -> int:
-    """Resident set size of a process now."""
-    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
 
 
 def get(url: str, timeout: float = 10.0) -> bytes:
@@ -388,65 +293,6 @@ def query_vector(base: str, expr: str, at: float) -> list[tuple[dict[str, str], 
 
 
 # --- configuration ------------------------------------------------------------------------------
-
-
-def host_name(i: int) -> str:
-    """The i-th simulated host (0-based)."""
-    return f"mover{i + 1:03d}"
-
-
-def scrape_config(ports: list[int], collector: int, interval: float) -> str:
-    """The scrape jobs (Prometheus and vmagent alike): deploy/prometheus's, on loopback ports."""
-    lines = [
-        f"  - job_name: wattbit-agent\n    scrape_interval: {interval:g}s\n"
-        f"    scrape_timeout: {interval:g}s\n    static_configs:"
-    ]
-    for i, port in enumerate(ports):
-        lines.append(
-            f'      - targets: ["127.0.0.1:{port}"]\n        labels: {{host: {host_name(i)}}}'
-        )
-    lines.append(
-        f"  - job_name: wattbit-collector\n    honor_labels: true\n"
-        f"    scrape_interval: {interval:g}s\n    static_configs:\n"
-        f'      - targets: ["127.0.0.1:{collector}"]'
-    )
-    return "\n".join(lines) + "\n"
-
-
-def prometheus_yml(ports: list[int], collector: int, interval: float) -> str:
-    """Prometheus: the scrape jobs and wattbit's two rule files at the scrape interval."""
-    rules = "\n".join(f"  - {r}" for r in RULES)
-    return (
-        f"global:\n  scrape_interval: {interval:g}s\n  evaluation_interval: {interval:g}s\n"
-        f"rule_files:\n{rules}\nscrape_configs:\n{scrape_config(ports, collector, interval)}"
-    )
-
-
-def collector_yml(
-    pdu_ports: list[int], hosts: int, per_pdu: int, interval: float, state: Path
-) -> str:
-    """A real collector polling the simulated PDUs: outlets 1-10 feed the PDU's five hosts."""
-    lines = [
-        f"interval: {interval:g}s",
-        f"state_dir: {state}",
-        "auths:\n  sim: {version: 2c, community: public}",
-        f"runs:\n  token: {TOKEN}",
-        "pdus:",
-    ]
-    for j, port in enumerate(pdu_ports):
-        lines += [
-            f"  - name: pdu{j + 1:03d}",
-            f'    address: "127.0.0.1:{port}"',
-            "    auth: sim\n    profile: apc_rpdu2\n    outlets:",
-        ]
-        for k in range(per_pdu):
-            if j * per_pdu + k < hosts:
-                lines.append(
-                    f"      - {{index: [{2 * k + 1}, {2 * k + 2}], "
-                    f"host: {host_name(j * per_pdu + k)}, component: server}}"
-                )
-        lines.append("      - {name: '.', component: spare}")
-    return "\n".join(lines) + "\n"
 
 
 # --- one phase: a store scraping the fleet ------------------------------------------------------
@@ -731,21 +577,6 @@ def report_times(run: str, url: str, d: Path, repeat: int) -> dict[str, Any]:
 # --- the run --------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def bench_lock(path: Path = LOCK) -> Iterator[None]:
-    """Hold the machine's benchmark lock (flock), saying so when it has to wait."""
-    with path.open("a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"waiting for {path} (another benchmark is measuring)", flush=True)
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
     """Least squares y = a + b x (None with fewer than two distinct x)."""
     if len(set(xs)) < 2:
@@ -759,12 +590,7 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
 
 def machine() -> dict[str, Any]:
     """What the numbers were measured on."""
-    model = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+    model = cpu_model()
     mem = int(Path("/proc/meminfo").read_text().split()[1]) * 1024
     versions = {}
     with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -894,8 +720,7 @@ def main(argv: list[str] | None = None) -> int:
             )  # fmt: skip
             for i, hosts in enumerate(args.sizes):
                 fleet = start_fleet(procs, work, hosts, sim, args)
-                order = args.store_list if i % 2 == 0 else args.store_list[::-1]
-                for store in order:
+                for store in in_turn(args.store_list, i):  # the order alternating by size
                     t = time.monotonic()
                     try:
                         r = phase(store, fleet, procs, work, args)

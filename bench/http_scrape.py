@@ -3,7 +3,7 @@ threaded wsgiref server it replaced (read from git at --baseline-rev), alternati
 
     .venv/bin/python bench/http_scrape.py [--disks 48] [--repeat 300] [--baseline-rev fc8d9ec]
 
-Both serve the same synthetic 48-disk host (bench/agent_scrape.py's registry) through the same
+Both serve the same synthetic 48-disk host (tests/support/synthetic.py's content) through the same
 TextRenderer; each scrape is a new connection (as after a Prometheus restart) or, with
 --keep-alive, one connection reused (as Prometheus scrapes). Prints medians and p90 per server
 and the ratio; the render alone is timed beside them, so the servers' own share shows.
@@ -27,10 +27,10 @@ sys.path.insert(0, str(ROOT))
 
 from prometheus_client import CollectorRegistry  # noqa: E402
 
-from bench.agent_scrape import SyntheticBlockio, SyntheticNic  # noqa: E402
 from collector.web.exposition import TextRenderer, metrics_app  # noqa: E402
 from collector.web.server import start_server  # noqa: E402
 from exporters.base import ExportersCollector  # noqa: E402
+from tests.support.synthetic import SyntheticBlockio, SyntheticNic  # noqa: E402
 
 
 def _old_server(rev: str) -> types.ModuleType:

@@ -16,7 +16,6 @@ series counted.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import tempfile
@@ -26,16 +25,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporters.pcie.exporter import PcieExporter
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-
-
-def _link(path: Path, target: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.symlink_to(os.path.relpath(target, path.parent))
+from tests.support.tree import sys_link, write_file
 
 
 def _pci(d: Path, speed: str, width: int, driver: str, root: Path) -> None:
@@ -46,10 +36,10 @@ def _pci(d: Path, speed: str, width: int, driver: str, root: Path) -> None:
         ("max_link_width", str(width)),
         ("class", "0x010700"),
     ):
-        _write(d / name, value + "\n")
+        write_file(d / name, value + "\n")
     (root / "bus/pci/drivers" / driver).mkdir(parents=True, exist_ok=True)
-    _link(d / "driver", root / "bus/pci/drivers" / driver)
-    _link(root / "bus/pci/devices" / d.name, d)
+    sys_link(d / "driver", root / "bus/pci/drivers" / driver)
+    sys_link(root / "bus/pci/devices" / d.name, d)
 
 
 def build(root: Path, disks: int, hbas: int, nics: int, cpus: int) -> Path:
@@ -63,25 +53,25 @@ def build(root: Path, disks: int, hbas: int, nics: int, cpus: int) -> Path:
         hba = port / f"0000:{h + 1:02x}:00.0"
         _pci(hba, "8.0 GT/s PCIe", 8, "mpt3sas", sys_root)
         for c in range(cpus):
-            _write(hba / "msi_irqs" / str(irq), "msix\n")
+            write_file(hba / "msi_irqs" / str(irq), "msix\n")
             counts = "".join(str(1000 if k == c else 0).rjust(11) for k in range(cpus))
             lines.append(f"{irq:>4}:{counts}  IR-PCI-MSIX-{hba.name} {c}-edge  mpt3sas{h}-msix{c}")
-            _write(root / "proc/irq" / str(irq) / "smp_affinity_list", f"{c}\n")
-            _write(root / "proc/irq" / str(irq) / "effective_affinity_list", f"{c}\n")
+            write_file(root / "proc/irq" / str(irq) / "smp_affinity_list", f"{c}\n")
+            write_file(root / "proc/irq" / str(irq) / "effective_affinity_list", f"{c}\n")
             irq += 1
         expander = hba / f"host{h}/port-{h}:0/expander-{h}:0"
         for i in range(h, disks, hbas):
             port_dir = expander / f"port-{h}:0:{i}"
             phy = expander / f"phy-{h}:0:{i}"
-            _write(phy / f"sas_phy/phy-{h}:0:{i}/negotiated_linkrate", "12.0 Gbit\n")
-            _link(port_dir / phy.name, phy)
+            write_file(phy / f"sas_phy/phy-{h}:0:{i}/negotiated_linkrate", "12.0 Gbit\n")
+            sys_link(port_dir / phy.name, phy)
             scsi = port_dir / f"end_device-{h}:0:{i}/target{h}:0:{i}/{h}:0:{i}:0"
-            _write(scsi / "model", "HUS726060ALE610\n")
+            write_file(scsi / "model", "HUS726060ALE610\n")
             block = scsi / "block" / f"sd{i}"
-            _write(block / "dev", f"8:{16 * i}\n")
-            _write(block / "size", "11721045168\n")
-            _write(block / "queue/rotational", "1\n")
-            _link(sys_root / "class/block" / f"sd{i}", block)
+            write_file(block / "dev", f"8:{16 * i}\n")
+            write_file(block / "size", "11721045168\n")
+            write_file(block / "queue/rotational", "1\n")
+            sys_link(sys_root / "class/block" / f"sd{i}", block)
     for n in range(nics):
         card = n // 2
         port = sys_root / f"devices/pci0000:80/0000:80:{card + 1:02x}.0"
@@ -90,10 +80,10 @@ def build(root: Path, disks: int, hbas: int, nics: int, cpus: int) -> Path:
         fn = port / f"0000:{0x81 + card:02x}:00.{n % 2}"
         _pci(fn, "16.0 GT/s PCIe", 16, "mlx5_core", sys_root)
         net = fn / "net" / f"ens{n}"
-        _write(net / "flags", "0x1003\n")
-        _link(net / "device", fn)
-        _link(sys_root / "class/net" / f"ens{n}", net)
-    _write(root / "proc/interrupts", "\n".join(lines) + "\n")
+        write_file(net / "flags", "0x1003\n")
+        sys_link(net / "device", fn)
+        sys_link(sys_root / "class/net" / f"ens{n}", net)
+    write_file(root / "proc/interrupts", "\n".join(lines) + "\n")
     return root / "proc"
 
 

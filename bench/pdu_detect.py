@@ -19,9 +19,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.harness import alternate  # noqa: E402
 
 SYS_OBJECT_ID = "1.3.6.1.2.1.1.2.0"
 
@@ -63,17 +66,16 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     profiles = load_profiles()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for path in _recordings():
         walk = read_recording(path)
         bare = {o: v for o, v in walk.items() if o != SYS_OBJECT_ID}
         with Responder(walk) as with_id, Responder(bare) as without_id:
             runs: dict[str, list[tuple[float, int, str]]] = {"family": [], "probe_all": []}
-            for i in range(args.pairs):
-                order = [("family", with_id), ("probe_all", without_id)]
-                for label, agent in order if i % 2 == 0 else order[::-1]:
-                    runs[label].append(asyncio.run(_detect_once(agent.port, profiles)))
-        row = {"recording": path.name, "has_sys_object_id": SYS_OBJECT_ID in walk}
+            agents = [("family", with_id), ("probe_all", without_id)]
+            for _, (label, agent) in alternate(agents, args.pairs):
+                runs[label].append(asyncio.run(_detect_once(agent.port, profiles)))
+        row: dict[str, Any] = {"recording": path.name, "has_sys_object_id": SYS_OBJECT_ID in walk}
         for label, rs in runs.items():
             row[f"{label}_ms"] = round(statistics.median(r[0] for r in rs) * 1000, 2)
             row[f"{label}_requests"] = statistics.median(r[1] for r in rs)

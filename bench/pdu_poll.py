@@ -14,7 +14,7 @@ process i % agents. snmpsim answers far slower than a real PDU's agent and share
 machine's CPUs with the tool being measured, so it may bound the wall times: the table shows
 the agents' CPU seconds and the machine's CPU use during each poll.
 
-Compared, on exactly the same agents and the same 11 subtrees (the apc_rpdu2 profile's walk
+Compared, on exactly the same agents and the same 12 subtrees (the apc_rpdu2 profile's walk
 roots; GETBULK max-repetitions 25, timeout 2 s, 1 retry), in round-robin order rotated every
 round:
 
@@ -49,19 +49,15 @@ import http.client
 import json
 import logging
 import os
-import platform
-import random
-import resource
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,10 +66,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "pdu_poll"
 MODULE_TEMPLATE = DATA / "snmp_exporter_module.yml"
-RECORDINGS = Path(
-    os.environ.get("WATTBIT_PDU_RECORDINGS", str(ROOT.parent / "shared" / "pdu-recordings"))
-)
-SOURCE = RECORDINGS / "apc_ap8641.snmprec"
 PROFILE = "apc_rpdu2"
 SNMP_EXPORTER = "prometheus-snmp-exporter"
 SNMPBULKWALK = "snmpbulkwalk"
@@ -81,118 +73,28 @@ TIMEOUT, RETRIES, MAX_REPETITIONS = 2.0, 1, 25
 CPU_GOAL_US = 60.0
 TOOLS = ("wattbit", "snmp_exporter", "net-snmp")
 
-SYSTEM_GROUP = "1.3.6.1.2.1.1."
-RPDU2 = "1.3.6.1.4.1.318.1.1.26."
-# rPDU2 outlet tables (switched .9.2.x, metered .9.4.x): entry.column.outlet, 16 arcs
-OUTLET_TABLES = ("1.3.6.1.4.1.318.1.1.26.9.2.", "1.3.6.1.4.1.318.1.1.26.9.4.")
-OUTLET_ROW_ARCS = 16
-METERED_STATUS = "1.3.6.1.4.1.318.1.1.26.9.4.3.1"
-METERED_COLUMNS = {6, 7, 8, 11}  # current, power, peak power, energy: scaled per new outlet
-NAME_COLUMN = 3  # rPDU2Outlet*Name in every rPDU2 outlet table
-OUTLET_COUNTS = (
-    "1.3.6.1.4.1.318.1.1.26.9.1.0",  # rPDU2OutletSwitchedTableSize
-    "1.3.6.1.4.1.318.1.1.26.9.3.0",  # rPDU2OutletMeteredTableSize
-    "1.3.6.1.4.1.318.1.1.26.4.2.1.4.1",  # rPDU2DevicePropertiesNumOutlets
-    "1.3.6.1.4.1.318.1.1.26.4.2.1.5.1",  # ...NumSwitchedOutlets
-    "1.3.6.1.4.1.318.1.1.26.4.2.1.6.1",  # ...NumMeteredOutlets
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from bench.harness import (  # noqa: E402
+    children_cpu,
+    cpu_seconds,
+    free_port,
+    interruptible,
+    load_average,
+    machine_busy_seconds,
+    table,
 )
-# unit rows scaled with the outlets' power / energy / current
-UNIT_BY_POWER = (
-    "1.3.6.1.4.1.318.1.1.26.4.3.1.5.1",  # rPDU2DeviceStatusPower
-    "1.3.6.1.4.1.318.1.1.26.4.3.1.6.1",  # rPDU2DeviceStatusPeakPower
-    "1.3.6.1.4.1.318.1.1.26.6.3.1.7.1",  # rPDU2PhaseStatusPower
+from bench.harness import machine as harness_machine  # noqa: E402
+from tests.support.synthetic_pdu import (  # noqa: E402
+    METERED_STATUS,
+    SOURCE,
+    Row,
+    read_snmprec,
+    synthesize,
 )
-UNIT_BY_ENERGY = ("1.3.6.1.4.1.318.1.1.26.4.3.1.9.1",)  # rPDU2DeviceStatusEnergy
-UNIT_BY_CURRENT = ("1.3.6.1.4.1.318.1.1.26.6.3.1.5.1",)  # rPDU2PhaseStatusCurrent
 
-Row = tuple[str, str, str]  # oid, tag, value text (snmprec)
-
-
-def arcs(oid: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in oid.split("."))
-
-
-# --- synthetic recordings ----------------------------------------------------------------------
-
-
-def read_snmprec(path: Path) -> list[Row]:
-    rows = []
-    for line in path.read_text(encoding="latin-1").splitlines():
-        if line.strip() and not line.startswith("#"):
-            oid, tag, value = line.split("|", 2)
-            rows.append((oid, tag, value))
-    return rows
-
-
-def _outlet_row(oid: str) -> tuple[str, int, int] | None:
-    """(entry, column, outlet) of an rPDU2 outlet-table row, else None."""
-    if not oid.startswith(OUTLET_TABLES):
-        return None
-    a = oid.split(".")
-    if len(a) != OUTLET_ROW_ARCS:
-        return None
-    return ".".join(a[:-2]), int(a[-2]), int(a[-1])
-
-
-def _scaled(value: str, factor: float) -> str:
-    return str(round(int(value) * factor))
-
-
-def synthesize(source: list[Row], outlets: int, seed: int) -> list[Row]:
-    """The source's system group and rPDU2 branch, with `outlets` outlets (>= the source's)."""
-    rows = [r for r in source if r[0].startswith((SYSTEM_GROUP, RPDU2))]
-    base = max((o[2] for r in rows if (o := _outlet_row(r[0]))), default=0)
-    if outlets < base or base == 0:
-        raise ValueError(f"cannot make {outlets} outlets from a recording with {base}")
-    if outlets == base:
-        return sorted(rows, key=lambda r: arcs(r[0]))
-    rnd = random.Random(seed)
-    factor = {j: rnd.uniform(0.7, 1.3) for j in range(base + 1, outlets + 1)}
-    # index-like columns (index, outlet number): every row's value is its own index
-    not_index = {
-        (loc[0], loc[1])
-        for oid, tag, value in rows
-        if (loc := _outlet_row(oid)) and (tag != "2" or value != str(loc[2]))
-    }
-    new: list[Row] = []
-    for oid, tag, value in rows:
-        loc = _outlet_row(oid)
-        if loc is None:
-            continue
-        entry, col, idx = loc
-        for j in range(idx + base, outlets + 1, base):
-            if col == NAME_COLUMN:
-                t, v = "4", f"Outlet {j}"
-            elif entry == METERED_STATUS and col in METERED_COLUMNS and tag == "2":
-                t, v = tag, _scaled(value, factor[j])
-            elif (entry, col) not in not_index:
-                t, v = tag, str(j)
-            else:
-                t, v = tag, value
-            new.append((f"{entry}.{col}.{j}", t, v))
-    rows += new
-
-    def col_sum(col: int, rs: list[Row]) -> int:
-        prefix = f"{METERED_STATUS}.{col}."
-        return sum(int(v) for o, t, v in rs if o.startswith(prefix) and t == "2")
-
-    ratio = {
-        "power": col_sum(7, rows) / max(1, col_sum(7, source)),
-        "energy": col_sum(11, rows) / max(1, col_sum(11, source)),
-        "current": col_sum(6, rows) / max(1, col_sum(6, source)),
-    }
-    out = []
-    for oid, tag, value in rows:
-        if oid in OUTLET_COUNTS and value == str(base):
-            value = str(outlets)
-        elif oid in UNIT_BY_POWER:
-            value = _scaled(value, ratio["power"])
-        elif oid in UNIT_BY_ENERGY:
-            value = _scaled(value, ratio["energy"])
-        elif oid in UNIT_BY_CURRENT:
-            value = _scaled(value, ratio["current"])
-        out.append((oid, tag, value))
-    return sorted(out, key=lambda r: arcs(r[0]))
+# --- what a poll must read (the recordings are tests/support/synthetic_pdu.py's) ----------------
 
 
 @dataclass(frozen=True)
@@ -256,34 +158,6 @@ def kill_children() -> None:
             p.kill()
 
 
-def proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) a live process has used, from /proc/PID/stat."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_busy() -> float:
-    """CPU seconds all CPUs spent not idle since boot (/proc/stat; guest time is in user)."""
-    v = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def children_cpu() -> float:
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
-def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def loadavg() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
 class Exporter:
     """prometheus-snmp-exporter on 127.0.0.1:<free port> with one module per community."""
 
@@ -313,7 +187,7 @@ class Exporter:
         if exe is None:
             raise RuntimeError(f"{SNMP_EXPORTER} not found: apt-get install {SNMP_EXPORTER}")
         for _ in range(3):
-            self.port = free_tcp_port()
+            self.port = free_port()
             with self.log.open("ab") as log:
                 self.proc = subprocess.Popen(
                     [
@@ -424,14 +298,14 @@ class Bench:
         self.env = {**os.environ, "MIBS": ""}
 
     def agents_cpu(self) -> float:
-        return sum(proc_cpu(p) for p in self.agent_pids)
+        return sum(cpu_seconds(p) for p in self.agent_pids)
 
     def timed(self, tool: str, run: Callable[[], Any], cpu: Callable[[], float]) -> Poll:
-        m0, b0, a0, c0 = machine_busy(), time.process_time(), self.agents_cpu(), cpu()
+        m0, b0, a0, c0 = machine_busy_seconds(), time.process_time(), self.agents_cpu(), cpu()
         t0 = time.perf_counter()
         result = run()
         wall = time.perf_counter() - t0
-        c1, a1, b1, m1 = cpu(), self.agents_cpu(), time.process_time(), machine_busy()
+        c1, a1, b1, m1 = cpu(), self.agents_cpu(), time.process_time(), machine_busy_seconds()
         poll = Poll(tool, wall, c1 - c0, a1 - a0, b1 - b0, m1 - m0)
         poll.extra["_result"] = result
         return poll
@@ -542,7 +416,7 @@ class Bench:
         poll = self.timed(
             "snmp_exporter",
             lambda: list(self.pool.map(self._scrape, paths)),
-            lambda: proc_cpu(pid),
+            lambda: cpu_seconds(pid),
         )
         bodies = poll.extra.pop("_result")
         metric_names = self._exporter_metric_names()
@@ -706,48 +580,20 @@ class Bench:
 
 
 def machine() -> dict[str, Any]:
-    model = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    mem = ""
-    with contextlib.suppress(OSError):
-        mem = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
-
-    def version(cmd: list[str]) -> str:
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
-        except OSError:
-            return "(missing)"
-        return (out.stdout or out.stderr).strip().splitlines()[0]
-
-    from importlib.metadata import version as pkg_version
-
-    return {
-        "host": platform.node(),
-        "kernel": platform.release(),
-        "cpu": model,
-        "cpus": os.cpu_count(),
-        "memory": mem,
-        "python": platform.python_version(),
-        "pysnmp": pkg_version("pysnmp"),
-        "snmpsim": pkg_version("snmpsim"),
-        "snmp_exporter": version([SNMP_EXPORTER, "--version"]),
-        "net-snmp": version([SNMPBULKWALK, "--version"]),
-    }
+    """What the numbers were measured on."""
+    return harness_machine(
+        packages=("pysnmp", "snmpsim"),
+        tools={
+            "snmp_exporter": [SNMP_EXPORTER, "--version"],
+            "net-snmp": [SNMPBULKWALK, "--version"],
+        },
+    )
 
 
 def report(polls: dict[str, list[Poll]], total_values: int, ncpu: int) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     print()
-    head = (
-        f"{'tool':<14} {'wall s':>8} {'(min..max)':>15} {'CPU s':>7} {'CPU us/value':>13}"
-        f" {'(min..max)':>15} {'agents CPU s':>13} {'others CPU s':>13} {'machine busy':>13}"
-    )
-    print(head)
-    print("-" * len(head))
+    rows: list[list[str]] = []
     for tool, ps in polls.items():
         walls = [p.wall for p in ps]
         cpus = [p.cpu for p in ps]
@@ -764,12 +610,15 @@ def report(polls: dict[str, list[Poll]], total_values: int, ncpu: int) -> dict[s
             "machine_busy_share_median": statistics.median(busy),
         }
         summary[tool] = s
-        print(
-            f"{tool:<14} {s['wall_s_median']:>8.3f} {f'({min(walls):.2f}..{max(walls):.2f})':>15}"
-            f" {s['cpu_s_median']:>7.3f} {s['cpu_us_per_value_median']:>13.1f}"
-            f" {f'({min(per):.0f}..{max(per):.0f})':>15} {s['agent_cpu_s_median']:>13.2f}"
-            f" {s['others_cpu_s_median']:>13.2f} {s['machine_busy_share_median']:>12.0%}"
-        )
+        rows.append([
+            tool, f"{s['wall_s_median']:.3f}", f"({min(walls):.2f}..{max(walls):.2f})",
+            f"{s['cpu_s_median']:.3f}", f"{s['cpu_us_per_value_median']:.1f}",
+            f"({min(per):.0f}..{max(per):.0f})", f"{s['agent_cpu_s_median']:.2f}",
+            f"{s['others_cpu_s_median']:.2f}", f"{s['machine_busy_share_median']:.0%}",
+        ])  # fmt: skip
+    head = ["tool", "wall s", "(min..max)", "CPU s", "CPU us/value", "(min..max)",
+            "agents CPU s", "others CPU s", "machine busy"]  # fmt: skip
+    table(head, rows)
     print()
     print(f"average CPUs in use during a poll (median round; this machine has {ncpu}):")
     for tool, ps in polls.items():
@@ -901,7 +750,9 @@ def profile_wattbit(bench: Bench, top: int, median_cpu: float, responses: int) -
         f" us CPU, wattbit's ber.py {ours * 1e6:.0f} us ({per_msg / ours:.0f}x); wattbit received"
         f" {responses} responses per poll ({median_cpu:.2f} s CPU per poll)"
     )
-    site = str(Path(__import__("pysnmp").__file__).parent.parent) + "/"
+    import pysnmp
+
+    site = str(Path(pysnmp.__file__ or "").parent.parent) + "/"
     for key in ("tottime", "cumulative"):
         buf = io.StringIO()
         pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
@@ -922,10 +773,6 @@ def profile_wattbit(bench: Bench, top: int, median_cpu: float, responses: int) -
 # --- main --------------------------------------------------------------------------------------
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--pdus", type=int, default=100, help="simulated PDUs (half 24, half 48)")
@@ -943,22 +790,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-@contextlib.contextmanager
-def signals() -> Iterator[None]:
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    for s in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, _interrupt)
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     from collector.site.profiles import load_profiles
     from tests.support.snmpagents import SnmpSim, have_netsnmp, have_snmpsim
 
@@ -989,7 +822,7 @@ def main(argv: list[str] | None = None) -> int:
         f" {info['kernel']}, Python {info['python']}, pysnmp {info['pysnmp']}"
     )
     print(f"tools: wattbit; {info['snmp_exporter']}; {info['net-snmp']}")
-    load_start = loadavg()
+    load_start = load_average()
     print(f"load average at start: {load_start}")
 
     tmp = Path(tempfile.mkdtemp(prefix="wattbit-bench-pdu-"))
@@ -997,7 +830,7 @@ def main(argv: list[str] | None = None) -> int:
     bench: Bench | None = None
     exporter: Exporter | None = None
     raw: dict[str, Any] = {"config": vars(args) | {"json": str(args.json)}, "machine": info}
-    with signals(), contextlib.ExitStack() as stack:
+    with interruptible(), contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, tmp, True)
         try:
             # recordings
@@ -1078,7 +911,7 @@ def main(argv: list[str] | None = None) -> int:
                             f"round {r + 1}: {tool} FAILED the check ({len(p.problems)} PDUs):"
                             f" wall {p.wall:.2f} s, CPU {p.cpu:.2f} s, agents CPU"
                             f" {p.agent_cpu:.2f} s, other users' CPU {p.others_cpu:.2f} s,"
-                            f" load average {loadavg()}"
+                            f" load average {load_average()}"
                         )
                         for line in p.problems[:10]:
                             print(f"    {line}")
@@ -1086,7 +919,7 @@ def main(argv: list[str] | None = None) -> int:
                     got[tool] = p
                     polls[tool].append(p)
                 raw["rounds"].append(
-                    {"round": r + 1, "order": order, "load_average": loadavg()}
+                    {"round": r + 1, "order": order, "load_average": load_average()}
                     | {t: got[t].raw() for t in TOOLS}
                 )
                 cells = " ".join(f"{got[t].cell():>24}" for t in TOOLS)
@@ -1106,7 +939,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"retries/failures during timed rounds: snmp_exporter packets retried {retried:g},"
                 f" wattbit poll failures {failures}"
             )
-            raw["load_average_end"] = loadavg()
+            raw["load_average_end"] = load_average()
             print(f"load average at end: {raw['load_average_end']} (start: {load_start})")
             if args.profile:
                 raw["profile"] = profile_wattbit(

@@ -4,8 +4,10 @@ Run: PYTHONPATH=. .venv/bin/python bench/report.py [--hours 24] [--repeat 3] [--
 Goal: <= 10 s end to end (the median of --repeat runs of the real command line, Python start,
 Prometheus queries, arithmetic, charts and files included).
 
-The data set is synthetic and generated here: per host 2 interfaces (tx, rx) and 4 disks
-(busy, read and write bytes); 4 PDUs of 4 outlets (3 per host, the 4th a switch or display),
+The data set is synthetic and generated here: per host 2 interfaces (tx, rx, with their link
+speed) and 4 disks (busy, read and write bytes, requests, wattbit_disk_info on one controller),
+4 CPUs of node_exporter's node_cpu_seconds_total (user, system, softirq, idle), for the report's
+verdict (what limited it); 4 PDUs of 4 outlets (3 per host, the 4th a switch or display),
 three PDUs with energy counters and one with watts only (so one host's energy is integrated).
 It is written as OpenMetrics in 2-hour files (promtool 2.42 re-reads its whole input once per
 2-hour block), loaded with `promtool tsdb create-blocks-from openmetrics`, and served by a
@@ -57,6 +59,10 @@ def series_lines(t0: int, n: int) -> dict[str, list[tuple[str, list[float]]]]:
         "wattbit_nic_bytes": [],
         "wattbit_disk_busy_seconds": [],
         "wattbit_disk_io_bytes": [],
+        "wattbit_disk_ios": [],
+        "wattbit_disk_info": [],
+        "wattbit_nic_link_speed_bytes_per_second": [],
+        "node_cpu_seconds": [],
         "wattbit_pdu_outlet_power_watts": [],
         "wattbit_pdu_outlet_energy_joules": [],
         "wattbit_run_start_time_seconds": [],
@@ -74,6 +80,9 @@ def series_lines(t0: int, n: int) -> dict[str, list[tuple[str, list[float]]]]:
                     vals.append(acc)
                 labels = f'host="{h}",interface="{iface}",direction="{d}"'
                 fams["wattbit_nic_bytes"].append((labels, vals))
+            fams["wattbit_nic_link_speed_bytes_per_second"].append(
+                (f'host="{h}",interface="{iface}",source="kernel"', [25e9 / 8] * n)
+            )
         for di in range(4):
             dev = f"nvme{di}n1"
             busy_acc, rd_acc, wr_acc = 1e5, 1e13, 1e13
@@ -88,6 +97,32 @@ def series_lines(t0: int, n: int) -> dict[str, list[tuple[str, list[float]]]]:
             fams["wattbit_disk_busy_seconds"].append((f'host="{h}",device="{dev}"', busy))
             fams["wattbit_disk_io_bytes"].append((f'host="{h}",device="{dev}",op="read"', rd))
             fams["wattbit_disk_io_bytes"].append((f'host="{h}",device="{dev}",op="write"', wr))
+            ios, acc = [], 1e6
+            for x in g:
+                acc += round(x * 1e9 / 8 / 4 / 131072) + 10
+                ios.append(acc)
+            fams["wattbit_disk_ios"].append((f'host="{h}",device="{dev}",op="read"', ios))
+            fams["wattbit_disk_info"].append(
+                (f'host="{h}",device="{dev}",controller="0000:3b:00.0",parent=""', [1.0] * n)
+            )
+        for cpu in range(4):
+            # CPU 0 takes the NICs' softirq work: busy with the traffic, the others little
+            shares = {"user": (0.05, 0.0), "system": (0.02, 0.006), "softirq": (0.0, 0.012)}
+            if cpu:
+                shares = {"user": (0.05, 0.0), "system": (0.02, 0.001), "softirq": (0.0, 0.0)}
+            accs = dict.fromkeys([*shares, "idle"], 1e5)
+            vals: dict[str, list[float]] = {m: [] for m in accs}
+            for x in g:
+                used = 0.0
+                for m, (base, per_gbit) in shares.items():
+                    v = min(1.0 - used, base + per_gbit * x)
+                    used += v
+                    accs[m] += v
+                    vals[m].append(round(accs[m], 3))
+                accs["idle"] += 1.0 - used
+                vals["idle"].append(round(accs["idle"], 3))
+            for m, v in vals.items():
+                fams["node_cpu_seconds"].append((f'host="{h}",cpu="{cpu}",mode="{m}"', v))
         pdu = f"pdu{hi + 1}"
         for o in range(1, 5):
             if o <= 3:
@@ -121,8 +156,12 @@ def write_openmetrics(fams: dict, t0: int, n: int, directory: Path) -> list[Path
         path = directory / f"block{b0 // BLOCK:03d}.om"
         with path.open("w") as f:
             for fam, series in fams.items():
-                kind = "counter" if fam.endswith(("_bytes", "_seconds", "_joules")) else "gauge"
-                if fam.startswith("wattbit_run_"):
+                kind = (
+                    "counter"
+                    if fam.endswith(("_bytes", "_seconds", "_joules", "_ios"))
+                    else "gauge"
+                )
+                if fam.startswith("wattbit_run_") or fam.endswith("_per_second"):
                     kind = "gauge"
                 name = fam + "_total" if kind == "counter" else fam
                 f.write(f"# TYPE {fam} {kind}\n")

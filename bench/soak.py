@@ -92,13 +92,17 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.pdu_poll import SOURCE, loadavg, machine, proc_cpu, signals, synthesize  # noqa: E402
-from bench.pdu_poll import read_snmprec as read_rows  # noqa: E402
+from bench.harness import cpu_seconds as proc_cpu  # noqa: E402
+from bench.harness import interruptible as signals  # noqa: E402
+from bench.harness import load_average as loadavg  # noqa: E402
+from bench.harness import machine as harness_machine  # noqa: E402
 from collector.demo.procs import Procs, free_port, wait_for  # noqa: E402
 from collector.pdu.responder import Responder  # noqa: E402
 from collector.pdu.snmprec import read_snmprec  # noqa: E402
 from exporters.snmp.types import Value  # noqa: E402
 from tests.support.berbuild import integer, oid_content, response, var_bind  # noqa: E402
+from tests.support.synthetic_pdu import SOURCE, synthesize  # noqa: E402
+from tests.support.synthetic_pdu import read_snmprec as read_rows  # noqa: E402
 
 PROFILE = "apc_rpdu2"
 DEVICE_ENERGY = "1.3.6.1.4.1.318.1.1.26.4.3.1.9.1"  # rPDU2DeviceStatusEnergy, 0.1 kWh a unit
@@ -1146,7 +1150,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     res: dict[str, Any] = {
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "machine": machine(),
+        "machine": harness_machine(packages=("pysnmp", "snmpsim")),
         "load_average_start": loadavg(),
     }
     scraper: Scraper | None = None

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BeforeValidator, ValidationError
+from pydantic import AfterValidator, BeforeValidator, ValidationError
 from pydantic_core import ErrorDetails
 
 from collector.files import MAX_CONFIG_FILE, FileRefused, read_bounded
@@ -106,6 +106,17 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 """A finite number of seconds > 0 (NaN, infinities, 0 and negative values are refused)."""
 DurationOrZero = Annotated[float, BeforeValidator(parse_duration_or_zero)]
 """A finite number of seconds >= 0: only where 0 has a meaning of its own (say which)."""
+
+
+def at_least(minimum: float) -> AfterValidator:
+    """A Duration's lower bound: ``Annotated[Duration, at_least(10)]`` ("must be at least 10s")."""
+
+    def check(seconds: float) -> float:
+        if seconds < minimum:
+            raise ValueError(f"must be at least {minimum:g}s")
+        return seconds
+
+    return AfterValidator(check)
 
 
 def parse_listen(value: str, default_port: int) -> tuple[str, int]:

@@ -306,6 +306,77 @@ def bars(
     return p.description(desc) if desc else p
 
 
+# ---- what limits it (the recording rules of docs/rules.md, "What limits it") ---------------
+
+UTIL = f"max by (host, resource) (host_resource:wattbit_utilisation:ratio1m{{{H}}})"
+LIMITER = f"host:wattbit_limiter:ratio1m{{{H}}}"
+
+
+def limits_table(w: int = 24, h: int = 6) -> table.Panel:
+    """Per host: the limiter, its subject, and every resource's utilisation, one row each."""
+    return (
+        table.Panel()
+        .title("What limits it")
+        .description(
+            "Per host moving data (NICs >= 10 Mbit/s or disks >= 1 MB/s), over the last "
+            "minute: the limiter (the resource with the highest utilisation, at least 70 %; "
+            "none below: the workload paces itself), its subject (device, PCI address, "
+            "interface, CPU) and its utilisation, then each resource's busiest subject: disk "
+            "(busy), controller (its PCIe link; its busy disks' wait when those move under "
+            "85 % of what each moved alone), pcie, nic (each way against the link speed), cpu "
+            "(the busiest moving data), tcp (retransmitted share against 1 %). A controller or "
+            "PCIe link at 90 % or more is named ahead of the disks it feeds."
+        )
+        .datasource(DS)
+        .unit("percentunit")
+        .span(w)
+        .height(h)
+        .with_target(qi(LIMITER, "A"))
+        .with_target(qi(UTIL, "B"))
+        .with_transformation(
+            DataTransformerConfig(
+                id_val="groupingToMatrix",
+                options={"columnField": "resource", "rowField": "host", "valueField": "Value #B"},
+            )
+        )
+        .with_transformation(
+            DataTransformerConfig(
+                id_val="joinByField", options={"byField": "host", "mode": "outer"}
+            )
+        )
+        .with_transformation(
+            DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Time": True, "__name__": True},
+                    "indexByName": {"host": 0, "resource": 1, "subject": 2, "Value #A": 3},
+                    "renameByName": {
+                        "host\\resource": "host",
+                        "resource": "limited by",
+                        "Value #A": "utilisation",
+                    },
+                },
+            )
+        )
+    )
+
+
+def limits_row(d: Dashboard) -> Dashboard:
+    """The "what limits it" row of the Streaming dashboard."""
+    d = d.with_row(Row("What limits it"))
+    d = d.with_panel(limits_table())
+    return d.with_panel(
+        ts(
+            "Utilisation of every resource over time",
+            "percentunit",
+            letters([(UTIL, "{{host}} {{resource}}")]),
+            "Per host, each resource's busiest subject over the time range (1-minute windows: "
+            "a step of load shows as a one-minute ramp). Above 70 % a resource limits the run.",
+            w=24,
+        ).max(1)
+    )
+
+
 # ---- the dashboards -------------------------------------------------------------------------
 
 
@@ -358,6 +429,7 @@ def streaming() -> Dashboard:
             "site: its larger direction); none below 0.01 Gbit/s.",
         )
     )
+    d = limits_row(d)
     d = d.with_row(Row("Disks and NICs"))
     d = d.with_panel(
         bars(
@@ -1106,7 +1178,8 @@ def wall() -> Dashboard:
         .description("Fraction of the last $__rate_interval each disk had a request in flight.")
     )
     d = d.with_panel(run_picker().height(5))
-    return d
+    # what limits it: one table, a row per host (the Wall stays at a few panels)
+    return d.with_panel(limits_table(h=5))
 
 
 DASHBOARDS = {

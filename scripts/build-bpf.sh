@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../exporters/blockio/core"
 out=blockio.bpf.o
 if [ -f "$out" ] && [ "$out" -nt blockio.bpf.c ] && [ "$out" -nt blockio_types.h ] \
-   && [ "$out" -nt ../wattbit_buckets.h ]; then
+   && [ "$out" -nt ../wattbit_buckets.h ] && [ "$out" -nt ../stat_val.h ]; then
   exit 0
 fi
 arch=$(uname -m)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from collector.config import Duration, Regex, Strict
+from collector.config import Duration, Regex, Strict, at_least
 from collector.daemon.config import AGENT_PORT, Listen, ProcessConfig
 from exporters.blockio.exporter import DEFAULT_EXCLUDE
 from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, MAX_LAT_BOUNDS
@@ -50,9 +50,10 @@ class NicConfig(Strict):
     exclude: Regex = NIC_EXCLUDE  # loopback is always left out
     queues: bool = True  # per-queue counters from the driver's ethtool statistics
     info_refresh: Duration = 60.0
-    # Interface -> link speed in bits/s, used only where the kernel reports none (veth, tun,
-    # a virtio-net that says -1): the rate a tc shaper or the far end holds the link to. Never
-    # guessed: an interface neither the kernel nor this map gives a speed has none.
+    # Interface -> link speed in bits/s, in place of the kernel's: the rate a tc shaper or the
+    # far end holds the link to, or a speed for an interface the kernel gives none (tun, a
+    # virtio-net that says -1) or a made-up one (veth says 10000 Mb/s). Never guessed: an
+    # interface neither the kernel nor this map gives a speed has none.
     link_speeds: dict[str, float] = Field(default_factory=dict)
 
     @field_validator("link_speeds")
@@ -73,18 +74,11 @@ class SmartConfig(Strict):
     """The smart exporter's settings (drive health from smartctl, off the scrape path)."""
 
     enabled: bool = True
-    interval: Duration = 300.0
+    # Every read sends commands to the drive; more often than every 10 s gains nothing.
+    interval: Annotated[Duration, at_least(10)] = 300.0
     timeout: Duration = 30.0
     devices: Regex = "auto"  # "auto": every disk blockio exports; else a regex on the name
     concurrency: int = Field(default=4, ge=1, le=64)  # smartctl processes at once
-
-    @field_validator("interval")
-    @classmethod
-    def _interval(cls, v: float) -> float:
-        # Every read sends commands to the drive; more often than this gains nothing.
-        if v < 10:
-            raise ValueError("must be at least 10s")
-        return v
 
     @field_validator("timeout")
     @classmethod
@@ -107,17 +101,11 @@ class PcieConfig(Strict):
     """The pcie exporter's settings (PCIe links, disk link rates, controller interrupts)."""
 
     enabled: bool = True
-    refresh: Duration = 60.0  # re-read the chains at least this often (and on device change)
+    # re-read the chains at least this often (and on device change)
+    refresh: Annotated[Duration, at_least(1)] = 60.0
     # wattbit_controller_irq_info and _cpu_interrupts_total: one series per vector and per
     # (controller, CPU); off on hosts with many NVMe drives (docs/exporters/pcie.md, budget)
     controller_irqs: bool = True
-
-    @field_validator("refresh")
-    @classmethod
-    def _refresh(cls, v: float) -> float:
-        if v < 1:
-            raise ValueError("must be at least 1s")
-        return v
 
 
 class CpuConfig(Strict):

@@ -154,6 +154,13 @@ def _report(
     ]
     unit = [(f, getattr(r, f"unit_{f}")) for f in UNIT_FIELDS]
     lines.append("unit: " + ", ".join(f"{f} {v:g}" for f, v in unit if v is not None))
+    for kind, rows in (("bank", r.banks), ("phase", r.phases)):
+        if rows:  # what `feeds:` can map to a host (docs/exporters/pdu.md, Feeds)
+            shown = ", ".join(
+                f"{kind}:{b.index}" + (f" {b.power_watts:g} W" if b.power_watts is not None else "")
+                for b in rows
+            )
+            lines.append(f"{kind}s (feeds): {shown}")
     if not metered(r):
         lines.append("this PDU meters nothing the profile reads: its health only is exported")
     if r.invalid:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from exporters.snmp.oid import normalize_oid
@@ -83,17 +84,24 @@ def _snmprec_value(tag: str, data: str) -> Value:
     return _typed(smi, payload)
 
 
-def parse_snmprec(text: str) -> Walk:
-    """A Walk from snmpsim .snmprec text: ``oid|tag|value`` lines, ``#`` comments skipped."""
-    walk: Walk = {}
+def snmprec_rows(text: str) -> Iterator[tuple[int, str, str, str]]:
+    """The rows of snmpsim .snmprec text as written: (line number, oid, tag, value), ``#``
+    comments and blank lines skipped; ValueError for a line that is not ``oid|tag|value``."""
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         parts = line.split("|", 2)
         if len(parts) != 3:
             raise ValueError(f"line {lineno}: expected oid|tag|value")
+        yield lineno, parts[0], parts[1], parts[2]
+
+
+def parse_snmprec(text: str) -> Walk:
+    """A Walk from snmpsim .snmprec text: ``oid|tag|value`` lines, ``#`` comments skipped."""
+    walk: Walk = {}
+    for lineno, oid, tag, value in snmprec_rows(text):
         try:
-            walk[normalize_oid(parts[0])] = _snmprec_value(parts[1], parts[2])
+            walk[normalize_oid(oid)] = _snmprec_value(tag, value)
         except ValueError as exc:
             raise ValueError(f"line {lineno}: {exc}") from None
     return walk

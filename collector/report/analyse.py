@@ -12,11 +12,12 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from . import compute as C
+from . import limits as L
 from .document import (
     COMPARE_KEYS,
     CompareRow,
@@ -25,6 +26,7 @@ from .document import (
     ComponentScope,
     DiskFigures,
     DiskSummary,
+    EnergyView,
     HostScope,
     OutletFigures,
     PhaseFigures,
@@ -36,7 +38,18 @@ from .document import (
 from .gather import Gathered
 from .power import component_meters, host_meters, host_power, site_meters
 from .power import warnings as power_warnings
-from .series import BUSY, DISK_IO, METERS, NIC, Grid, Outlet, PhaseRun, Track, Window
+from .series import (
+    BUSY,
+    DISK_IO,
+    IDLE_PHASE,
+    METERS,
+    NIC,
+    Grid,
+    Outlet,
+    PhaseRun,
+    Track,
+    Window,
+)
 
 ENERGY_DISAGREEMENT = 0.05  # warn when an energy counter and the watts differ by more
 MIN_IDLE_STEPS = 3  # idle phases with fewer steps with watts leave idle watts to the fit
@@ -58,6 +71,7 @@ class Result:
     grid: Grid
     timelines: dict[str, Timeline]  # "site", "host:NAME", "component:NAME"
     disk_busy: dict[str, dict[str, list[float | None]]]  # host -> device -> busy ratio per bin
+    usage: L.Usage | None = None  # every resource's utilisation per bin (the verdict's)
 
 
 def analyse(g: Gathered, now: float | None = None) -> Result:
@@ -67,11 +81,17 @@ def analyse(g: Gathered, now: float | None = None) -> Result:
     warnings = _window_warnings(g)
     timelines: dict[str, Timeline] = {}
     hosts, disk_busy = _host_scopes(g, ix, timelines, warnings)
+    usage = L.usage(g.grid, g.tracks, g.limits) if g.limits is not None else None
+    if g.limits_error:
+        warnings.append(f"no verdict (what limited it): {g.limits_error}")
+    if usage is not None:
+        every = range(g.grid.n)
+        hosts = {h: replace(d, limited_by=L.verdict(usage, h, every)) for h, d in hosts.items()}
     components = _component_scopes(g, ix, timelines)
     site, timelines["site"] = ix.scope(site_meters(g.outlets), sorted(ix.nic_by_host))
     power = host_power(ix.hosts, g.outlets, g.tracks, ix.joules, g.window.duration)
     warnings += power_warnings(power)
-    phases = [_phase_doc(p, g.grid, timelines["site"]) for p in g.phases]
+    phases = [_phase_doc(p, g.grid, timelines["site"], usage, list(hosts)) for p in g.phases]
     if ix.idle_bins and g.outlets and site.idle_watts_source != "idle_phases":
         warnings.append(
             f"the idle phases hold {site.idle_steps} analysis step(s) with watts, fewer than "
@@ -99,9 +119,10 @@ def analyse(g: Gathered, now: float | None = None) -> Result:
         timings_seconds=_timings(g, t0),
         prometheus_requests=g.requests,
         phases=phases,
+        energy_view=_energy_view(site, phases),
         power=power,
     )
-    return Result(doc, g.grid, timelines, disk_busy)
+    return Result(doc, g.grid, timelines, disk_busy, usage)
 
 
 @dataclass(frozen=True)
@@ -506,7 +527,32 @@ def _bins_inside(grid: Grid, p: PhaseRun) -> list[int]:
     return [k for k in range(grid.n) if e[k] >= p.start - 1e-3 and e[k + 1] <= p.end + 1e-3]
 
 
-def _phase_doc(p: PhaseRun, grid: Grid, site: Timeline) -> PhaseFigures:
+def _energy_view(site: Scope, phases: list[PhaseFigures]) -> EnergyView | None:
+    """The share of the site's energy that was idle power, and the data at the best phase's
+    J/Gbit (of the phases that moved at least 0.01 Gbit/s, the idle ones excluded)."""
+    energy = site.energy_joules
+    if energy is None:
+        return None
+    idle = site.idle_watts * site.duration_seconds if site.idle_watts is not None else None
+    best = min(
+        (p for p in phases if p.phase != IDLE_PHASE and p.joules_per_gigabit is not None),
+        key=lambda p: p.joules_per_gigabit or math.inf,
+        default=None,
+    )
+    jpg = best.joules_per_gigabit if best is not None else None
+    return EnergyView(
+        energy_joules=energy,
+        idle_joules=idle,
+        idle_share=idle / energy if idle is not None and energy > 0 else None,
+        best_phase=best.run if best is not None else None,
+        best_phase_joules_per_gigabit=jpg,
+        joules_at_best_phase=jpg * site.gigabits if jpg is not None and site.gigabits else None,
+    )
+
+
+def _phase_doc(
+    p: PhaseRun, grid: Grid, site: Timeline, usage: L.Usage | None, hosts: list[str]
+) -> PhaseFigures:
     bins = _bins_inside(grid, p)
     gbps = [v for k in bins if (v := site.gbps[k]) is not None]
     watts = [v for k in bins if (v := site.watts[k]) is not None]
@@ -522,6 +568,7 @@ def _phase_doc(p: PhaseRun, grid: Grid, site: Timeline) -> PhaseFigures:
         steps=len(bins),
         gbit_per_second_mean=math.fsum(gbps) / len(gbps) if gbps else None,
         watts_mean=math.fsum(watts) / len(watts) if watts else None,
+        limited_by={h: L.verdict(usage, h, bins) for h in hosts} if usage is not None else {},
     )
 
 

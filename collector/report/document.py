@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .power import HostPower
 
+from .limits import LimitedBy
+
 SCHEMA = "wattbit.report/1"
 
 Json = dict[str, Any]
@@ -76,6 +78,7 @@ class PhaseFigures:
     steps: int  # analysis steps wholly inside the phase
     gbit_per_second_mean: float | None  # site: mean of those steps' Gbit/s
     watts_mean: float | None  # site: mean of those steps' watts
+    limited_by: dict[str, LimitedBy] = field(default_factory=dict)  # by host
 
     def to_json(self) -> Json:
         """One entry of ``phases``."""
@@ -91,7 +94,15 @@ class PhaseFigures:
             "steps": self.steps,
             "gbit_per_second_mean": self.gbit_per_second_mean,
             "watts_mean": self.watts_mean,
+            "joules_per_gigabit": self.joules_per_gigabit,
+            "limited_by": {h: v.to_json() for h, v in self.limited_by.items()},
         }
+
+    @property
+    def joules_per_gigabit(self) -> float | None:
+        """The site's mean watts over its mean Gbit/s in the phase (None below 0.01 Gbit/s)."""
+        g, w = self.gbit_per_second_mean, self.watts_mean
+        return w / g if g is not None and w is not None and g >= 0.01 else None
 
 
 @dataclass(frozen=True)
@@ -221,6 +232,7 @@ class HostScope(Scope):
     disks: dict[str, DiskFigures]  # by device
     disk_summary: DiskSummary | None  # None without disks
     power_source: str | None = None  # outlets | pdu | redfish | ipmi; None without any
+    limited_by: LimitedBy | None = None  # what limited it over the whole window
 
     def to_json(self) -> Json:
         """The host's object in ``hosts``."""
@@ -233,6 +245,7 @@ class HostScope(Scope):
             "disk_summary": (
                 self.disk_summary.to_json() if self.disk_summary is not None else None
             ),
+            "limited_by": self.limited_by.to_json() if self.limited_by is not None else None,
         }
 
 
@@ -360,6 +373,29 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class EnergyView:
+    """The site's energy over the window: how much was idle, what the best phase would cost."""
+
+    energy_joules: float | None
+    idle_joules: float | None  # idle watts x the window's length
+    idle_share: float | None  # idle_joules / energy_joules
+    best_phase: str | None  # the phase with the lowest J/Gbit (moving at least 0.01 Gbit/s)
+    best_phase_joules_per_gigabit: float | None
+    joules_at_best_phase: float | None  # the window's gigabits at that J/Gbit
+
+    def to_json(self) -> Json:
+        """The ``energy_view`` object."""
+        return {
+            "energy_joules": self.energy_joules,
+            "idle_joules": self.idle_joules,
+            "idle_share": self.idle_share,
+            "best_phase": self.best_phase,
+            "best_phase_joules_per_gigabit": self.best_phase_joules_per_gigabit,
+            "joules_at_best_phase": self.joules_at_best_phase,
+        }
+
+
+@dataclass(frozen=True)
 class Report:
     """The whole report of one window."""
 
@@ -382,6 +418,7 @@ class Report:
     prometheus_requests: int
     compare: Comparison | None = None  # with --compare only
     phases: list[PhaseFigures] = field(default_factory=list)  # written after ``window``
+    energy_view: EnergyView | None = None  # the site's; written after ``site``
     power: dict[str, HostPower] = field(default_factory=dict)  # by host (collector/report/power)
 
     def to_json(self) -> Json:
@@ -399,6 +436,7 @@ class Report:
             "interfaces_regex": self.interfaces_regex,
             "match": dict(self.match),
             "site": self.site.to_json(),
+            "energy_view": self.energy_view.to_json() if self.energy_view is not None else None,
             "hosts": {h: d.to_json() for h, d in self.hosts.items()},
             "components": {c: d.to_json() for c, d in self.components.items()},
             "power": {h: p.to_json() for h, p in self.power.items()},

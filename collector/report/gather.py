@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import binned as B
 from . import compute as C
+from . import limits as L
 from .prom import LabelKey, PromError, Prometheus, Series, duration, label_key, selector
 from .series import (
     ALL,
@@ -151,6 +153,8 @@ class Gathered:
     prometheus: str  # the server's URL
     requests: int  # HTTP requests the client had made when gathering ended
     phases: list[PhaseRun] = field(default_factory=list)  # runs marked as its phases
+    limits: L.Raw | None = None  # what the verdict needs beyond the tracks (limits.fetch)
+    limits_error: str = ""  # why there is no verdict, when its queries failed
 
 
 def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gathered:
@@ -160,11 +164,19 @@ def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gat
     g = _Gatherer(prom, window, opts)
     try:
         grid, tracks, outlets = g.run()
+        t0 = time.monotonic()
+        phases = find_phases(prom, window, g.interval, opts.match)
+        g.timings["phases"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        raw, limits_error = None, ""
+        try:
+            raw = g.limits.result() if g.limits is not None else None
+        except PromError as exc:  # the verdict is left out, the rest of the report stands
+            limits_error = str(exc)
+        g.timings["limits"] = time.monotonic() - t0  # the wait left once the bins are in
     finally:
         g.pool.shutdown(wait=False)
-    t0 = time.monotonic()
-    phases = find_phases(prom, window, g.interval, opts.match)
-    g.timings["phases"] = time.monotonic() - t0
+        g.limits_pool.shutdown(wait=False, cancel_futures=True)
     return Gathered(
         window=window,
         options=opts,
@@ -178,6 +190,8 @@ def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gat
         prometheus=prom.url,
         requests=prom.requests,
         phases=phases,
+        limits=raw,
+        limits_error=limits_error,
     )
 
 
@@ -192,6 +206,10 @@ class _Gatherer:
         self.timings: dict[str, float] = {}
         self.coarse: dict[str, float | None] = {}
         self.interval = 0.0
+        # the verdict's queries (limits.fetch), started as soon as the grid is known so that
+        # they run beside the bins' (a Prometheus answers several queries at once)
+        self.limits: Future[L.Raw] | None = None
+        self.limits_pool = ThreadPoolExecutor(max_workers=2)
 
     def sel(self, metric: str, labels: dict[str, str] | None = None) -> str:
         """Selector of a metric, with --match's labels and the interface filter on NIC series."""
@@ -220,6 +238,9 @@ class _Gatherer:
         tracks, probed = self._count()
         self._probe(tracks, probed)
         grid = self._grid(tracks)
+        self.limits = self.limits_pool.submit(
+            L.fetch, self.prom, grid, self.interval, self.opts.match, 2
+        )
         outlets = outlets_of(list(tracks.values()))
         integrate = [o.power for o in choose_energy_sources(outlets) if o.power is not None]
         resets = self._bin(grid, tracks, integrate)
@@ -248,7 +269,7 @@ class _Gatherer:
         tracks: _Tracks = {}
         for metric, fut in count_f.items():
             for s in fut.result():
-                labels = _strip_name(s.labels)
+                labels = B.strip_name(s.labels)
                 n = s.samples[-1][1]
                 if not (math.isfinite(n) and n >= 0):  # a count; a hostile store sends NaN
                     raise PromError(f"{prom.url}: count_over_time({metric}) answered {n}")
@@ -309,7 +330,7 @@ class _Gatherer:
         for (metric, key), tr in tracks.items():
             if metric in COUNTERS:
                 points = binned[(metric, "last_over_time")].get(key, {})
-                last = [points.get(k) for k in range(grid.n + 1)]
+                last = B.last_values(points, grid)
                 tr.counter = C.counter_from_last(last)
                 tr.present = [v is not None for v in last[1:]]
             else:
@@ -349,60 +370,20 @@ class _Gatherer:
 
     def _raw(self, tr: Track, grid: Grid) -> list[tuple[float, float]]:
         """Raw samples of one track in ``(start - step, end]`` (the step before is the base)."""
-        chunk = max(60.0, 20_000 * (tr.interval or grid.step))
-        res = self.prom.raw(
-            self.sel(tr.metric, tr.labels), grid.start - grid.step, grid.end, chunk_seconds=chunk
-        )
-        return [p for p in res[0].samples if math.isfinite(p[1])] if res else []
+        return B.raw(self.prom, self.sel(tr.metric, tr.labels), grid, tr.interval or grid.step)
 
     def _bins(
         self, grid: Grid, metric: str, fn: str, series: int = 1
     ) -> dict[LabelKey, dict[int, float]]:
         """``fn(metric[bin])`` for every bin: {labels: {edge index: value}}; ``series`` expected."""
-        prom, sel = self.prom, self.sel(metric)
-        out: dict[LabelKey, dict[int, float]] = defaultdict(dict)
-
-        def put(series: list[Series]) -> None:
-            start, step, end, n = grid.start, grid.step, grid.end, grid.n
-            for s in series:
-                # some functions keep the metric name (last_over_time), most drop it
-                d = out[label_key(_strip_name(s.labels))]
-                for t, v in s.samples:
-                    if v != v:  # NaN
-                        continue
-                    if abs(t - end) < 1e-3:
-                        d[n] = v
-                        continue
-                    k = round((t - start) / step)
-                    if 0 <= k < n and abs(start + k * step - t) < 1e-3:
-                        d[k] = v
-
-        if fn == "resets":  # one number over the whole window and the step before it
-            span = prom.range_for(grid.end - grid.start + grid.step)
-            put(_at(prom.query(f"resets({sel}[{span}])", grid.end), grid.end))
-            return out
-        # bins 0..n-2 end on the regular grid; the last one ends at `end` and may be shorter
-        first = 0 if fn == "last_over_time" else 1  # edge 0 is the counters' base
-        if grid.n - 1 >= first:
-            put(
-                prom.query_range(
-                    f"{fn}({sel}[{prom.range_for(grid.step)}])",
-                    grid.edges[first],
-                    grid.edges[grid.n - 1],
-                    grid.step,
-                    series,
-                )
-            )
-        last_len = grid.end - grid.edges[grid.n - 1]
-        put(_at(prom.query(f"{fn}({sel}[{prom.range_for(last_len)}])", grid.end), grid.end))
-        return out
+        return B.bins(self.prom, grid, self.sel(metric), fn, series)
 
     @staticmethod
     def _set_intervals(tracks: _Tracks, probed: dict[str, list[Series]]) -> None:
         """Scrape interval of each series: median spacing of its raw samples in a probe slice."""
         for metric, series in probed.items():
             for s in series:
-                tr = tracks.get((metric, label_key(_strip_name(s.labels))))
+                tr = tracks.get((metric, label_key(B.strip_name(s.labels))))
                 if tr is not None and tr.interval is None:
                     tr.interval = C.median_interval([t for t, _ in s.samples])
 
@@ -412,17 +393,6 @@ class _Gatherer:
         if same:
             return sorted(same)[len(same) // 2]
         return step
-
-
-def _strip_name(labels: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in labels.items() if k != "__name__"}
-
-
-def _at(series: list[Series], t: float) -> list[Series]:
-    """Stamp instant-query answers with exactly ``t`` (Prometheus rounds to ms)."""
-    for s in series:
-        s.samples = [(t, v) for _, v in s.samples]
-    return series
 
 
 def _bin_of(grid: Grid, t: float) -> int:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from .analyse import Result
 from .document import DiskSummary, Report, Scope
+from .limits import RESOURCES, LimitedBy
 from .power import BMC_KINDS, HostPower
 
 T = TypeVar("T")
@@ -322,6 +323,62 @@ def phase_cells(doc: Report) -> tuple[list[str], list[list[str]]]:
     return head, body
 
 
+def verdict_line(lb: LimitedBy | None) -> str | None:
+    """'disk nvme0n1 (96 %): disk nvme0n1 96 % busy; ...: disk-bound'; None without one."""
+    if lb is None:
+        return None
+    if lb.resource == "none":
+        return f"none: {lb.evidence}"
+    who = f" {lb.subject}" if lb.subject else ""
+    return f"{lb.resource}{who} ({pct(lb.utilisation)}): {lb.evidence}"
+
+
+def limits_cells(doc: Report) -> tuple[list[str], list[list[str]]]:
+    """What limited each host, over the whole window and in each phase."""
+    head = ["host", "steps of", "limited by", "subject", "utilisation", "evidence"]
+    body: list[list[str]] = []
+    for h, hd in doc.hosts.items():
+        rows = [("whole window", hd.limited_by)]
+        rows += [(f"phase {p.run}", p.limited_by.get(h)) for p in doc.phases]
+        for where, lb in rows:
+            if lb is not None:
+                body.append(
+                    [h, where, lb.resource, lb.subject or "", pct(lb.utilisation), lb.evidence]
+                )
+    return head, body
+
+
+def energy_sentence(doc: Report) -> str | None:
+    """'31 % of the 12.4 kJ was idle power; at demo-full's 16.2 J/Gbit the data would have
+    cost 3.1 kJ'; None without energy."""
+    v = doc.energy_view
+    if v is None or v.energy_joules is None:
+        return None
+    parts = []
+    if v.idle_share is not None:
+        parts.append(
+            f"{pct(v.idle_share)} of the site's {si(v.energy_joules, 'J')} was idle power "
+            f"({si(v.idle_joules, 'J')})"
+        )
+    else:
+        parts.append(f"the site drew {si(v.energy_joules, 'J')} (no idle watts known)")
+    if v.joules_at_best_phase is not None:
+        parts.append(
+            f"at the best phase's {num(v.best_phase_joules_per_gigabit)} J/Gbit "
+            f"({v.best_phase}) the data would have cost {si(v.joules_at_best_phase, 'J')}"
+        )
+    return "; ".join(parts)
+
+
+LIMITS_NOTE = (
+    "Utilisation over the steps in which the host moved data (NICs ≥ 10 Mbit/s or disks ≥ "
+    "1 MB/s): disks busy; controllers against their PCIe link, or their busy disks' wait when "
+    "those move under 85 % of what each moved alone; PCIe links against their usable bytes/s; "
+    "NICs each way against their link speed; the busiest CPU moving data; TCP retransmits "
+    "against 1 %. Below 70 % nothing limited it: none. Methods: docs/report.md."
+)
+
+
 IDLE_NOTE = (
     "Idle W: the median of the watts of the steps inside idle phases when the run has them "
     "(docs/report.md), else the intercept of the least-squares line of watts on Gbit/s per "
@@ -371,6 +428,14 @@ def summary_lines(doc: Report) -> list[str]:
         if sentence is not None and hd.disk_summary is not None:
             mb = sum(hd.disk_summary.bytes_per_second_mean.values()) / 1e6
             lines.append(f"  disks of {h}: {sentence}, {num(mb)} MB/s")
+    for h, hd in doc.hosts.items():
+        if (line := verdict_line(hd.limited_by)) is not None:
+            lines.append(f"  limited {h}: {line}")
+        for p in doc.phases:
+            if (line := verdict_line(p.limited_by.get(h))) is not None:
+                lines.append(f"    in {p.run}: {line}")
+    if (energy := energy_sentence(doc)) is not None:
+        lines.append(f"  energy: {energy}")
     if doc.compare is not None:
         c = doc.compare.site
         jpg, gbps = c["joules_per_gigabit"], c["gbit_per_second_mean"]
@@ -420,6 +485,11 @@ def markdown(doc: Report, html_name: str) -> str:
         parts += ["## Power sources", "", _md_table(*power_cells(doc)), "", POWER_NOTE, ""]
     if doc.phases:
         parts += ["## Phases", "", _md_table(*phase_cells(doc)), ""]
+    head, body = limits_cells(doc)
+    if body:
+        parts += ["## What limited it", "", _md_table(head, body), "", LIMITS_NOTE, ""]
+    if (energy := energy_sentence(doc)) is not None:
+        parts += ["## Energy", "", energy[0].upper() + energy[1:] + ".", ""]
     head, body = disk_cells(doc)
     if body:
         parts += ["## Disks", ""]
@@ -605,6 +675,41 @@ def chart_disks(result: Result, host: str) -> str | None:
     return _png(fig)
 
 
+def resource_lines(result: Result, host: str) -> dict[str, list[float | None]]:
+    """Per resource, the utilisation of its busiest subject in each step (the chart's lines)."""
+    if result.usage is None:
+        return {}
+    out: dict[str, list[float | None]] = {}
+    for (res, _subj), b in sorted(result.usage.util.get(host, {}).items()):
+        line = out.setdefault(res, [None] * len(b))
+        for k, v in enumerate(b):
+            if v is not None:
+                line[k] = v if line[k] is None else max(v, line[k] or 0.0)
+    return {r: out[r] for r in RESOURCES if r in out}
+
+
+def chart_limits(result: Result, host: str) -> str | None:
+    """Every resource's utilisation against time, the 70 % line, and the phases."""
+    lines = resource_lines(result, host)
+    if not lines:
+        return None
+    plt = _plt()
+    x, *ys = decimate(_minutes(result), *lines.values())
+    fig, ax = plt.subplots(figsize=(11, 2.8))
+    for res, vals in zip(lines, ys, strict=True):
+        ax.plot(x, [v * 100 for v in vals], lw=1, label=res)
+    ax.axhline(70, color="#999", lw=0.8, ls="--")
+    _mark_phases(ax, result)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("utilisation %")
+    ax.set_xlabel("minutes from start")
+    ax.set_title(f"{host}: utilisation of every resource (busiest subject of each)")
+    ax.legend(fontsize=7, ncol=6, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.subplots_adjust(left=0.06, right=0.98, top=0.88, bottom=0.18)
+    return _png(fig)
+
+
 def chart_components(result: Result) -> str | None:
     """Watts of every component against time."""
     keys = [k for k in result.timelines if k.startswith("component:")]
@@ -682,6 +787,12 @@ def html_report(result: Result, other: Result | None = None) -> str:
         out.append(f'<p class="note">{e(POWER_NOTE)}</p>')
     if doc.phases:
         out += ["<h2>Phases</h2>", _html_table(*phase_cells(doc))]
+    head, body = limits_cells(doc)
+    if body:
+        out += ["<h2>What limited it</h2>", _html_table(head, body)]
+        out.append(f'<p class="note">{e(LIMITS_NOTE)}</p>')
+    if (energy := energy_sentence(doc)) is not None:
+        out += ["<h2>Energy</h2>", f"<p>{e(energy[0].upper() + energy[1:])}.</p>"]
     out.append('<div class="charts">')
     out.append("<h2>Site</h2>")
     out.append(_img(chart_timeline(result, "site", "site: Gbit/s and W"), "site timeline"))
@@ -699,6 +810,7 @@ def html_report(result: Result, other: Result | None = None) -> str:
         if sentence is not None:
             out.append(f"<p>{e(sentence)}.</p>")
         out.append(_img(chart_disks(result, h), f"{h} disks"))
+        out.append(_img(chart_limits(result, h), f"{h} utilisation of every resource"))
     out.append("</div>")
     head, body = disk_cells(doc)
     if body:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import re
+import ssl
 import stat
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BeforeValidator,
@@ -23,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from collector.config import Duration, DurationOrZero, Regex, Strict, parse_listen
+from collector.config import Duration, DurationOrZero, Regex, Strict, at_least, parse_listen
 from collector.daemon.config import COLLECTOR_PORT, Listen, ProcessConfig
 from collector.secretfile import read_secret_file
 from collector.site.shard import WHOLE, Shard, parse_shard
@@ -284,6 +286,169 @@ def double_fed(pdus: list[PduConfig]) -> list[tuple[str, str]]:
     return problems
 
 
+class ChassisRule(Strict):
+    """Labels a BMC's chassis with the host or component it is; the first matching rule wins."""
+
+    id: str | list[str] | None = None  # the chassis' Redfish Id (the last part of its path)
+    name: Regex | None = None  # regular expression on the chassis' Name
+    host: str = ""
+    component: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> ChassisRule:
+        if self.id is None and self.name is None:
+            raise ValueError("a chassis rule needs id or name")
+        if not self.host and not self.component:
+            raise ValueError("a chassis rule sets host, component or both")
+        return self
+
+    def matches(self, chassis_id: str, name: str) -> bool:
+        """True if this rule applies to the chassis."""
+        if self.id is not None:
+            wanted = self.id if isinstance(self.id, list) else [self.id]
+            if chassis_id not in wanted:
+                return False
+        return self.name is None or re.search(self.name, name) is not None
+
+
+# FreeIPMI's workaround flags (freeipmi.conf(5), ipmi-raw(8) --workaround-flags)
+IPMI_WORKAROUNDS = frozenset(
+    {
+        "authcap",
+        "idzero",
+        "unexpectedauth",
+        "forcepermsg",
+        "endianseq",
+        "noauthcodecheck",
+        "intel20",
+        "supermicro20",
+        "sun20",
+        "opensesspriv",
+        "integritycheckvalue",
+        "assumeio",
+        "assumemaxsdrrecordcount",
+        "nochecksumcheck",
+        "serialalertsdeferred",
+        "incrementsolpacketsequence",
+        "packetsequence",
+    }
+)
+_REDFISH_ONLY = ("auth", "verify_tls", "ca_file", "allow_plain_http", "max_body", "max_chassis")
+_IPMI_ONLY = ("privilege", "workarounds")
+
+
+class BmcConfig(Strict):
+    """One BMC to poll for its server's power (docs/exporters/bmc.md)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.:-]+$")
+    protocol: Literal["redfish", "ipmi"]
+    # redfish: https://HOST[:PORT] (http:// only with allow_plain_http); ipmi: HOST[:PORT] (623)
+    address: str
+    username: str = Field(default="", max_length=256)
+    password: SecretStr | None = None
+    password_file: Path | None = None
+    password_env: str | None = None
+    auth: Literal["session", "basic"] = "session"  # session falls back to Basic without a token
+    verify_tls: bool = True  # false: the explicit, logged opt-out
+    ca_file: Path | None = None  # trust this CA (PEM) instead of the system's
+    allow_plain_http: bool = False
+    privilege: Literal["USER", "OPERATOR", "ADMIN"] = "USER"
+    workarounds: list[str] = Field(default_factory=list)
+    timeout: Duration = 5.0  # per request (Redfish) or session (IPMI)
+    deadline: Duration | None = None  # the whole poll; default: the interval
+    max_body: int = Field(default=4 * 1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024)
+    max_chassis: int = Field(default=32, ge=1, le=1024)
+    host: str = ""  # the host label of the server's power (unmapped: the BMC's main chassis)
+    component: str = ""
+    chassis: list[ChassisRule] = Field(default_factory=list)
+
+    _file = field_validator("password_file")(_check_secret_file)
+
+    @field_validator("ca_file")
+    @classmethod
+    def _ca_file(cls, v: Path | None) -> Path | None:
+        if v is None:
+            return v
+        try:
+            ssl.create_default_context(cafile=str(v))
+        except FileNotFoundError:
+            raise ValueError("the file does not exist") from None
+        except (OSError, ssl.SSLError, ValueError):
+            raise ValueError("not a readable PEM file of CA certificates") from None
+        return v
+
+    @field_validator("workarounds")
+    @classmethod
+    def _workarounds(cls, v: list[str]) -> list[str]:
+        unknown = [w for w in v if w not in IPMI_WORKAROUNDS]
+        if unknown:
+            raise ValueError(
+                f"unknown FreeIPMI workaround; known: {', '.join(sorted(IPMI_WORKAROUNDS))}"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> BmcConfig:
+        password = _resolve(self.password, self.password_file, self.password_env, "password")
+        given = self.model_fields_set
+        if self.protocol == "redfish":
+            wrong = [k for k in _IPMI_ONLY if k in given]
+            url = urlsplit(self.address)
+            if url.scheme not in ("https", "http") or not url.hostname:
+                raise ValueError("a Redfish address is https://HOST[:PORT]")
+            if url.path.strip("/") or url.query or url.fragment or url.username:
+                raise ValueError("a Redfish address is https://HOST[:PORT], without path or user")
+            try:
+                url.port  # noqa: B018 (raises on a bad port)
+            except ValueError:
+                raise ValueError("the address' port is not a port number") from None
+            if url.scheme == "http" and not self.allow_plain_http:
+                raise ValueError(
+                    "plain http sends the password in clear: use https, or set "
+                    "allow_plain_http: true"
+                )
+            if ":" in self.username:
+                raise ValueError("a Redfish user name cannot hold ':' (HTTP Basic)")
+        else:
+            wrong = [k for k in _REDFISH_ONLY if k in given]
+            host, _port = parse_listen(self.address, 623)
+            # FreeIPMI reads ',' and '[n-m]' in a host name as several hosts (ipmi-raw(8)
+            # "HOSTRANGED SUPPORT"): a name or an address only.
+            bad = not re.fullmatch(r"[A-Za-z0-9.:-]+", host) or host.startswith("-")
+            if bad or self.address.strip().startswith(":"):
+                raise ValueError("an IPMI address is HOST[:PORT]: a host name or an address")
+            for what, value, most in (("username", self.username, 16), ("password", None, 20)):
+                text = (
+                    value
+                    if value is not None
+                    else (password.get_secret_value() if password is not None else "")
+                )
+                # IPMI 2.0 limits (section 22.28-22.30); FreeIPMI's configuration cannot carry
+                # blanks or '#'.
+                if len(text) > most or any(c.isspace() or c == "#" for c in text):
+                    raise ValueError(
+                        f"an IPMI {what} is at most {most} characters, without blanks or '#'"
+                    )
+        if wrong:
+            raise ValueError(f"{', '.join(wrong)}: not a setting of protocol {self.protocol}")
+        object.__setattr__(self, "password", password)
+        return self
+
+    def endpoint(self) -> tuple[str, int]:
+        """(host, port): the URL's (Redfish) or HOST[:PORT], port 623 (IPMI)."""
+        if self.protocol == "redfish":
+            url = urlsplit(self.address)
+            return url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+        return parse_listen(self.address, 623)
+
+    def labels_for(self, chassis_id: str, name: str) -> tuple[str, str] | None:
+        """(host, component) of a mapped chassis; None: not exported."""
+        for rule in self.chassis:
+            if rule.matches(chassis_id, name):
+                return rule.host or self.host, rule.component or self.component
+        return None
+
+
 _DAYS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*d\s*$")
 # RFC 6750's b64token: what may follow "Bearer " in an Authorization header.
 _TOKEN = re.compile(r"^[A-Za-z0-9._~+/-]+=*$")
@@ -338,12 +503,13 @@ class CollectorConfig(ProcessConfig):
     default_port: ClassVar[int] = COLLECTOR_PORT
 
     listen: Listen = Listen.default(COLLECTOR_PORT)
-    interval: Duration = 10.0
+    interval: Annotated[Duration, at_least(1)] = 10.0
     concurrency: int = Field(default=32, ge=1, le=1024)  # PDUs polled at once
     profiles_dir: Path | None = None  # extra profiles, next to the built-in ones
     state_dir: Path = Path("/var/lib/wattbit")
     auths: dict[str, AuthConfig] = Field(default_factory=dict)
     pdus: list[PduConfig] = Field(default_factory=list)
+    bmcs: list[BmcConfig] = Field(default_factory=list)  # docs/exporters/bmc.md
     runs: RunsConfig = RunsConfig()
     # This collector polls only the PDUs of its shard (collector/site/shard.py); the file may
     # list the whole site's PDUs, identical on every collector but for this key (and the token).
@@ -365,16 +531,13 @@ class CollectorConfig(ProcessConfig):
             raise ValueError("not a directory")
         return v
 
-    @field_validator("interval")
-    @classmethod
-    def _interval(cls, v: float) -> float:
-        if v < 1.0:
-            raise ValueError("interval must be at least 1s")
-        return v
-
     def polled(self) -> list[PduConfig]:
         """The PDUs this collector polls: those of its shard, in the file's order."""
         return [p for p in self.pdus if self.shard.owns(p.name)]
+
+    def polled_bmcs(self) -> list[BmcConfig]:
+        """The BMCs this collector polls: those of its shard (the PDUs' rule), in order."""
+        return [b for b in self.bmcs if self.shard.owns(b.name)]
 
     def cross_check(self) -> list[tuple[str, str]]:
         """(key, reason) for references that do not resolve; load_model raises on the first."""
@@ -387,6 +550,11 @@ class CollectorConfig(ProcessConfig):
             if pdu.name in names:
                 problems.append((f"pdus[{i}].name", "the same name as an earlier PDU"))
             names.add(pdu.name)
+        bmc_names: set[str] = set()
+        for i, bmc in enumerate(self.bmcs):
+            if bmc.name in bmc_names:
+                problems.append((f"bmcs[{i}].name", "the same name as an earlier BMC"))
+            bmc_names.add(bmc.name)
         return problems + double_fed(self.pdus)
 
 
@@ -397,6 +565,9 @@ def redacted(cfg: CollectorConfig) -> dict[str, object]:
         for key in ("community", "auth_key", "priv_key"):
             if key in auth:
                 auth[key] = "<redacted>"
+    for bmc in data.get("bmcs", []):
+        if "password" in bmc:
+            bmc["password"] = "<redacted>"
     runs = data.get("runs")
     if isinstance(runs, dict) and "token" in runs:
         runs["token"] = "<redacted>"

@@ -1,7 +1,9 @@
-"""`wattbit collector`: the site collector polling PDUs over SNMP and keeping the run registry."""
+"""`wattbit collector`: the site collector polling PDUs over SNMP and BMCs over Redfish or IPMI,
+and keeping the run registry."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import os
@@ -11,11 +13,14 @@ from pathlib import Path
 from collector.daemon.serve import serve
 from collector.runs.api import API_PREFIX, api_routes
 from collector.runs.registry import STATE_FILE, RunRegistry
+from collector.site.bmcs import build_bmc_poller
 from collector.site.config import CollectorConfig
 from collector.site.profiles import require_profile, site_profiles
 from collector.site.targets import pdu_target
 from collector.web.config import WebConfig
 from exporters.base import Exporter
+from exporters.bmc.exporter import BmcExporter
+from exporters.bmc.poller import BmcPoller
 from exporters.pdu.exporter import PduExporter
 from exporters.pdu.poller import PduPoller
 from exporters.pdu.profile import Profile
@@ -102,11 +107,19 @@ def run(
     source: str | Path = "",
     stop: threading.Event | None = None,
 ) -> int:
-    """Poll PDUs and serve /metrics until SIGINT/SIGTERM (or stop is set)."""
+    """Poll PDUs and BMCs and serve /metrics until SIGINT/SIGTERM (or stop is set)."""
     profiles = profiles_for(cfg, source)
     runs = open_runs(cfg)
     poller, exporters = build_exporters(cfg, profiles, SnmpClient(), runs)
+    bmc_poller = build_bmc_poller(cfg)
+    if cfg.bmcs:  # beside the PDUs' exporter (docs/exporters/bmc.md)
+        exporters.insert(1, BmcExporter(bmc_poller))
     read_only = None if holds_registry(cfg) else SHARD_READ_ONLY_MESSAGE
+
+    async def work(done: asyncio.Event) -> None:
+        # The BMC poller logs its Redfish sessions out when cancelled (BmcPoller.run).
+        await asyncio.gather(poller.run(done), bmc_poller.run(done))
+
     return serve(
         "wattbit collector",
         cfg,
@@ -114,13 +127,20 @@ def run(
         exporters,
         routes=api_routes(runs, cfg.runs.token, read_only),
         links=[API_PREFIX],
-        work=poller.run,
-        serving=lambda url: _serving(cfg, poller, url),
+        work=work,
+        serving=lambda url: _serving(cfg, poller, bmc_poller, url),
         stop=stop,
     )
 
 
-def _serving(cfg: CollectorConfig, poller: PduPoller, url: str) -> None:
+def _serving(cfg: CollectorConfig, poller: PduPoller, bmcs: BmcPoller, url: str) -> None:
+    if cfg.bmcs:
+        log.info(
+            "polling %d of the %d BMC(s) configured every %gs",
+            len(bmcs.targets),
+            len(cfg.bmcs),
+            cfg.interval,
+        )
     if cfg.shard.n == 1:
         log.info(
             "serving %s/metrics; polling %d PDU(s) every %gs", url, len(cfg.pdus), cfg.interval

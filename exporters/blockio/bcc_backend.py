@@ -13,6 +13,7 @@ from typing import Any
 
 from .bpfshared import LiveDisks, fdinfo, kernel_at_least, prog_stats, sum_percpu
 from .diskstats import DiskstatsBackend
+from .layout import CLOCK_DEVICE, Layout
 from .model import (
     DEFAULT_LAT_BOUNDS_SECONDS,
     OPS,
@@ -92,11 +93,14 @@ def cflags(
     return flags
 
 
-def _stat_fields(leaf: Any) -> dict[str, int]:
-    """Word (u64) index of each field of blockio.c's struct stat_val, and its size in words."""
-    out = {name: getattr(leaf, name).offset // 8 for name, *_ in leaf._fields_}
-    out["_words"] = ctypes.sizeof(leaf) // 8
-    return out
+def check_layout(leaf: Any, layout: Layout) -> None:
+    """Raise if bcc compiled struct stat_val other than layout.py describes it."""
+    got = {name: getattr(leaf, name).offset // 8 for name, *_ in leaf._fields_}
+    want = {name: start for name, (start, _) in layout.offsets().items()}
+    if got != want or ctypes.sizeof(leaf) != layout.words * 8:
+        raise BackendUnavailable(
+            "bpf load failed", f"{SOURCE.name}: struct stat_val is not layout.py's: {got}"
+        )
 
 
 class BccBackend:
@@ -140,6 +144,11 @@ class BccBackend:
                 f"present at /lib/modules/{os.uname().release}/build?",
             ) from exc
         self.lat_slots = len(lat_bounds_seconds) + 1
+        self.layout = Layout(clocks=1, lat_slots=self.lat_slots, size_slots=SIZE_SLOTS)
+        table = self.bpf[b"stats"]
+        # A per-CPU table's Leaf is stat_val * CPUs (sLeaf is stat_val); a shared one's is
+        # stat_val, which sum_percpu sums as one CPU.
+        check_layout(getattr(table, "sLeaf", table.Leaf), self.layout)
         self.size_histogram = size_histogram
         self.disks = LiveDisks(sys_root)
         self.diskstats = DiskstatsBackend(proc_root)
@@ -158,17 +167,17 @@ class BccBackend:
     def read(self) -> dict[str, DeviceStats]:
         """Cumulative per-device statistics since the program was loaded."""
         out: dict[str, DeviceStats] = {}
-        table = self.bpf["stats"]
-        # A per-CPU table's Leaf is stat_val * CPUs (sLeaf is stat_val); a shared one's is
-        # stat_val, which _sum_percpu sums as one CPU.
-        fields = _stat_fields(getattr(table, "sLeaf", table.Leaf))
-        lat, size = fields["lat"], fields["size"]
-        rows = [(key, sum_percpu(percpu, fields["_words"])) for key, percpu in table.items()]
+        table = self.bpf[b"stats"]
+        lay = self.layout
+        ios, nbytes, errors = lay.at("ios"), lay.at("bytes"), lay.at("errors")
+        lat, lat_sum = lay.at("lat", CLOCK_DEVICE), lay.at("lat_sum_ns", CLOCK_DEVICE)
+        size, size_sum = lay.at("size"), lay.at("size_sum")
+        rows = [(key, sum_percpu(percpu, lay.words)) for key, percpu in table.items()]
         # The tracepoints carry no diskseq: every entry is (dev, 0), and LiveDisks tells a
         # re-created disk by its diskseq in /sys changing between reads.
         seen: dict[tuple[int, int], int] = {}
         for key, val in rows:
-            seen[(key.dev, 0)] = seen.get((key.dev, 0), 0) + val[fields["ios"]]
+            seen[(key.dev, 0)] = seen.get((key.dev, 0), 0) + val[ios]
         live = self.disks.live(seen)
         for key, val in rows:
             name = live.get((key.dev, 0))
@@ -181,13 +190,13 @@ class BccBackend:
                 continue
             dev = out.setdefault(name, DeviceStats(clock="device"))
             dev.ops[OPS[key.op]] = OpStats(
-                ios=val[fields["ios"]],
-                bytes=val[fields["bytes"]],
-                errors=val[fields["errors"]],
+                ios=val[ios],
+                bytes=val[nbytes],
+                errors=val[errors],
                 lat_slots=val[lat : lat + self.lat_slots],
-                lat_sum_seconds=val[fields["lat_sum_ns"]] / 1e9,
+                lat_sum_seconds=val[lat_sum] / 1e9,
                 size_slots=val[size : size + SIZE_SLOTS] if self.size_histogram else None,
-                size_sum_bytes=val[fields["size_sum"]],
+                size_sum_bytes=val[size_sum],
             )
         # Busy time and in-flight from the kernel's accounting (see blockio.c for why).
         for name, kernel in self.diskstats.read().items():

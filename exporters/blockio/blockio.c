@@ -65,15 +65,12 @@ struct stat_key {
 	u32 op;
 };
 
-struct stat_val {
-	u64 ios;		/* completions, as diskstats counts them */
-	u64 bytes;		/* completed bytes, every (partial) completion, as diskstats */
-	u64 errors;		/* completions with a non-zero error */
-	u64 lat_sum_ns;		/* issue -> complete, for the histogram's _sum */
-	u64 size_sum;		/* bytes of the paired requests, for the size histogram's _sum */
-	u64 lat[LAT_SLOTS];	/* per-slot (not cumulative) counts of paired issue/complete */
-	u64 size[SIZE_SLOTS];
-};
+/* struct stat_val: the counters, described once in layout.py (generated stat_val.h, shared
+ * with the core program; bcc_backend.py reads them at the offsets layout.py computes). One
+ * clock: issue -> complete, paired here, is the device clock. key, seq and untimed stay 0. */
+#define CLOCKS 1
+#define CLOCK_DEVICE 0
+#include "stat_val.h"
 
 /* LRU: a completion we never see (device removed, lost event) cannot grow memory.
  * Measured: BPF_F_NO_COMMON_LRU (per-CPU LRU lists) costs +79 ns per I/O (issue +42, complete
@@ -90,7 +87,7 @@ BPF_TABLE("lru_hash", struct start_key, struct start_val, start, MAX_INFLIGHT);
  * programs do not nest on a CPU (bpf_prog_active) and run with preemption disabled.
  * Userspace sums the copies modulo 2^64, as the atomics wrapped (bcc_backend.py: 0.1-0.2 ms
  * per entry at 128 CPUs).
- * BPF_F_NO_PREALLOC: per-CPU memory (384 bytes x CPUs) only for the (dev, op) pairs that did
+ * BPF_F_NO_PREALLOC: per-CPU memory (336 bytes x CPUs with the default buckets) only for the (dev, op) pairs that did
  * I/O, not MAX_STATS x CPUs up front (400 MB at 128 CPUs). Tracing programs may use run-time
  * allocated maps safely only since 6.1 (bpf_mem_alloc); 5.6-6.0 load them with a WARN_ONCE
  * (a panic under panic_on_warn) and PREEMPT_RT refuses them, so bcc_backend.py sets
@@ -183,7 +180,7 @@ TRACEPOINT_PROBE(block, block_rq_complete)
 	if (!s) {
 		/* Only the first completion of a (dev, op) gets here. The zeros come from a
 		 * one-entry array, not the stack: with many latency bounds LAT_SLOT's comparisons
-		 * spill registers, and a 384-byte stat_val on the stack then passes the 512-byte
+		 * spill registers, and a 336-byte stat_val on the stack then passes the 512-byte
 		 * limit. (Measured before: -17 ns per completion against lookup_or_try_init(),
 		 * which writes its zero argument to the stack on every call, hit or miss.) Another
 		 * CPU may insert first: insert() then fails and the lookup finds its entry. */
@@ -231,10 +228,10 @@ TRACEPOINT_PROBE(block, block_rq_complete)
 	unsigned int ss = wb_slot(bytes, SIZE_UNIT, SIZE_SLOTS);
 
 	if (ls < LAT_SLOTS)
-		STAT_ADD(s->lat[ls], 1);
+		STAT_ADD(s->lat[CLOCK_DEVICE * LAT_SLOTS + ls], 1);
 	if (ss < SIZE_SLOTS)
 		STAT_ADD(s->size[ss], 1);
-	STAT_ADD(s->lat_sum_ns, lat);
+	STAT_ADD(s->lat_sum_ns[CLOCK_DEVICE], lat);
 	STAT_ADD(s->size_sum, bytes);
 	return 0;
 }

@@ -71,9 +71,13 @@ Identity = tuple[int, int]  # (kernel dev_t, diskseq): one disk, never reused (b
 
 def _diskseq(sys_root: Path, name: str) -> int | None:
     """/sys/class/block/NAME/diskseq (Linux 5.15+), None where the kernel has none."""
+    # os.open/os.read: a fifth of Path.read_text's cost, and this runs per disk per read.
     try:
-        text = (sys_root / "class" / "block" / name / "diskseq").read_text(errors="replace")
-        return int(text.strip()[:20])
+        fd = os.open(f"{sys_root}/class/block/{name}/diskseq", os.O_RDONLY)
+        try:
+            return int(os.read(fd, 32).strip())
+        finally:
+            os.close(fd)
     except (OSError, ValueError):
         return None
 

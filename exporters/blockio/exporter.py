@@ -6,7 +6,7 @@ import functools
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from prometheus_client.core import (
@@ -201,6 +201,16 @@ class BlockioExporter(Exporter):
         )
 
 
+def _counter_by(
+    name: str, documentation: str, label: str, counts: Mapping[str, int]
+) -> CounterMetricFamily:
+    """A counter family with one series per key of counts, in key order."""
+    family = CounterMetricFamily(name, documentation, labels=[label])
+    for key in sorted(counts):
+        family.add_metric([key], float(counts[key]))
+    return family
+
+
 def render(
     devices: dict[str, DeviceStats],
     backend: str,
@@ -313,24 +323,20 @@ def render(
             runs.add_metric([prog], float(count))
         yield from (run_time, runs)
     if missed is not None:
-        m = CounterMetricFamily(
+        yield _counter_by(
             "wattbit_blockio_bpf_missed_events",
             "Tracepoint events the kernel skipped because another BPF program was running on "
             "the CPU (the program's recursion_misses).",
-            labels=["event"],
+            "event",
+            missed,
         )
-        for event in sorted(missed):
-            m.add_metric([event], float(missed[event]))
-        yield m
     if map_full is not None:
-        full = CounterMetricFamily(
+        yield _counter_by(
             "wattbit_blockio_bpf_map_full",
             "Updates of the agent's BPF maps that failed because the map was full: "
             "completions not counted (map=stats) or requests not timed (map=start).",
-            labels=["map"],
+            "map",
+            map_full,
         )
-        for name in sorted(map_full):
-            full.add_metric([name], float(map_full[name]))
-        yield full
     if io_time.samples:
         yield io_time

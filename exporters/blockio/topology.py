@@ -270,7 +270,7 @@ def _serial(root: Path, disk: _Rel) -> str:
 
 def _controller_dir(root: Path, disk: _Rel) -> _Rel | None:
     """The resolved directory of the PCI function the disk hangs off, None for virtual disks."""
-    own = _last_pci(disk)
+    own = last_pci(disk)
     if own is not None:
         return own
     # NVMe native multipath: the head nvmeXnY lives under devices/virtual/nvme-subsystem/ and
@@ -280,21 +280,23 @@ def _controller_dir(root: Path, disk: _Rel) -> _Rel | None:
     #  2. else nvmeN links in the subsystem directory (<head>/device) to its controllers.
     # Paths over fabrics (devices/virtual/nvme-fabrics/) have no PCI function and are skipped.
     for name in sorted(_listdir(root, disk, "multipath"), key=_natural):
-        found = _last_pci(_resolve(root, ("multipath", name), disk))
+        found = last_pci(_resolve(root, ("multipath", name), disk))
         if found is not None:
             return found
     subsystem = _resolve(root, ("device",), disk)
     if subsystem is None or len(subsystem) < 2 or subsystem[-2] != "nvme-subsystem":
         return None  # dm, md, loop, zram ...: deliberately no controller (slaves not followed)
     for name in sorted(filter(_NVME_CTRL.match, _listdir(root, subsystem)), key=_natural):
-        found = _last_pci(_resolve(root, (name,), subsystem))
+        found = last_pci(_resolve(root, (name,), subsystem))
         if found is not None:
             return found
     return None
 
 
-def _last_pci(path: _Rel | None) -> _Rel | None:
-    """path cut after its last PCI-address component (the endpoint, not bridges above it)."""
+def last_pci(path: _Rel | None) -> _Rel | None:
+    """path cut after its last PCI-address component (the endpoint, not bridges above it).
+
+    None when path is None or has no PCI address (also the pcie exporter's, for NICs)."""
     if path is None:
         return None
     for i in range(len(path) - 1, -1, -1):

@@ -8,6 +8,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
+from exporters.polling import PollFamilies, reason_counter
 
 from .poller import BmcPoller
 
@@ -39,16 +40,12 @@ class BmcExporter(Exporter):
             "The chassis' energy from Redfish EnvironmentMetrics.EnergykWh.",
             labels=["bmc", "host", "component"],
         )
-        up = GaugeMetricFamily(
-            "wattbit_bmc_up", "1 if the BMC's last poll succeeded.", labels=["bmc"]
-        )
-        duration = GaugeMetricFamily(
-            "wattbit_bmc_poll_duration_seconds", "Time the BMC's last poll took.", labels=["bmc"]
-        )
-        last_poll = GaugeMetricFamily(
-            "wattbit_bmc_last_poll_timestamp_seconds",
-            "Unix time the BMC's last poll completed (successful or not): staleness shows here.",
-            labels=["bmc"],
+        polls = PollFamilies(
+            "bmc",
+            "BMC",
+            up="wattbit_bmc_up",
+            duration="wattbit_bmc_poll_duration_seconds",
+            last_poll="wattbit_bmc_last_poll_timestamp_seconds",
         )
         info = GaugeMetricFamily(
             "wattbit_bmc_info",
@@ -57,10 +54,7 @@ class BmcExporter(Exporter):
         )
         for name in sorted(states):
             st = states[name]
-            up.add_metric([name], 1.0 if st.up else 0.0)
-            duration.add_metric([name], st.duration)
-            if name in polled_at:
-                last_poll.add_metric([name], polled_at[name])
+            polls.add(name, st.up, st.duration, polled_at)
             if st.identity:
                 ident = dict(st.identity)
                 info.add_metric(
@@ -83,19 +77,16 @@ class BmcExporter(Exporter):
                     energy.add_metric([name, m.host, m.component], p.energy_joules)
                 for s in p.supplies:
                     supply.add_metric([name, m.host, m.component, s.supply, s.kind], s.watts)
-        yield from (power, supply, energy, up, duration, last_poll, info)
-        failures = CounterMetricFamily(
+        yield from (power, supply, energy, *polls, info)
+        yield reason_counter(
             "wattbit_bmc_poll_failures",
             "Failed polls by reason (docs/exporters/bmc.md); every reason exported from 0.",
-            labels=["bmc", "reason"],
+            "bmc",
+            self.poller.failures,
         )
-        for (bmc, reason), n in sorted(self.poller.failures.items()):
-            failures.add_metric([bmc, reason], float(n))
-        invalid = CounterMetricFamily(
+        yield reason_counter(
             "wattbit_bmc_invalid_values",
             "Values a BMC answered that are not readings, by reason; those series are absent.",
-            labels=["bmc", "reason"],
+            "bmc",
+            self.poller.invalid,
         )
-        for (bmc, reason), n in sorted(self.poller.invalid.items()):
-            invalid.add_metric([bmc, reason], float(n))
-        yield from (failures, invalid)

@@ -1,22 +1,22 @@
 """Polls every BMC on its own schedule; publishes each BMC's last completed poll.
 
-As the PDU poller (exporters/pdu/poller.py): one loop per BMC, a semaphore bounding how many
-are polled at once, a bulkhead so failing BMCs hold at most a quarter of the slots, and a
-deadline per poll (the BMC's timeout budget, never more than the interval) so a slow or dead
-BMC cannot delay another or overlap its own next poll. A BMC's power series vanish the
-moment a poll fails and return when it answers again. An IPMI poll is one FreeIPMI process,
-killed if the deadline passes.
+As the PDU poller (exporters/pdu/poller.py), with the same schedule and slots
+(exporters/polling.py): one loop per BMC, a semaphore bounding how many are polled at once, a
+bulkhead so failing BMCs hold at most a quarter of the slots, and a deadline per poll (the
+BMC's timeout budget, never more than the interval) so a slow or dead BMC cannot delay another
+or overlap its own next poll. A BMC's power series vanish the moment a poll fails and return
+when it answers again. An IPMI poll is one FreeIPMI process, killed if the deadline passes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from exporters.polling import PeriodicPoller
 
 from .ipmi import IpmiClient, IpmiTarget
 from .redfish import RedfishClient, RedfishTarget
@@ -99,28 +99,82 @@ def primary(chassis: Sequence[ChassisPower]) -> ChassisPower | None:
     return with_power[0] if with_power else (chassis[0] if len(chassis) == 1 else None)
 
 
-def map_chassis(t: BmcTarget, reading: BmcReading) -> tuple[list[Mapped], list[str]]:
-    """The exported chassis with their labels, and the (host, component) pairs given twice."""
+@dataclass
+class ChassisMap:
+    """What map_chassis decided for one poll."""
+
+    mapped: list[Mapped]
+    twice: list[str]  # chassis on a host/component already taken
+    nested: list[tuple[str, str]]  # (chassis, the chassis it is inside): its watts counted there
+
+
+def ancestors(chassis: Sequence[ChassisPower]) -> dict[str, list[str]]:
+    """Every chassis' containers, innermost first, from Links.ContainedBy and Links.Contains.
+
+    The Chassis schema links both ways (ContainedBy on the inner chassis, Contains on the
+    outer: https://redfish.dmtf.org/schemas/v1/Chassis.json); a BMC may fill only one side.
+    A BMC that loops (A in B, B in A) gets each chain cut where it comes back.
+    """
+    parent: dict[str, str] = {}
+    for c in chassis:
+        if c.contained_by and c.contained_by != c.chassis:
+            parent[c.chassis] = c.contained_by
+    for c in chassis:
+        for inner in c.contains:
+            if inner != c.chassis:
+                parent.setdefault(inner, c.chassis)
+    out: dict[str, list[str]] = {}
+    for c in chassis:
+        chain: list[str] = []
+        node = c.chassis
+        while node in parent and parent[node] not in chain and parent[node] != c.chassis:
+            node = parent[node]
+            chain.append(node)
+        out[c.chassis] = chain
+    return out
+
+
+def map_chassis(t: BmcTarget, reading: BmcReading) -> ChassisMap:
+    """The exported chassis with their labels, and those left out (twice, or nested).
+
+    A chassis inside another chassis mapped to the same host, with a power figure, is left
+    out: the outer chassis' input power already includes it (an enclosure and its blades, a
+    rack-mount chassis and its board), and the rules sum a host's BMC series, so exporting
+    both would count its watts twice. The outermost mapped chassis with a figure stands.
+    """
     if t.mapper is None:
         chosen = primary(reading.chassis)
-        return ([Mapped(t.labels[0], t.labels[1], chosen)] if chosen else []), []
+        return ChassisMap([Mapped(t.labels[0], t.labels[1], chosen)] if chosen else [], [], [])
+    labelled = [(c, t.mapper(c.chassis, c.name)) for c in reading.chassis]
+    hosts_with_power = {
+        (c.chassis, labels[0])
+        for c, labels in labelled
+        if labels is not None and c.power_watts is not None
+    }
+    up = ancestors(reading.chassis)
     out: list[Mapped] = []
     seen: set[tuple[str, str]] = set()
     twice: list[str] = []
-    for c in reading.chassis:
-        labels = t.mapper(c.chassis, c.name)
+    nested: list[tuple[str, str]] = []
+    for c, labels in labelled:
         if labels is None:
+            continue
+        outer = next((a for a in up[c.chassis] if (a, labels[0]) in hosts_with_power), None)
+        if outer is not None and c.power_watts is not None:
+            nested.append((c.chassis, outer))
             continue
         if labels in seen:  # two chassis on one host/component: the first wins, once logged
             twice.append(c.chassis)
             continue
         seen.add(labels)
         out.append(Mapped(labels[0], labels[1], c))
-    return out, twice
+    return ChassisMap(out, twice, nested)
 
 
-class BmcPoller:
+class BmcPoller(PeriodicPoller[BmcTarget, BmcState]):
     """The site collector's BMC polling loops and their results."""
+
+    kind = "bmc"
 
     def __init__(
         self,
@@ -129,19 +183,12 @@ class BmcPoller:
         concurrency: int = 32,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.targets = list(targets)
-        self.interval = interval
-        self.concurrency = concurrency
-        self._clock = clock
-        self.states: dict[str, BmcState] = {}
-        self.failures: Counter[tuple[str, str]] = Counter()
-        self.invalid: Counter[tuple[str, str]] = Counter()
+        super().__init__(targets, interval, concurrency, clock)
         for t in self.targets:  # every reason at 0 from the start
             for reason in REDFISH_REASONS if t.protocol == "redfish" else IPMI_REASONS:
                 self.failures[(t.name, reason)] += 0
             for reason in INVALID_REASONS:
                 self.invalid[(t.name, reason)] += 0
-        self.last_poll: dict[str, float] = {}
         for t in self.targets:
             if t.redfish is not None and not t.redfish.verify_tls:
                 log.warning(
@@ -149,14 +196,10 @@ class BmcPoller:
                     "anyone on the path can read its credentials",
                     t.name,
                 )
-        self._failing: set[str] = set()
         self._identity: dict[str, tuple[tuple[str, str], ...]] = {}
         self._logged: set[tuple[str, str]] = set()
         self._redfish: dict[str, RedfishClient] = {}
         self._ipmi: dict[str, IpmiClient] = {}
-        self._sem: asyncio.Semaphore | None = None
-        self._failing_sem: asyncio.Semaphore | None = None
-        self.failing_slots = max(1, concurrency // 4)
 
     def _once(self, name: str, what: str, msg: str, *args: object) -> None:
         if (name, what) not in self._logged:
@@ -178,13 +221,7 @@ class BmcPoller:
 
     async def poll(self, t: BmcTarget) -> BmcState:
         """Poll one BMC once, within its deadline, and publish the outcome."""
-        if self._sem is None or self._failing_sem is None:
-            self._sem = asyncio.Semaphore(self.concurrency)
-            self._failing_sem = asyncio.Semaphore(self.failing_slots)
-        async with contextlib.AsyncExitStack() as slots:
-            if t.name in self._failing:
-                await slots.enter_async_context(self._failing_sem)
-            await slots.enter_async_context(self._sem)
+        async with self._slot(t.name):
             start = self._clock()
             error = detail = ""
             reading: BmcReading | None = None
@@ -206,21 +243,26 @@ class BmcPoller:
             await self._redfish.pop(t.name).close()
         mapped: list[Mapped] = []
         if error:
-            self.failures[(t.name, error)] += 1
+            self._failed(t.name, error, detail)
             self._identity.pop(t.name, None)  # the BMC may have been swapped
-            if t.name not in self._failing:
-                self._failing.add(t.name)
-                log.warning("bmc %s: poll failed (%s): %s", t.name, error, detail)
         else:
             assert reading is not None
-            if t.name in self._failing:
-                self._failing.discard(t.name)
-                log.info("bmc %s: answering again", t.name)
+            self._answered(t.name)
             if reading.identity or t.name not in self._identity:
                 self._identity[t.name] = tuple(sorted(reading.identity.items()))
             for reason, n in reading.invalid.items():
                 self.invalid[(t.name, reason)] += n
-            mapped, twice = map_chassis(t, reading)
+            decided = map_chassis(t, reading)
+            mapped, twice = decided.mapped, decided.twice
+            if decided.nested:
+                self._once(
+                    t.name,
+                    "nested",
+                    "bmc %s: %s mapped to the host of the chassis it is inside; its watts are "
+                    "in that chassis' and are not exported twice (docs/exporters/bmc.md)",
+                    t.name,
+                    ", ".join(f"{inner} (inside {outer})" for inner, outer in decided.nested),
+                )
             if twice:
                 self._once(
                     t.name,
@@ -228,6 +270,18 @@ class BmcPoller:
                     "bmc %s: chassis %s map to a host/component already taken; not exported",
                     t.name,
                     ", ".join(twice),
+                )
+            others = [c.chassis for c in reading.chassis if c.power_watts is not None]
+            if t.mapper is None and mapped and len(others) > 1:
+                self._once(
+                    t.name,
+                    "several",
+                    "bmc %s: %d chassis report power (%s); exporting %s as the server's: map "
+                    "the others with chassis: rules (docs/exporters/bmc.md)",
+                    t.name,
+                    len(others),
+                    ", ".join(others),
+                    mapped[0].power.chassis,
                 )
             if not any(m.power.power_watts is not None for m in mapped):
                 self._once(
@@ -237,7 +291,6 @@ class BmcPoller:
                     t.name,
                     ", ".join(c.chassis or "(the system)" for c in reading.chassis) or "none",
                 )
-        self.last_poll = {**self.last_poll, t.name: time.time()}
         state = BmcState(
             t.name,
             t.protocol,
@@ -247,38 +300,22 @@ class BmcPoller:
             self._identity.get(t.name, ()),
             error,
         )
-        # Replace the whole dict: readers (the HTTP threads) see the old or the new one, whole.
-        self.states = {**self.states, t.name: state}
+        self._publish(t.name, state)
         return state
-
-    async def poll_all(self) -> list[BmcState]:
-        """Poll every BMC once, concurrently (bounded)."""
-        return list(await asyncio.gather(*(self.poll(t) for t in self.targets)))
-
-    async def _loop(self, t: BmcTarget, stop: asyncio.Event) -> None:
-        next_start = self._clock()
-        while not stop.is_set():
-            await self.poll(t)
-            next_start += self.interval
-            now = self._clock()
-            if next_start < now:  # ran over: skip the missed ticks rather than bursting
-                next_start = now
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), max(0.0, next_start - now))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll every BMC on its own schedule until stop is set, then close the sessions."""
         try:
-            await asyncio.gather(*(self._loop(t, stop) for t in self.targets))
+            await super().run(stop)
         finally:
             await self.close()
 
     async def close(self) -> None:
         """Log out of every session and close every connection."""
         clients, self._redfish = self._redfish, {}
-        for client in clients.values():
-            with contextlib.suppress(Exception):
-                await client.close()
+        # Side by side: each logout waits at most 2 s for its BMC, and a stop must not take
+        # 2 s per BMC that went silent since its last poll.
+        await asyncio.gather(*(c.close() for c in clients.values()), return_exceptions=True)
         ipmis, self._ipmi = self._ipmi, {}
         for ipmi in ipmis.values():
             ipmi.close()

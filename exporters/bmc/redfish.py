@@ -15,8 +15,9 @@ import base64
 import contextlib
 import logging
 import ssl
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
@@ -30,11 +31,13 @@ from .redfish_parse import (
     odata_path,
     parse_document,
 )
-from .types import BmcError, BmcReading, SupplyPower
+from .types import BmcError, BmcReading, ChassisPower, SupplyPower
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 MAX_REDIRECTS = 3
+CONNECTIONS = 4  # requests in flight to one BMC (many BMCs serve few at once)
 CHUNK = 64 * 1024
 
 
@@ -81,11 +84,14 @@ class RedfishClient:
             f"{target.username}:{target.password}".encode()
         ).decode("ascii")
         self._login_tried = False
+        self._login_lock = asyncio.Lock()
+        self._slots = asyncio.Semaphore(CONNECTIONS)
+        self._root: dict[str, Any] = {}
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(
-                limit=4, ssl=ssl_context(self.t), enable_cleanup_closed=True
+                limit=CONNECTIONS, ssl=ssl_context(self.t), enable_cleanup_closed=True
             )
             timeout = aiohttp.ClientTimeout(
                 total=self.t.timeout, sock_connect=self.t.timeout, sock_read=self.t.timeout
@@ -102,6 +108,10 @@ class RedfishClient:
     def _auth_headers(self) -> dict[str, str]:
         if self._token is not None:
             return {"X-Auth-Token": self._token}
+        if self.t.auth == "session" and not self._login_tried:
+            # Before the login only the service root is read, which needs no credentials
+            # (DSP0266 "Service root request"): the password goes into the login's body only.
+            return {}
         if self.t.username or self.t.password:
             return {"Authorization": self._basic}
         return {}
@@ -123,9 +133,15 @@ class RedfishClient:
         for _ in range(MAX_REDIRECTS + 1):
             headers = self._auth_headers() if auth else {}
             try:
-                async with http.request(
-                    method, url, json=body, headers=headers, allow_redirects=False
-                ) as resp:
+                # The slot is taken before the request's timeout starts: aiohttp counts the
+                # wait for a pooled connection in `total`, and requests queued behind a slow
+                # BMC's other chassis must not time out while it is answering.
+                async with (
+                    self._slots,
+                    http.request(
+                        method, url, json=body, headers=headers, allow_redirects=False
+                    ) as resp,
+                ):
                     status = resp.status
                     if status in (301, 302, 303, 307, 308):
                         location = resp.headers.get("Location", "")
@@ -134,8 +150,8 @@ class RedfishClient:
                             raise BmcError("redirect", f"{path}: redirect to another host refused")
                         url = nxt
                         continue
-                    if status >= 400 or status == 204 or method == "DELETE":
-                        return status, None, resp.headers
+                    if status >= 400 or status == 204 or method != "GET":
+                        return status, None, resp.headers  # a login's body is not needed
                     ctype = resp.headers.get("Content-Type", "")
                     if ctype.split(";")[0].strip().lower() != "application/json":
                         raise BmcError("content_type", f"{path}: not application/json")
@@ -197,12 +213,13 @@ class RedfishClient:
 
     async def get(self, path: str, optional: bool = False) -> dict[str, Any] | None:
         """A resource; None if optional and it answers 404 (or a Redfish error body)."""
+        token = self._token
         status, doc, _ = await self._request("GET", path)
-        if status == 401 and self._token is not None:
-            self._token = None  # the session expired: log in again, once
-            self._login_tried = False
-            root = await self.get("/redfish/v1")
-            await self._login(root or {})
+        session = self.t.auth == "session" and bool(self.t.username or self.t.password)
+        if status == 401 and session and (token is not None or not self._login_tried):
+            # The session expired (or the service wants one even for its root, against
+            # DSP0266): log in again once, however many requests in flight saw the 401.
+            await self._relogin(token)
             status, doc, _ = await self._request("GET", path)
         if status in (401, 403):
             raise BmcError("auth", f"{path}: {status}")
@@ -216,27 +233,35 @@ class RedfishClient:
             raise BmcError("http", f"{path}: a Redfish error body")
         return doc
 
+    async def _relogin(self, stale: str | None) -> None:
+        async with self._login_lock:
+            if self._token is not None and self._token != stale:
+                return  # another request has logged in again meanwhile
+            self._token = None
+            await self._login(self._root)
+
     async def read(self, identity: bool) -> BmcReading:
         """One poll: every chassis' power (and the identity when asked)."""
         reading = BmcReading()
         root = await self.get("/redfish/v1")
         assert root is not None
+        self._root = root
         if not self._login_tried:
-            await self._login(root)
+            await self._relogin(None)
         chassis_path = link(root, "Chassis")
         if chassis_path is None:
             raise BmcError("garbage", "the service root links no Chassis collection")
         collection = await self.get(chassis_path)
+        # Chassis read side by side (at most CONNECTIONS requests in flight to one BMC): a
+        # blade enclosure's dozens of chassis must fit in one interval. Their order is kept.
+        found = await _all(
+            [self._chassis(path, reading) for path in members(collection, self.t.max_chassis)]
+        )
         manager: str | None = None
-        for path in members(collection, self.t.max_chassis):
-            chassis = await self.get(path, optional=True)
-            if chassis is None:
-                reading.drop("missing")
+        for chassis, power in found:
+            if chassis is None or power is None:
                 continue
-            power = await self._optional(chassis, "Power", reading)
-            environment = await self._optional(chassis, "EnvironmentMetrics", reading)
-            supplies = await self._subsystem_supplies(chassis, reading)
-            reading.chassis.append(chassis_power(chassis, power, environment, supplies, reading))
+            reading.chassis.append(power)
             if identity and manager is None:
                 links = chassis.get("Links")
                 by = links.get("ManagedBy") if isinstance(links, dict) else None
@@ -259,6 +284,25 @@ class RedfishClient:
             for key, value in list(reading.identity.items()):
                 reading.identity[key] = value.strip()[:128]
         return reading
+
+    async def _chassis(
+        self, path: str, reading: BmcReading
+    ) -> tuple[dict[str, Any] | None, ChassisPower | None]:
+        """One chassis and its power resources (Power, EnvironmentMetrics, PowerSubsystem)."""
+        chassis = await self.get(path, optional=True)
+        if chassis is None:
+            reading.drop("missing")
+            return None, None
+        try:
+            async with asyncio.TaskGroup() as group:
+                power = group.create_task(self._optional(chassis, "Power", reading))
+                env = group.create_task(self._optional(chassis, "EnvironmentMetrics", reading))
+                supplies = group.create_task(self._subsystem_supplies(chassis, reading))
+        except BaseExceptionGroup as eg:
+            raise _first(eg) from None
+        return chassis, chassis_power(
+            chassis, power.result(), env.result(), supplies.result(), reading
+        )
 
     async def _optional(
         self, doc: dict[str, Any], key: str, reading: BmcReading
@@ -296,6 +340,23 @@ class RedfishClient:
                     await asyncio.wait_for(self._request("DELETE", self._session_uri), 2.0)
             self._token = None
             await self._session.close()
+
+
+async def _all(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """The coroutines' results, run side by side; the first failure cancels the others and is
+    raised as itself (a BmcError keeps its reason), not as an ExceptionGroup."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(c) for c in coros]
+    except BaseExceptionGroup as eg:
+        raise _first(eg) from None
+    return [t.result() for t in tasks]
+
+
+def _first(eg: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The failure to raise from a group: a BmcError (it has the reason) before anything else."""
+    errors: list[BaseException] = list(eg.exceptions)
+    return next((e for e in errors if isinstance(e, BmcError)), errors[0])
 
 
 def _why(exc: BaseException | None) -> str:

@@ -243,6 +243,28 @@ def _unique(supplies: list[SupplyPower]) -> list[SupplyPower]:
     return out
 
 
+# Links.Contains entries read per chassis: an enclosure lists its blades, more than
+# max_chassis are never read anyway.
+MAX_CONTAINS = 1024
+
+
+def link_id(link: object) -> str:
+    """The Id a Redfish link ({"@odata.id": "/redfish/v1/Chassis/X"}) names: its last segment.
+
+    A chassis' Id is the last segment of its URI (Redfish spec DSP0266, "Resource URI
+    patterns"); some BMCs end their links with "/" (HPE iLO 5), some give ContainedBy as an
+    array of one link though the schema has one object (Intel BMC 1.93). "" for anything else.
+    """
+    if isinstance(link, list) and link:
+        link = link[0]
+    if not isinstance(link, Mapping):
+        return ""
+    uri = link.get("@odata.id")
+    if not isinstance(uri, str):
+        return ""
+    return uri.rstrip("/").rsplit("/", 1)[-1][:64]
+
+
 def chassis_power(
     chassis: Mapping[str, Any],
     power: Mapping[str, Any] | None,
@@ -258,8 +280,15 @@ def chassis_power(
     cid = str(chassis.get("Id") or "")[:64]
     links = chassis.get("Links")
     contained = isinstance(links, Mapping) and bool(links.get("ContainedBy"))
+    by = link_id(links.get("ContainedBy")) if isinstance(links, Mapping) else ""
+    held = links.get("Contains") if isinstance(links, Mapping) else None
+    contains = [link_id(x) for x in held[:MAX_CONTAINS]] if isinstance(held, list) else []
     result = ChassisPower(
-        chassis=cid, name=str(chassis.get("Name") or "")[:128], contained=contained
+        chassis=cid,
+        name=str(chassis.get("Name") or "")[:128],
+        contained=contained,
+        contained_by=by,
+        contains=tuple(x for x in contains if x),
     )
     if not supplies and isinstance(power, Mapping):
         supplies = legacy_supplies(power, reading)

@@ -33,6 +33,10 @@ class ChassisPower:
     energy_joules: float | None = None
     supplies: list[SupplyPower] = field(default_factory=list)
     contained: bool = False  # Links.ContainedBy names another chassis (a board, a blade)
+    # The Ids of the chassis this one sits in (Links.ContainedBy) and of those it holds
+    # (Links.Contains): a chassis' power includes the power of the chassis inside it.
+    contained_by: str = ""
+    contains: tuple[str, ...] = ()
 
 
 @dataclass

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -90,7 +90,7 @@ class NicSnapshot:
     softirqs: dict[str, dict[int, int]] = field(default_factory=dict)
     softnet: list[SoftnetRow] = field(default_factory=list)
     snmp: dict[str, dict[str, int]] = field(default_factory=dict)
-    # interface -> bytes/s from nic.link_speeds, for interfaces the kernel gives no speed
+    # interface -> bytes/s from nic.link_speeds (they replace the kernel's speed)
     configured_speeds: dict[str, float] = field(default_factory=dict)
 
 
@@ -154,6 +154,22 @@ def _add(family: CounterMetricFamily, labels: list[str], *counters: int | None) 
         family.add_metric(labels, float(sum(known)))
 
 
+def cpu_interrupts(
+    name: str, documentation: str, label: str, irqs: Iterable[tuple[str, Mapping[int, int]]]
+) -> CounterMetricFamily:
+    """Interrupts per (owner, CPU), summed over the owner's vectors; CPUs that took none are
+    left out (the nic and pcie exporters' per-CPU families: one series per CPU is the budget)."""
+    per_cpu: dict[tuple[str, int], int] = {}
+    for owner, counts in irqs:
+        for cpu, c in counts.items():
+            per_cpu[(owner, cpu)] = per_cpu.get((owner, cpu), 0) + c
+    family = CounterMetricFamily(name, documentation, labels=[label, "cpu"])
+    for (owner, cpu), c in sorted(per_cpu.items()):
+        if c:
+            family.add_metric([owner, str(cpu)], float(c))
+    return family
+
+
 def render(snap: NicSnapshot) -> Iterator[Metric]:
     """The nic metric families of one snapshot (pure)."""
     lab = ["interface", "direction"]
@@ -178,8 +194,8 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
     )
     speed = GaugeMetricFamily(
         "wattbit_nic_link_speed_bytes_per_second",
-        "Link speed: negotiated (source=kernel), else the agent's nic.link_speeds "
-        "(source=config); absent when neither says.",
+        "Link speed: the agent's nic.link_speeds (source=config), else the negotiated speed "
+        "(source=kernel); absent when neither says.",
         labels=["interface", "source"],
     )
     info = GaugeMetricFamily(
@@ -198,10 +214,13 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
         _add(fams["drops"], [n, "tx"], g("tx_dropped"))
         _add(missed, [n], g("rx_missed_errors"))
         ni = snap.infos.get(n)
-        if ni and ni.speed_bytes:
-            speed.add_metric([n, "kernel"], ni.speed_bytes)
-        elif n in snap.configured_speeds:
+        # the operator's figure wins: the rate a shaper holds the link to is the one that
+        # counts, and a virtual interface's "speed" is made up (veth says 10000 Mb/s whatever
+        # it carries: drivers/net/veth.c, veth_get_link_ksettings)
+        if n in snap.configured_speeds:
             speed.add_metric([n, "config"], snap.configured_speeds[n])
+        elif ni and ni.speed_bytes:
+            speed.add_metric([n, "kernel"], ni.speed_bytes)
         driver = (ni.driver if ni else "") or link.kind
         pci, numa = (ni.pci, ni.numa_node) if ni else ("", "")
         info.add_metric([n, driver, pci, numa, str(link.mtu), link.operstate], 1.0)
@@ -236,21 +255,16 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
         "Interrupts of one NIC queue, all CPUs together.",
         labels=["interface", "irq", "queue", "type"],
     )
-    per_cpu: dict[tuple[str, int], int] = {}
     for irq in sorted(snap.irqs, key=lambda i: (i.interface, i.queue, i.kind)):
         lv = [irq.interface, irq.irq, str(irq.queue), irq.kind]
         irq_info.add_metric([*lv, irq.affinity, irq.effective], 1.0)
         irq_total.add_metric(lv, float(sum(irq.counts.values())))
-        for cpu, c in irq.counts.items():
-            per_cpu[(irq.interface, cpu)] = per_cpu.get((irq.interface, cpu), 0) + c
-    cpu_irqs = CounterMetricFamily(
+    cpu_irqs = cpu_interrupts(
         "wattbit_nic_cpu_interrupts",
         "Interrupts of a NIC's queues taken by each CPU (CPUs that took none are left out).",
-        labels=["interface", "cpu"],
+        "interface",
+        ((irq.interface, irq.counts) for irq in snap.irqs),
     )
-    for (ifname, cpu), c in sorted(per_cpu.items()):
-        if c:
-            cpu_irqs.add_metric([ifname, str(cpu)], float(c))
     yield from (irq_info, irq_total, cpu_irqs)
 
     softirq = CounterMetricFamily(

@@ -17,19 +17,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
 from exporters.blockio.exporter import DEFAULT_EXCLUDE as BLOCK_EXCLUDE
-from exporters.blockio.topology import read_attr, read_topology, resolve_in
+from exporters.blockio.topology import last_pci, read_attr, read_topology, resolve_in
 from exporters.nic.exporter import DEFAULT_EXCLUDE as NIC_EXCLUDE
+from exporters.nic.exporter import cpu_interrupts
 from exporters.nic.links import interface_names, is_loopback
 from exporters.nic.procfs import Interrupts, parse_interrupts
 from exporters.nic.sysfs import irq_affinity, msi_irqs
 
 from .disklinks import DiskLink, disk_link, read_rate
-from .links import PCI_ADDR, Link, Node, read_chains, read_links, topology_names
+from .links import Link, Node, read_chains, read_links, topology_names
 
 # /proc/interrupts is about 100 bytes per IRQ per 10 CPUs: 1 MiB on a large host. Beyond
 # 32 MiB it is not a file the kernel wrote.
@@ -70,16 +71,6 @@ class _Topology:
     # of a scrape on a many-CPU host (bench/pcie_read.py); where the interrupts land each
     # scrape is in the per-CPU counts, the info's labels follow within pcie.refresh.
     affinities: dict[str, tuple[str, str]] = field(default_factory=dict)
-
-
-def _last_pci(path: tuple[str, ...] | None) -> tuple[str, ...] | None:
-    """path up to its last component that is a PCI address, None if it has none."""
-    if path is None:
-        return None
-    for i in range(len(path) - 1, -1, -1):
-        if PCI_ADDR.match(path[i]):
-            return path[: i + 1]
-    return None
 
 
 def _cut(path: tuple[str, ...] | None, pci: str) -> tuple[str, ...] | None:
@@ -178,21 +169,15 @@ def render(snap: PcieSnapshot) -> Iterator[Metric]:
         "A storage controller's interrupt: the CPUs it may run on and does (effective).",
         labels=["controller", "irq", "affinity", "effective_affinity"],
     )
-    per_cpu: dict[tuple[str, int], int] = {}
     for irq in snap.irqs:
         irq_info.add_metric([irq.controller, irq.irq, irq.affinity, irq.effective], 1.0)
-        for cpu, count in irq.counts.items():
-            per_cpu[(irq.controller, cpu)] = per_cpu.get((irq.controller, cpu), 0) + count
-    cpu_irqs = CounterMetricFamily(
+    yield irq_info
+    yield cpu_interrupts(
         "wattbit_controller_cpu_interrupts",
         "Interrupts of a storage controller taken by each CPU (CPUs that took none left out).",
-        labels=["controller", "cpu"],
+        "controller",
+        ((irq.controller, irq.counts) for irq in snap.irqs),
     )
-    for (controller, cpu), count in sorted(per_cpu.items()):
-        if count:
-            cpu_irqs.add_metric([controller, str(cpu)], float(count))
-    yield irq_info
-    yield cpu_irqs
 
 
 class PcieExporter(Exporter):
@@ -246,7 +231,7 @@ class PcieExporter(Exporter):
                 continue
             # The PCI function nearest above the interface's device (virtio-net's device is
             # the virtio device under it), as nic_info finds it, but resolved inside the tree.
-            hint = _last_pci(resolve_in(self.sys_root, ("class", "net", name, "device")))
+            hint = last_pci(resolve_in(self.sys_root, ("class", "net", name, "device")))
             if hint is not None and hint[-1] not in roles:
                 roles[hint[-1]] = "nic"
                 paths[hint[-1]] = hint

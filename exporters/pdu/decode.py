@@ -196,9 +196,12 @@ def _holds(t: _Table, cond: Condition, row: str) -> bool:
         elif v is not None and v.type not in EXCEPTIONS and v.type != "Null":
             value = text_of(v)
         else:
-            # An absent value satisfies no test but `empty`, unless the condition says that
-            # absent is the common case (`or_absent`).
-            return cond.or_absent and (v is None or v.type in EXCEPTIONS)
+            # An absent value satisfies no test but `empty`; another column may say the same
+            # (`fallback`), or absent may be the common case (`or_absent`).
+            absent = v is None or v.type in EXCEPTIONS
+            if absent and cond.fallback is not None:
+                return _holds(t, cond.fallback, row)
+            return cond.or_absent and absent
     if cond.in_ is not None:
         return value in cond.in_ or str(value) in [str(x) for x in cond.in_]
     if cond.not_in is not None:

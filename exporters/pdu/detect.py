@@ -34,6 +34,9 @@ from exporters.snmp.types import EXCEPTIONS, Walk
 from .profile import Profile, enterprise_of
 
 SYS_OBJECT_ID = "1.3.6.1.2.1.1.2.0"
+# net-snmp's enterprise: its generic sysObjectID (.8072.3.2.10) names the agent software, not
+# an OEM whose enterprise a vendor's MIB could be moved under.
+_NET_SNMP = "1.3.6.1.4.1.8072"
 _ENTERPRISES = (1, 3, 6, 1, 4, 1)
 
 
@@ -130,7 +133,7 @@ def oem_candidates(profiles: Sequence[Profile], sys_object_id: str) -> list[Prof
     """Every profile's MIB moved under the sysObjectID's enterprise, when no profile lives
     there (an OEM's agent): ``name@N``, vendor "<vendor> MIB (enterprise N)"."""
     ent = enterprise_of(sys_object_id) if sys_object_id else None
-    if ent is None or any(p.enterprise() == ent for p in profiles):
+    if ent is None or ent == _NET_SNMP or any(p.enterprise() == ent for p in profiles):
         return []
     number = ent.rsplit(".", 1)[1]
     out = []

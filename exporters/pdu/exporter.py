@@ -3,27 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
+from exporters.polling import PollFamilies, reason_counter
 
-from .poller import PduPoller, PduTarget
-from .types import Reading
+from .poller import PduPoller, PduState, PduTarget
+from .types import Reading, feed_values
+
+__all__ = ["FEED_LABELS", "OUTLET_LABELS", "PduExporter", "feed_values", "render"]
 
 OUTLET_LABELS = ["pdu", "outlet", "outlet_name", "host", "component"]
 FEED_LABELS = ["pdu", "feed", "host", "component"]
-
-
-def feed_values(reading: Reading, feed: str) -> tuple[float | None, float | None]:
-    """(watts, joules) of one feed of a reading: "unit", "bank:N" or "phase:N"; None: absent."""
-    if feed == "unit":
-        return reading.unit_power_watts, reading.unit_energy_joules
-    kind, _, index = feed.partition(":")
-    rows = reading.banks if kind == "bank" else reading.phases if kind == "phase" else []
-    row = next((r for r in rows if r.index == index), None)
-    return (None, None) if row is None else (row.power_watts, row.energy_joules)
 
 
 class PduExporter(Exporter):
@@ -45,165 +39,204 @@ class PduExporter(Exporter):
         """Close the poller's SNMP client: its sockets and v3 engines (idempotent)."""
         self.poller.client.close()
 
-    def collect(self) -> Iterator[Metric]:
-        """Render the last completed poll of every PDU (never a poll in progress)."""
-        states = self.poller.states  # one consistent snapshot of the dict
-        outlet: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
-            "power": GaugeMetricFamily(
-                "wattbit_pdu_outlet_power_watts",
-                "Active power of the outlet.",
-                labels=OUTLET_LABELS,
-            ),
-            "current": GaugeMetricFamily(
-                "wattbit_pdu_outlet_current_amperes",
-                "Current of the outlet.",
-                labels=OUTLET_LABELS,
-            ),
-            "voltage": GaugeMetricFamily(
-                "wattbit_pdu_outlet_voltage_volts", "Voltage at the outlet.", labels=OUTLET_LABELS
-            ),
-            "energy": CounterMetricFamily(
-                "wattbit_pdu_outlet_energy_joules",
-                "Energy through the outlet, from the PDU's energy register.",
-                labels=OUTLET_LABELS,
-            ),
-            "apparent": GaugeMetricFamily(
-                "wattbit_pdu_outlet_apparent_power_voltamperes",
-                "Apparent power of the outlet (VA), where the PDU's MIB meters no watts.",
-                labels=OUTLET_LABELS,
-            ),
-        }
-        feed_power = GaugeMetricFamily(
-            "wattbit_pdu_feed_power_watts",
-            "Active power of a whole PDU, bank or phase mapped to one host (collector.yml "
-            "feeds): feed is unit, bank:N or phase:N.",
-            labels=FEED_LABELS,
+    def snapshot(self) -> PduSnapshot:
+        """What the poller holds now: its last completed polls (never one in progress)."""
+        return PduSnapshot(
+            states=self.poller.states,  # replaced whole by each poll: one consistent dict
+            last_poll=dict(self.poller.last_poll),
+            targets=self._targets,
+            failures=dict(self.poller.failures),
+            invalid=dict(self.poller.invalid),
+            shard=self.shard,
+            polled=len(self.poller.targets),
+            configured=self.configured,
+            snmp=self.poller.client.counts(),
         )
-        feed_energy = CounterMetricFamily(
-            "wattbit_pdu_feed_energy_joules",
-            "Energy through a whole PDU, bank or phase mapped to one host, from its register.",
-            labels=FEED_LABELS,
-        )
-        unit: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
-            "power": GaugeMetricFamily(
-                "wattbit_pdu_power_watts", "Active power of the whole PDU.", labels=["pdu"]
-            ),
-            "energy": CounterMetricFamily(
-                "wattbit_pdu_energy_joules", "Energy through the whole PDU.", labels=["pdu"]
-            ),
-            "current": GaugeMetricFamily(
-                "wattbit_pdu_current_amperes", "Current of the whole PDU (input).", labels=["pdu"]
-            ),
-            "voltage": GaugeMetricFamily(
-                "wattbit_pdu_voltage_volts", "Input voltage of the PDU.", labels=["pdu"]
-            ),
-        }
-        up = GaugeMetricFamily(
-            "wattbit_pdu_up", "1 if the PDU's last poll succeeded.", labels=["pdu"]
-        )
-        duration = GaugeMetricFamily(
-            "wattbit_pdu_poll_duration_seconds", "Time the PDU's last poll took.", labels=["pdu"]
-        )
-        last_poll = GaugeMetricFamily(
-            "wattbit_pdu_last_poll_timestamp_seconds",
-            "Unix time the PDU's last poll completed (successful or not): staleness shows here.",
-            labels=["pdu"],
-        )
-        polled_at = self.poller.last_poll
-        info = GaugeMetricFamily(
-            "wattbit_pdu_info",
-            "The PDU's identity and the profile that reads it.",
-            labels=["pdu", "vendor", "model", "firmware", "serial", "profile"],
-        )
-        for name in sorted(states):
-            st = states[name]
-            up.add_metric([name], 1.0 if st.up else 0.0)
-            duration.add_metric([name], st.duration)
-            if name in polled_at:
-                last_poll.add_metric([name], polled_at[name])
-            r = st.reading
-            if not st.up or r is None:
-                continue  # a PDU that stopped answering loses its readings at once
-            ident = r.identity
-            info.add_metric(
-                [
-                    name,
-                    ident.get("vendor", ""),
-                    ident.get("model", ""),
-                    ident.get("firmware", ""),
-                    ident.get("serial", ""),
-                    st.profile,
-                ],
-                1.0,
-            )
-            target = self._targets.get(name)
-            for o in r.outlets:
-                host, component = target.labels(o.index, o.name) if target else ("", "")
-                lv = [name, o.index, o.name, host, component]
-                for key, value in (
-                    ("power", o.power_watts),
-                    ("current", o.current_amperes),
-                    ("voltage", o.voltage_volts),
-                    ("energy", o.energy_joules),
-                    ("apparent", o.apparent_power_voltamperes),
-                ):
-                    if value is not None:  # never a silent 0
-                        outlet[key].add_metric(lv, value)
-            for feed, host, component in target.feeds if target else ():
-                watts, joules = feed_values(r, feed)
-                if watts is not None:
-                    feed_power.add_metric([name, feed, host, component], watts)
-                if joules is not None:
-                    feed_energy.add_metric([name, feed, host, component], joules)
-            for key, value in (
-                ("power", r.unit_power_watts),
-                ("energy", r.unit_energy_joules),
-                ("current", r.unit_current_amperes),
-                ("voltage", r.unit_voltage_volts),
-            ):
-                if value is not None:
-                    unit[key].add_metric([name], value)
-        yield from outlet.values()
-        yield from (feed_power, feed_energy)
-        yield from unit.values()
-        yield from (up, duration, last_poll, info)
-        failures = CounterMetricFamily(
-            "wattbit_pdu_poll_failures",
-            "Failed polls by reason (timeout, auth, too_big, garbage, over_limit, deadline, "
-            "no_profile, refused, error).",
-            labels=["pdu", "reason"],
-        )
-        for (pdu, reason), n in sorted(self.poller.failures.items()):
-            failures.add_metric([pdu, reason], float(n))
-        invalid = CounterMetricFamily(
-            "wattbit_pdu_invalid_values",
-            "Values the PDU answered that were not readings, by reason; those series are absent.",
-            labels=["pdu", "reason"],
-        )
-        for (pdu, reason), n in sorted(self.poller.invalid.items()):
-            invalid.add_metric([pdu, reason], float(n))
-        yield from (failures, invalid)
-        yield from self._shard_metrics()
-        yield from snmp_counters(self.poller.client.counts())
 
-    def _shard_metrics(self) -> Iterator[Metric]:
-        """Which shard this collector polls and how many PDUs that is (docs/scaling.md)."""
-        info = GaugeMetricFamily(
-            "wattbit_pdu_shard_info",
-            "This collector's PDU polling shard: shard of shards (1 of 1 when not sharded).",
-            labels=["shard", "shards"],
+    def collect(self) -> Iterator[Metric]:
+        """Render the last completed poll of every PDU."""
+        yield from render(self.snapshot())
+
+
+@dataclass(frozen=True)
+class PduSnapshot:
+    """What one scrape renders: the poller's results and counts, and this collector's shard."""
+
+    states: Mapping[str, PduState]  # by PDU name
+    last_poll: Mapping[str, float] = field(default_factory=dict)  # unix time of the last poll
+    targets: Mapping[str, PduTarget] = field(default_factory=dict)  # outlet -> host mapping
+    failures: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (pdu, reason)
+    invalid: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (pdu, reason)
+    shard: tuple[int, int] = (1, 1)  # (K, N)
+    polled: int = 0  # PDUs of this collector's shard
+    configured: int = 0  # PDUs of the configuration, every shard's
+    snmp: Mapping[str, int] = field(default_factory=dict)  # SnmpClient.counts()
+
+
+def render(snap: PduSnapshot) -> Iterator[Metric]:
+    """The pdu metric families of one snapshot (pure)."""
+    states = snap.states
+    outlet: Families = {
+        "power": GaugeMetricFamily(
+            "wattbit_pdu_outlet_power_watts",
+            "Active power of the outlet.",
+            labels=OUTLET_LABELS,
+        ),
+        "current": GaugeMetricFamily(
+            "wattbit_pdu_outlet_current_amperes",
+            "Current of the outlet.",
+            labels=OUTLET_LABELS,
+        ),
+        "voltage": GaugeMetricFamily(
+            "wattbit_pdu_outlet_voltage_volts", "Voltage at the outlet.", labels=OUTLET_LABELS
+        ),
+        "energy": CounterMetricFamily(
+            "wattbit_pdu_outlet_energy_joules",
+            "Energy through the outlet, from the PDU's energy register.",
+            labels=OUTLET_LABELS,
+        ),
+        "apparent": GaugeMetricFamily(
+            "wattbit_pdu_outlet_apparent_power_voltamperes",
+            "Apparent power of the outlet (VA), where the PDU's MIB meters no watts.",
+            labels=OUTLET_LABELS,
+        ),
+    }
+    feed_power = GaugeMetricFamily(
+        "wattbit_pdu_feed_power_watts",
+        "Active power of a whole PDU, bank or phase mapped to one host (collector.yml "
+        "feeds): feed is unit, bank:N or phase:N.",
+        labels=FEED_LABELS,
+    )
+    feed_energy = CounterMetricFamily(
+        "wattbit_pdu_feed_energy_joules",
+        "Energy through a whole PDU, bank or phase mapped to one host, from its register.",
+        labels=FEED_LABELS,
+    )
+    unit: Families = {
+        "power": GaugeMetricFamily(
+            "wattbit_pdu_power_watts", "Active power of the whole PDU.", labels=["pdu"]
+        ),
+        "energy": CounterMetricFamily(
+            "wattbit_pdu_energy_joules", "Energy through the whole PDU.", labels=["pdu"]
+        ),
+        "current": GaugeMetricFamily(
+            "wattbit_pdu_current_amperes", "Current of the whole PDU (input).", labels=["pdu"]
+        ),
+        "voltage": GaugeMetricFamily(
+            "wattbit_pdu_voltage_volts", "Input voltage of the PDU.", labels=["pdu"]
+        ),
+    }
+    polls = PollFamilies(
+        "pdu",
+        "PDU",
+        up="wattbit_pdu_up",
+        duration="wattbit_pdu_poll_duration_seconds",
+        last_poll="wattbit_pdu_last_poll_timestamp_seconds",
+    )
+    polled_at = snap.last_poll
+    info = GaugeMetricFamily(
+        "wattbit_pdu_info",
+        "The PDU's identity and the profile that reads it.",
+        labels=["pdu", "vendor", "model", "firmware", "serial", "profile"],
+    )
+    for name in sorted(states):
+        st = states[name]
+        polls.add(name, st.up, st.duration, polled_at)
+        r = st.reading
+        if not st.up or r is None:
+            continue  # a PDU that stopped answering loses its readings at once
+        ident = r.identity
+        info.add_metric(
+            [
+                name,
+                ident.get("vendor", ""),
+                ident.get("model", ""),
+                ident.get("firmware", ""),
+                ident.get("serial", ""),
+                st.profile,
+            ],
+            1.0,
         )
-        info.add_metric([str(self.shard[0]), str(self.shard[1])], 1.0)
-        polled = GaugeMetricFamily(
-            "wattbit_pdu_polled_pdus", "PDUs this collector polls: those of its shard."
-        )
-        polled.add_metric([], float(len(self.poller.targets)))
-        configured = GaugeMetricFamily(
-            "wattbit_pdu_configured_pdus",
-            "PDUs in this collector's configuration, every shard's.",
-        )
-        configured.add_metric([], float(self.configured))
-        yield from (info, polled, configured)
+        _readings(name, r, snap.targets.get(name), outlet, (feed_power, feed_energy), unit)
+    yield from outlet.values()
+    yield from (feed_power, feed_energy)
+    yield from unit.values()
+    yield from (*polls, info)
+    yield reason_counter(
+        "wattbit_pdu_poll_failures",
+        "Failed polls by reason (timeout, auth, too_big, garbage, over_limit, deadline, "
+        "no_profile, refused, error).",
+        "pdu",
+        snap.failures,
+    )
+    yield reason_counter(
+        "wattbit_pdu_invalid_values",
+        "Values the PDU answered that were not readings, by reason; those series are absent.",
+        "pdu",
+        snap.invalid,
+    )
+    yield from _shard_metrics(snap)
+    yield from snmp_counters(snap.snmp)
+
+
+Families = dict[str, GaugeMetricFamily | CounterMetricFamily]
+
+
+def _readings(
+    name: str,
+    r: Reading,
+    target: PduTarget | None,
+    outlet: Families,
+    feed: tuple[GaugeMetricFamily, CounterMetricFamily],
+    unit: Families,
+) -> None:
+    """One PDU's outlet, feed and unit readings into their families (never a silent 0)."""
+    for o in r.outlets:
+        host, component = target.labels(o.index, o.name) if target else ("", "")
+        lv = [name, o.index, o.name, host, component]
+        for key, value in (
+            ("power", o.power_watts),
+            ("current", o.current_amperes),
+            ("voltage", o.voltage_volts),
+            ("energy", o.energy_joules),
+            ("apparent", o.apparent_power_voltamperes),
+        ):
+            if value is not None:
+                outlet[key].add_metric(lv, value)
+    for feed_name, host, component in target.feeds if target else ():
+        watts, joules = feed_values(r, feed_name)
+        if watts is not None:
+            feed[0].add_metric([name, feed_name, host, component], watts)
+        if joules is not None:
+            feed[1].add_metric([name, feed_name, host, component], joules)
+    for key, value in (
+        ("power", r.unit_power_watts),
+        ("energy", r.unit_energy_joules),
+        ("current", r.unit_current_amperes),
+        ("voltage", r.unit_voltage_volts),
+    ):
+        if value is not None:
+            unit[key].add_metric([name], value)
+
+
+def _shard_metrics(snap: PduSnapshot) -> Iterator[Metric]:
+    """Which shard this collector polls and how many PDUs that is (docs/scaling.md)."""
+    info = GaugeMetricFamily(
+        "wattbit_pdu_shard_info",
+        "This collector's PDU polling shard: shard of shards (1 of 1 when not sharded).",
+        labels=["shard", "shards"],
+    )
+    info.add_metric([str(snap.shard[0]), str(snap.shard[1])], 1.0)
+    polled = GaugeMetricFamily(
+        "wattbit_pdu_polled_pdus", "PDUs this collector polls: those of its shard."
+    )
+    polled.add_metric([], float(snap.polled))
+    configured = GaugeMetricFamily(
+        "wattbit_pdu_configured_pdus",
+        "PDUs in this collector's configuration, every shard's.",
+    )
+    configured.add_metric([], float(snap.configured))
+    yield from (info, polled, configured)
 
 
 # SnmpClient.counts() key -> the `reason` of wattbit_snmp_datagrams_discarded_total

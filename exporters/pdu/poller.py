@@ -1,28 +1,22 @@
 """Polls every PDU on its own schedule; publishes each PDU's last completed poll.
 
-Each target runs its own loop (poll, publish, sleep until its next tick), all sharing one
-SnmpClient (one SNMP engine) and a semaphore bounding how many PDUs are polled at once. A
-target's poll has a deadline of one interval, so a dead or slow PDU cannot overlap its own next
-poll; its outlet series vanish the moment a poll fails (no stale values) and return when it
-answers again.
-
-A PDU whose last poll failed may hold at most a quarter of the slots (a bulkhead): a failing
-PDU spends up to a whole interval in its slot and starts again at once, so without it as many
-slow or garbage-speaking PDUs as there are slots would keep every good PDU from being polled
-at all, silently (found by bench/soak.py). Each PDU's last completed poll is exported as a
-timestamp, so a PDU that is polled late for any reason shows it.
+Each target runs its own loop with a bounded number polled at once and a bulkhead for failing
+PDUs (exporters/polling.py), all sharing one SnmpClient (one SNMP engine). A target's poll has
+a deadline of one interval, so a dead or slow PDU cannot overlap its own next poll; its outlet
+series vanish the moment a poll fails (no stale values) and return when it answers again.
+Each PDU's last completed poll is exported as a timestamp, so a PDU that is polled late for
+any reason shows it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from exporters.polling import PeriodicPoller
 from exporters.snmp.client import REASONS as SNMP_REASONS
 from exporters.snmp.client import SnmpClient, SnmpError, Target
 
@@ -30,7 +24,7 @@ from .decode import MAX_OUTLETS, decode, metered
 from .decode import REASONS as INVALID_REASONS
 from .detect import Detection, NoProfile, detect
 from .profile import Profile
-from .types import Reading
+from .types import Reading, feed_values
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +63,10 @@ class PduState:
     error: str = ""  # failure reason label, "" when up
 
 
-class PduPoller:
+class PduPoller(PeriodicPoller[PduTarget, PduState]):
     """The site collector's PDU polling loops and their results."""
+
+    kind = "pdu"
 
     def __init__(
         self,
@@ -81,31 +77,21 @@ class PduPoller:
         concurrency: int = 32,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.targets = list(targets)
+        super().__init__(targets, interval, concurrency, clock)
         self.profiles = list(profiles)
         self.client = client
-        self.interval = interval
-        self.concurrency = concurrency
-        self._clock = clock
         self._by_name = {p.name: p for p in self.profiles}
         self._detected: dict[str, Profile] = {}
         self.detections: dict[str, Detection] = {}  # the last detection of each PDU, and why
         self._plans: dict[str, tuple[list[str], list[str]]] = {}
         self._announced: dict[str, str] = {}
-        self.states: dict[str, PduState] = {}
-        self.failures: Counter[tuple[str, str]] = Counter()
-        self.invalid: Counter[tuple[str, str]] = Counter()
         for t in self.targets:  # every known reason at 0 from the start
             for reason in FAILURE_REASONS:
                 self.failures[(t.name, reason)] += 0
             for reason in INVALID_REASONS:
                 self.invalid[(t.name, reason)] += 0
-        self._failing: set[str] = set()
         self._unmetered_logged: set[str] = set()
-        self._sem: asyncio.Semaphore | None = None
-        self._failing_sem: asyncio.Semaphore | None = None
-        self.failing_slots = max(1, concurrency // 4)
-        self.last_poll: dict[str, float] = {}  # unix time each PDU's last poll completed
+        self._feed_logged: set[tuple[str, str]] = set()  # (pdu, feed) said to have no watts
         self._late_logged: set[str] = set()
 
     async def _profile(self, t: PduTarget) -> Profile:
@@ -141,14 +127,8 @@ class PduPoller:
 
     async def poll(self, t: PduTarget) -> PduState:
         """Poll one PDU once, within its deadline, and publish the outcome."""
-        if self._sem is None or self._failing_sem is None:
-            self._sem = asyncio.Semaphore(self.concurrency)
-            self._failing_sem = asyncio.Semaphore(self.failing_slots)
         queued = self._clock()
-        async with contextlib.AsyncExitStack() as slots:
-            if t.name in self._failing:
-                await slots.enter_async_context(self._failing_sem)
-            await slots.enter_async_context(self._sem)
+        async with self._slot(t.name):
             start = self._clock()
             if start - queued > self.interval and t.name not in self._late_logged:
                 self._late_logged.add(t.name)  # once: the cure is configuration, not retrying
@@ -175,18 +155,25 @@ class PduPoller:
                 log.debug("pdu %s", t.name, exc_info=True)
             duration = self._clock() - start
         if error:
-            self.failures[(t.name, error)] += 1
+            self._failed(t.name, error, detail)
             self._detected.pop(t.name, None)  # the PDU may have been swapped: detect again
-            if t.name not in self._failing:  # once per failure streak, not every interval
-                self._failing.add(t.name)
-                log.warning("pdu %s: poll failed (%s): %s", t.name, error, detail)
         else:
             assert reading is not None
-            if t.name in self._failing:
-                self._failing.discard(t.name)
-                log.info("pdu %s: answering again", t.name)
+            self._answered(t.name)
             for reason, n in reading.invalid.items():
                 self.invalid[(t.name, reason)] += n
+            for feed, _, _ in t.feeds:
+                # A mapped feed without watts gives its host no power: say so once (a bank
+                # number the PDU does not have, a profile that reads no banks, no unit power).
+                said = (t.name, feed) in self._feed_logged
+                if feed_values(reading, feed)[0] is None and not said:
+                    self._feed_logged.add((t.name, feed))
+                    log.warning(
+                        "pdu %s: feed %s has no power reading (profile %s): no series for it",
+                        t.name,
+                        feed,
+                        profile_name,
+                    )
             if not metered(reading) and t.name not in self._unmetered_logged:
                 self._unmetered_logged.add(t.name)
                 log.warning(
@@ -194,27 +181,6 @@ class PduPoller:
                     t.name,
                     profile_name,
                 )
-        self.last_poll = {**self.last_poll, t.name: time.time()}
         state = PduState(t.name, not error, duration, profile_name, reading, error)
-        # Replace the whole dict: readers (the HTTP threads) see the old or the new one, whole.
-        self.states = {**self.states, t.name: state}
+        self._publish(t.name, state)
         return state
-
-    async def poll_all(self) -> list[PduState]:
-        """Poll every PDU once, concurrently (bounded)."""
-        return list(await asyncio.gather(*(self.poll(t) for t in self.targets)))
-
-    async def _loop(self, t: PduTarget, stop: asyncio.Event) -> None:
-        next_start = self._clock()
-        while not stop.is_set():
-            await self.poll(t)
-            next_start += self.interval
-            now = self._clock()
-            if next_start < now:  # ran over: skip the missed ticks rather than bursting
-                next_start = now
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), max(0.0, next_start - now))
-
-    async def run(self, stop: asyncio.Event) -> None:
-        """Poll every PDU on its own schedule until stop is set."""
-        await asyncio.gather(*(self._loop(t, stop) for t in self.targets))

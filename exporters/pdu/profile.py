@@ -71,7 +71,9 @@ Schema (every mapping rejects unknown keys; OIDs are dotted decimal, a leading d
                                      #   the row index itself
       in: [0] | not_in: [2] | gt | ge | lt | le: <number> | empty: true
       or_absent: true                # the test also holds when the value is absent
-      # A condition on an absent value is false, except `empty: true` and `or_absent`.
+      fallback: <condition>          # tested instead when the value is absent
+      # A condition on an absent value is false, except `empty: true`, `or_absent` and what
+      # its `fallback` says.
 
 Required and optional columns: only the value columns (``oid`` of each metric) are required;
 names, labels, decimal digits and states are optional (``Profile.columns_doc()`` lists both, and
@@ -126,6 +128,9 @@ class Condition(Strict):
     # helper column that some models of the MIB do not implement (CyberPower PDU81005 has no
     # ePDULoadDevNumPhases), where "absent" must mean the common case rather than "no".
     or_absent: bool = False
+    # Tested instead when this value is absent: the next helper column that says the same
+    # (CyberPower's ePDU metered-outlet count, else its ePDU2 one), before `or_absent`.
+    fallback: Condition | None = None
 
     @model_validator(mode="after")
     def _one_subject_one_test(self) -> Condition:
@@ -143,14 +148,16 @@ class Condition(Strict):
         return self
 
     def columns(self) -> list[str]:
-        """The table column this condition reads at a row index (none for scalars/arcs)."""
-        return [self.oid] if self.oid is not None and self.instance is None else []
+        """The table columns this condition (and its fallback) reads at a row index."""
+        own = [self.oid] if self.oid is not None and self.instance is None else []
+        return own + (self.fallback.columns() if self.fallback is not None else [])
 
     def scalars(self) -> list[str]:
-        """The scalar instance this condition GETs, if any."""
+        """The scalar instances this condition (and its fallback) GETs."""
+        own = []
         if self.oid is not None and self.instance is not None:
-            return [f"{self.oid}.{self.instance}"]
-        return []
+            own = [f"{self.oid}.{self.instance}"]
+        return own + (self.fallback.scalars() if self.fallback is not None else [])
 
 
 class Metric(Strict):

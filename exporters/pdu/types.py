@@ -32,3 +32,13 @@ class Reading:
     outlet_table: str = ""  # index_from of the outlet table read (a profile's fallbacks)
     banks: list[OutletReading] = field(default_factory=list)  # index: bank number
     phases: list[OutletReading] = field(default_factory=list)  # index: phase number
+
+
+def feed_values(reading: Reading, feed: str) -> tuple[float | None, float | None]:
+    """(watts, joules) of one feed of a reading: "unit", "bank:N" or "phase:N"; None: absent."""
+    if feed == "unit":
+        return reading.unit_power_watts, reading.unit_energy_joules
+    kind, _, index = feed.partition(":")
+    rows = reading.banks if kind == "bank" else reading.phases if kind == "phase" else []
+    row = next((r for r in rows if r.index == index), None)
+    return (None, None) if row is None else (row.power_watts, row.energy_joules)

@@ -17,6 +17,14 @@ bounded before it is decoded, in this order:
 Request-ids are random 31-bit numbers (secrets), unique among the requests in flight, so an
 off-path sender cannot guess them from the ones it sees elsewhere. Per-address state lives only
 while requests to that address are in flight.
+
+An agent that refuses (ICMP port unreachable) fails its own requests at once and costs the
+others nothing: with IP_RECVERR on, Linux queues each ICMP error on the socket's error queue
+*and* leaves it pending on the socket (sk_err), and the next sendto() to any address fails with
+it without sending. Datagrams are therefore sent here, not through asyncio's transport (which
+reports such a failure to error_received() and drops the datagram), and a failed send is
+tried again once the error queue is read (`_send`). Measured: one lost request per refusal in
+a poll round before (tests/integration/test_snmp_icmp.py, issue 26).
 """
 
 from __future__ import annotations
@@ -45,6 +53,19 @@ SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # Linux asm-generic/sock
 IP_RECVERR = getattr(socket, "IP_RECVERR", 11)
 IPV6_RECVERR = getattr(socket, "IPV6_RECVERR", 25)
 _EXTENDED_ERR = struct.Struct("=IBBBBII")  # struct sock_extended_err, linux/errqueue.h
+# How often one datagram is offered to the kernel when sendto() fails. With IP_RECVERR an ICMP
+# error is also left pending on the socket: __udp4_lib_err (net/ipv4/udp.c) and __udp6_lib_err
+# (net/ipv6/udp.c) set sk->sk_err after queueing it, connected or not
+# (https://github.com/torvalds/linux/blob/master/net/ipv4/udp.c). The next send on the socket,
+# to any address, returns it instead of sending: sock_alloc_send_pskb() starts with
+# sock_error(), which also clears it (net/core/sock.c, include/net/sock.h). Reading the error
+# queue to its end clears it too (sock_dequeue_err_skb, net/core/skbuff.c; commit 38b257938ac6
+# "sock: reset sk_err when the error queue is empty"). So a failed send is not necessarily
+# this datagram's fault: each try consumes one pending error, and only an ICMP error arriving
+# between two tries can fail the next. An error of the datagram's own (no route) fails every
+# try. Measured on Linux 6.18, IPv4 and IPv6: every sendto() right after one to a closed port
+# on the loopback failed with ECONNREFUSED and sent nothing (200 of 200).
+SEND_TRIES = 4
 
 Address = tuple[str, int]
 
@@ -183,9 +204,39 @@ class V2cTransport(asyncio.DatagramProtocol):
                 self.garbage_at.pop(address, None)
 
     def _send(self, request_id: int, p: _Pending) -> None:
-        assert self._transport is not None and self._loop is not None
-        self._transport.sendto(p.data, p.address)
-        self.sent += 1
+        assert self._transport is not None and self._loop is not None and self._sock is not None
+        unexplained = 0  # failed tries with no ICMP error queued
+        for _ in range(SEND_TRIES):
+            try:
+                # The socket itself, not self._transport.sendto(): asyncio's datagram transport
+                # hands a failed send to error_received() and drops the datagram
+                # (_SelectorDatagramTransport.sendto and _sendto_ready in
+                # https://github.com/python/cpython/blob/3.11/Lib/asyncio/selector_events.py),
+                # so a good agent's request would wait out a timeout for another's ICMP error.
+                self._sock.sendto(p.data, p.address)
+            except (BlockingIOError, InterruptedError):
+                # Send buffer full: asyncio keeps the datagram and sends it when there is room
+                # (a pending error then still drops it there; the timeout resends it).
+                self._transport.sendto(p.data, p.address)
+            except OSError as exc:
+                # Most likely the error of an earlier datagram to another agent, left pending
+                # (see SEND_TRIES): read the error queue, which fails the requests it names
+                # (this one among them, maybe) and clears what is still pending
+                # (sock_dequeue_err_skb, net/core/skbuff.c), then try again.
+                if not self._read_errors():
+                    unexplained += 1
+                if unexplained == 2 and not p.future.done():
+                    # Twice with no ICMP error queued: the datagram's own error (no route to
+                    # the agent's network, a broadcast address), which fails every try. Once
+                    # may be an error left pending whose queue entry found no room.
+                    p.future.set_exception(exc)  # V2cClient names it ("error")
+                if p.future.done():
+                    return
+                continue
+            self.sent += 1
+            break
+        # Sent, or ICMP errors kept arriving faster than the tries (a flood of them): then the
+        # timeout sends it again, or ends the request.
         p.timer = self._loop.call_later(p.timeout, self._expire, request_id, p)
 
     def _expire(self, request_id: int, p: _Pending) -> None:
@@ -226,13 +277,23 @@ class V2cTransport(asyncio.DatagramProtocol):
 
     def error_received(self, exc: Exception) -> None:
         """asyncio: ICMP errors arrived; fail the requests to the addresses they name, at once."""
+        # Called when a read found an error pending (the datagrams queued behind it stay
+        # queued: the next read gets them), or when a datagram asyncio had buffered could not
+        # be sent (it is lost; the timeout resends it). Either way the error queue says which
+        # agents refused.
+        self._read_errors()
+
+    def _read_errors(self) -> int:
+        """Read the socket's error queue to the end; fail the requests to each address named."""
+        read = 0  # errors read from the queue
         if self._sock is None:
-            return
+            return read
         while True:
             try:
                 _, ancillary, _, address = self._sock.recvmsg(1, 512, socket.MSG_ERRQUEUE)
             except OSError:  # drained (EAGAIN), or no error queue at all
-                return
+                return read
+            read += 1
             if not address:  # a local error names no destination: timeouts decide
                 continue
             code = next(

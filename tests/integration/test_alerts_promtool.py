@@ -42,6 +42,7 @@ NAMES = {
     "WattbitControllerSaturated",
     "WattbitPduDown",
     "WattbitPduInvalidValues",
+    "WattbitBmcDown",
     "WattbitExporterDown",
     "WattbitBlockioFallback",
     "WattbitBlockioMapFull",

@@ -127,12 +127,15 @@ def test_counts_bytes_busy_and_latency_match_the_kernel_and_fio(
             assert kd[ios_f] == n, f"{d.name} {op}: kernel completed {kd[ios_f]}, not {n}"
             if core:
                 # tp_btf runs the program directly (no perf buffer to drop from, and only the
-                # program itself can keep it from running on a CPU): exact, and every request
-                # carries a kernel timestamp, so every one is timed.
-                assert ios == n, f"{d.name} {op}: {ios} vs {n}"
-                assert count == n, f"{d.name} {op}: timed {count} of {n}"
-                assert nbytes == kd[sectors_f] * 512 == n * BS
-                assert delta("wattbit_disk_io_size_bytes_sum") == n * BS
+                # program itself can keep it from running on a CPU): exact on an idle
+                # machine, and every request carries a kernel timestamp, so every one is
+                # timed. Under heavy load 6.18 sometimes does not run it for a completion
+                # (docs/exporters/blockio.md, Known limits: up to ~0.1 %, counted nowhere):
+                # never more than the kernel, at most 0.2 % fewer.
+                assert n * 0.998 <= ios <= n, f"{d.name} {op}: {ios} vs {n}"
+                assert count == ios, f"{d.name} {op}: timed {count} of {ios}"
+                assert nbytes == ios * BS and kd[sectors_f] * 512 == n * BS
+                assert delta("wattbit_disk_io_size_bytes_sum") == ios * BS
                 mean = delta("wattbit_disk_io_latency_seconds_sum") / count
                 assert 0 < mean < 1.0
                 continue

@@ -130,3 +130,54 @@ def test_dcmi_readings_equal_ipmitool_and_failures_are_clean(tmp_path: Path, cap
     assert info["a"]["firmware"] == mc_info["Firmware Revision"]
     assert PASSWORD not in caplog.text
     assert "Wrong-password-1" not in caplog.text
+
+
+def _ipmi_raw_children(port: int) -> list[str]:
+    """PIDs of ipmi-raw processes talking to 127.0.0.1:port."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].endswith(b"ipmi-raw") and f"127.0.0.1:{port}".encode() in b" ".join(cmd):
+            pids.append(proc.name)
+    return pids
+
+
+def test_a_silent_bmc_is_cut_at_the_deadline_and_leaves_no_process(tmp_path: Path) -> None:
+    """A UDP port that swallows every datagram: FreeIPMI would wait its 20 s session timeout;
+    the poll's 2 s deadline ends it (reason deadline) and its ipmi-raw is gone, while a good
+    BMC polled at the same time answers."""
+    require(shutil.which("ipmi-raw") is not None, "ipmi-raw (Debian freeipmi-tools) is missing")
+    import socket
+
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent,
+        IpmiSim(tmp_path, PASSWORD, watts=222) as good,
+    ):
+        silent.bind(("127.0.0.1", 0))
+        port = silent.getsockname()[1]
+        slow = BmcTarget(
+            "silent",
+            "ipmi",
+            ipmi=IpmiTarget("127.0.0.1", port, "wattbit", PASSWORD, timeout=20),
+            deadline=2,
+        )
+        poller = BmcPoller([slow, ipmi_target("good", good.port)], interval=30)
+
+        async def poll() -> list[str]:
+            task = asyncio.create_task(poller.poll_all())
+            seen: list[str] = []
+            while not task.done() and not seen:  # the child exists while the poll waits
+                seen = _ipmi_raw_children(port)
+                await asyncio.sleep(0.05)
+            await task
+            return seen
+
+        assert asyncio.run(poll()), "the reader of /proc found no ipmi-raw while it ran"
+        assert poller.states["silent"].error == "deadline"
+        assert [m.power.power_watts for m in poller.states["good"].mapped] == [222.0]
+        assert _ipmi_raw_children(port) == []

@@ -28,6 +28,7 @@ from tests.support.realparts import parse_samples
 HEADLINE: dict[str, float | None] = {
     # Chassis/1U/EnvironmentMetrics PowerWatts.Reading (Power's PowerConsumedWatts says 344)
     "dmtf-public-rackmount1": 374.0,
+    "dell-poweredge-r750": 234.0,  # Chassis/System.Embedded.1/Power PowerControl[0]
     "gigabyte-h262-z63": 100.0,  # Chassis/Self/Power PowerControl[0].PowerConsumedWatts
     "hpe-dl325-gen10plus": 97.0,  # Chassis/1/Power PowerControl[0] (supplies: output 51 + 46)
     "hpe-xl675d-gen10plus": 894.0,  # Chassis/1/Power PowerControl[0] (4 supplies repeat 894)
@@ -207,6 +208,53 @@ def test_every_chassis_mapped(tmp_path: Path, sushy: None) -> None:
     power = {dict(k)["host"]: v for k, v in values(samples, "wattbit_bmc_power_watts").items()}
     assert power == {f"host-{cid}": e["power"] for cid, e in exp.items() if e["power"] is not None}
     assert power == {"host-Baseboard": 148.0}
+
+
+@pytest.mark.parametrize("mockup", mockups())
+def test_every_chassis_on_one_host_counted_once(mockup: str, tmp_path: Path, sushy: None) -> None:
+    """Every chassis of a BMC mapped to one host (each its own component): a chassis inside
+    another chassis with a figure (Links.ContainedBy / Contains, read here from the files) is
+    not exported, so the host's BMC watts are never counted twice."""
+    exp = expected(mockup)
+    root = _doc(mockup, "/redfish/v1")
+    assert root is not None
+    collection = _doc(mockup, root["Chassis"]["@odata.id"]) or {}
+    members = [_doc(mockup, m["@odata.id"]) for m in collection["Members"]]
+    docs = {d["Id"]: d for d in members if d is not None}
+    parent: dict[str, str] = {}
+    for cid, doc in docs.items():
+        links = doc.get("Links", {})
+        by = links.get("ContainedBy")
+        if by:  # one link (the schema), or a list of one (Intel's BMC)
+            by = by[0] if isinstance(by, list) else by
+            parent[cid] = by["@odata.id"].rstrip("/").rsplit("/", 1)[-1]
+        for inner in links.get("Contains", []):
+            parent.setdefault(inner["@odata.id"].rstrip("/").rsplit("/", 1)[-1], cid)
+
+    def inside_powered(cid: str) -> bool:
+        seen = []
+        while cid in parent and parent[cid] not in seen:
+            cid = parent[cid]
+            seen.append(cid)
+            if exp.get(cid, {}).get("power") is not None:
+                return True
+        return False
+
+    def mapper(cid: str, name: str) -> tuple[str, str] | None:
+        return ("one", cid) if cid in exp else None
+
+    with SushyStatic(MOCKUPS / mockup, tmp_path) as srv:
+        samples = poll(srv.url, mockup, mapper)
+    power = {dict(k)["component"]: v for k, v in values(samples, "wattbit_bmc_power_watts").items()}
+    assert power == {
+        cid: e["power"]
+        for cid, e in exp.items()
+        if e["power"] is not None and not inside_powered(cid)
+    }
+    if mockup == "hpe-xl675d-gen10plus":  # the server inside an enclosure without a figure
+        assert parent == {"1": "EnclosureChassis"} and power == {"1": 894.0}
+    if mockup == "intel-s2600bpb":  # the board inside the rack-mount chassis (an error body)
+        assert parent["Baseboard"] == "RackMount" and power == {"Baseboard": 148.0}
 
 
 def test_supplies_repeating_the_total_are_not_summed(tmp_path: Path, sushy: None) -> None:

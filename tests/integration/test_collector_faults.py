@@ -8,7 +8,6 @@ moment its agent dies and get them back when it returns on the same port.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from collector.pdu.snmprec import read_snmprec
 from exporters.snmp.oid import under
 from exporters.snmp.types import Value
 from tests.support.env import RECORDINGS, require
-from tests.support.realparts import Collector, sample
+from tests.support.realparts import Collector, sample, stop_process
 from tests.support.snmpagents import (
     SNMP_FIXTURES,
     RawAgent,
@@ -116,13 +115,7 @@ def ups(s: Samples) -> dict[str, float]:
 
 def stop(collector: Collector) -> None:
     """SIGTERM, a short grace, then SIGKILL: how it shuts down is not what this file tests."""
-    if collector.proc.poll() is None:
-        collector.proc.terminate()
-        try:
-            collector.proc.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            collector.proc.kill()
-            collector.proc.wait(timeout=10)
+    stop_process(collector.proc, 3)
     collector.stop()  # closes its log
 
 

@@ -20,7 +20,14 @@ import pytest
 
 from tests.support.cli import wattbit
 from tests.support.env import RECORDINGS, require
-from tests.support.realparts import ROOT, Collector, free_port, parse_samples, sample
+from tests.support.realparts import (
+    ROOT,
+    Collector,
+    free_port,
+    parse_samples,
+    sample,
+    stop_process,
+)
 from tests.support.snmpagents import SnmpSim, V3User, have_snmpsim, silent_udp_port
 
 APC = RECORDINGS / "apc_ap8641.snmprec"
@@ -193,13 +200,7 @@ class DebugCollector(Collector):
 
     def stop(self) -> None:
         """SIGTERM, a short grace, then SIGKILL: how it shuts down is not what this file tests."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc, 3)
         super().stop()
 
 

@@ -141,6 +141,20 @@ def test_make_demo_reports_joules_per_gigabit(demo_ready: None, tmp_path: Path) 
     assert site["idle_watts_source"] == "idle_phases", site
     assert site["idle_steps"] >= 3 and site["marginal_joules_per_gigabit"] is not None
 
+    # its own verdict (docs/report.md, "What limited it"): the run's and each phase's, for the
+    # host, printed in the summary; nothing moved in the idle phases, so nothing limited them
+    kinds = {"disk", "controller", "pcie", "nic", "cpu", "tcp", "none"}
+    (host,) = doc["hosts"]
+    whole = doc["hosts"][host]["limited_by"]
+    assert whole["resource"] in kinds and whole["evidence"], whole
+    assert whole["resource"] != "none" or whole["utilisation"] < 0.7, whole
+    for p in idle:
+        assert p["limited_by"][host]["resource"] == "none", p["limited_by"]
+        assert p["limited_by"][host]["utilisation"] is None, p["limited_by"]
+    assert full["limited_by"][host]["resource"] in kinds, full["limited_by"]
+    assert f"limited {host}: " in r.stdout, r.stdout[-3000:]
+    assert doc["energy_view"]["idle_share"] is not None, doc["energy_view"]
+
     with prometheus_on_blocks(data, tmp_path, "1s") as url:
         at, d = w["end"], w["duration_seconds"]
         answer = query(url, f"max_over_time(({ANNOTATION})[{ms(d + 1)}:1s])", at)

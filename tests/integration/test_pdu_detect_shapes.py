@@ -150,3 +150,22 @@ def test_detect_names_partial_shapes_of_a_live_pdu(tmp_path: Path) -> None:
     assert "known MIB shapes it answers in part:" in r.stdout
     assert "  hpe_pdumm (HPE, CPQPOWER-MIB (pdu)): the PDU's enterprise" in r.stdout
     assert secret not in r.stdout + r.stderr
+
+
+def test_check_lists_the_banks_and_phases_feeds_can_map() -> None:
+    """What to write in `feeds:`: each bank and phase row with its watts."""
+    r = wattbit("pdu", "check", str(OWN_RECORDINGS / "riedo_updu-rn3214.snmprec"))
+    assert r.returncode == 0, r.stderr
+    assert "phases (feeds): phase:0.1 272 W, phase:0.2 196 W, phase:0.3 400 W" in r.stdout
+    assert "banks (feeds): bank:1.0 69 W," in r.stdout
+
+
+def test_no_mib_is_moved_under_net_snmps_generic_enterprise() -> None:
+    """net-snmp's generic sysObjectID names the agent software, not an OEM: nothing moved."""
+    from exporters.pdu.detect import oem_candidates
+
+    profiles = load_profiles()
+    assert oem_candidates(profiles, "1.3.6.1.4.1.8072.3.2.10") == []
+    assert oem_candidates(profiles, "1.3.6.1.4.1.31034.11.3") == []  # a profile lives there
+    moved = oem_candidates(profiles, "1.3.6.1.4.1.64999.1")
+    assert {p.name for p in moved} == {f"{p.name}@64999" for p in profiles if not p.oem_of}

@@ -290,8 +290,11 @@ def _holds(w: Snmpwalk, cond: Condition, row: str) -> bool:
         subject = w.number(oid, cond.oid)
         if subject is None:
             subject = w.text(oid, cond.oid) or None
-        if cond.or_absent and oid not in w.column(cond.oid):
-            return True
+        if oid not in w.column(cond.oid):  # absent: the fallback says, else or_absent
+            if cond.fallback is not None:
+                return _holds(w, cond.fallback, row)
+            if cond.or_absent:
+                return True
     if cond.empty:
         return subject in (None, "")
     if subject is None:

@@ -226,23 +226,32 @@ def serve_metrics(body: Callable[[], bytes]) -> Iterator[int]:
         server.server_close()
 
 
-def site_config(agent_port: int, agent2_port: int, collector_port: int) -> dict[str, Any]:
-    """deploy/prometheus/prometheus.yml with its targets pointed at the fakes, nothing else
-    of the jobs changed (relabelling, honor_labels); 1s intervals to be quick."""
+def prometheus_config(agents: list[dict[str, Any]], collector_port: int) -> dict[str, Any]:
+    """deploy/prometheus/prometheus.yml with its targets pointed at the fakes (`agents`: the
+    agent job's static_configs), nothing else of the jobs changed (relabelling, honor_labels);
+    1s intervals to be quick."""
     cfg = yaml.safe_load(PROM_CONFIG.read_text())
     cfg["global"].update(scrape_interval="1s", scrape_timeout="1s", evaluation_interval="1s")
     cfg["rule_files"] = [str(ALERTS / "*.yml")]
     cfg.pop("alerting", None)
     jobs = {job["job_name"]: job for job in cfg["scrape_configs"]}
-    # host from the address ("localhost"), and host set explicitly as labels, as in the file
-    jobs["wattbit-agent"]["static_configs"] = [
-        {"targets": [f"localhost:{agent_port}"]},
-        {"targets": [f"127.0.0.1:{agent2_port}"], "labels": {"host": "mover02"}},
-    ]
+    jobs["wattbit-agent"]["static_configs"] = agents
     jobs["wattbit-collector"]["static_configs"] = [{"targets": [f"127.0.0.1:{collector_port}"]}]
     del jobs["node"]
     cfg["scrape_configs"] = list(jobs.values())
     return cfg
+
+
+def site_config(agent_port: int, agent2_port: int, collector_port: int) -> dict[str, Any]:
+    """prometheus_config for two agents: host from the address ("localhost"), and host set
+    explicitly as labels, as in the file."""
+    return prometheus_config(
+        [
+            {"targets": [f"localhost:{agent_port}"]},
+            {"targets": [f"127.0.0.1:{agent2_port}"], "labels": {"host": "mover02"}},
+        ],
+        collector_port,
+    )
 
 
 def query(port: int, expr: str, at: float | None = None) -> dict[str, float]:

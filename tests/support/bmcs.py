@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -21,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.support.env import FIXTURES, ROOT
-from tests.support.realparts import free_port, wait_for
+from tests.support.realparts import free_port, stop_process, wait_for
 
 MOCKUPS = FIXTURES / "bmc"
 
@@ -66,10 +67,10 @@ class Proc:
             env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})),
         )
 
-    def _started(self, wait: Callable[[], object]) -> None:
-        """Wait until the process is ready; stop it when it never gets there."""
+    def _started(self, ready: Callable[[], object], timeout: float, what: str, **kw: Any) -> None:
+        """wait_for(ready) while the process lives; stop it when it never gets there."""
         try:
-            wait()
+            wait_for(ready, timeout, what, alive=self.alive, **kw)
         except BaseException:
             self.stop()
             raise
@@ -81,13 +82,7 @@ class Proc:
 
     def stop(self) -> None:
         """Stop the process and close its log."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 10)
         self._log.close()
 
     def __enter__(self) -> Proc:
@@ -109,27 +104,21 @@ class SushyStatic(Proc):
             cmd += ["-c", str(tls[0]), "-k", str(tls[1])]
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         super().__init__(cmd, tmp / f"sushy-{mockup.name}-{self.port}.log")
-        self._started(
-            lambda: wait_for(
-                lambda: _tcp_open(self.port), 30, f"sushy-static {mockup.name}", alive=self.alive
-            )
-        )
+        self._started(lambda: _tcp_open(self.port), 30, f"sushy-static {mockup.name}")
 
 
 class HostileBmc(Proc):
     """tests/support/hostilebmc.py: a Redfish service misbehaving in one way (`mode`)."""
 
-    def __init__(self, mode: str, tmp: Path, other_port: int = 0) -> None:
+    def __init__(
+        self, mode: str, tmp: Path, other_port: int = 0, extra: list[str] | None = None
+    ) -> None:
         self.port = free_port()
         cmd = [sys.executable, "-m", "tests.support.hostilebmc", "--port", str(self.port)]
-        cmd += ["--mode", mode, "--other-port", str(other_port)]
+        cmd += ["--mode", mode, "--other-port", str(other_port), *(extra or [])]
         self.url = f"http://127.0.0.1:{self.port}"
         super().__init__(cmd, tmp / f"hostile-{mode}-{self.port}.log")
-        self._started(
-            lambda: wait_for(
-                lambda: _tcp_open(self.port), 30, f"hostile BMC {mode}", alive=self.alive
-            )
-        )
+        self._started(lambda: _tcp_open(self.port), 30, f"hostile BMC {mode}")
 
 
 class IpmiSim(Proc):
@@ -150,11 +139,7 @@ class IpmiSim(Proc):
         cmd = [sys.executable, "-m", "tests.support.ipmisim", "--port", str(self.port)]
         cmd += ["--user", self.user, "--password-file", str(pw), "--state", str(self.state)]
         super().__init__(cmd, tmp / f"ipmisim-{self.port}.log")
-        self._started(
-            lambda: wait_for(
-                lambda: "ready" in self.log.read_text(), 30, "ipmisim", alive=self.alive
-            )
-        )
+        self._started(lambda: "ready" in self.log.read_text(), 30, "ipmisim")
 
     def set(self, watts: int, active: bool = True, supported: bool = True) -> None:
         """The reading the BMC answers from now on."""
@@ -206,16 +191,7 @@ class OpenIpmiSim(Proc):
 
         # ipmitool's first try may precede the bind (then it waits out its retries): a try
         # that times out is a "not yet".
-        self._started(
-            lambda: wait_for(
-                answers,
-                60,
-                "ipmi_sim",
-                alive=self.alive,
-                interval=0.5,
-                errors=(subprocess.TimeoutExpired,),
-            )
-        )
+        self._started(answers, 60, "ipmi_sim", interval=0.5, errors=(subprocess.TimeoutExpired,))
 
 
 def ipmitool(

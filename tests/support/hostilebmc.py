@@ -7,6 +7,11 @@ Modes (every path answers the same way):
   redirect  302 to the same path on 127.0.0.2 (another address)
   ctype     a JSON body labelled text/html
   garbage   a body that is not JSON
+  slow      not hostile: serves the mockup directory --mockup, each answer after 0.25 s
+  session   not hostile: serves the mockup directory --mockup, but only to a Redfish session
+            (POST /redfish/v1/SessionService/Sessions with the --user/--password JSON gives
+            X-Auth-Token; anything else 401), and forgets every session after each 6 GETs, as
+            a BMC whose sessions expire; GET /_stats counts logins, logouts and Basic headers
 
 Run as `python -m tests.support.hostilebmc --port P --mode M`.
 """
@@ -15,16 +20,67 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import secrets
 import sys
+from pathlib import Path
 
 from aiohttp import web
 
 MB = 1024 * 1024
 
 
+async def session_mode(request: web.Request) -> web.StreamResponse:
+    """A Redfish service that only answers a session (see the module's doc)."""
+    app = request.app
+    stats = app["stats"]
+    if request.path == "/_stats":
+        return web.json_response(stats)
+    if "Authorization" in request.headers:
+        stats["basic"] += 1
+    if request.method == "POST" and request.path.rstrip("/").endswith("/Sessions"):
+        body = await request.json()
+        if body != {"UserName": app["user"], "Password": app["password"]}:
+            raise web.HTTPUnauthorized()
+        stats["logins"] += 1
+        token = secrets.token_hex(16)
+        app["tokens"][token] = f"/redfish/v1/SessionService/Sessions/{stats['logins']}"
+        return web.json_response(
+            {"Id": str(stats["logins"])},
+            status=201,
+            headers={"X-Auth-Token": token, "Location": app["tokens"][token]},
+        )
+    token = request.headers.get("X-Auth-Token", "")
+    if request.method == "GET" and request.path.rstrip("/") == "/redfish/v1":
+        token = ""  # the service root needs no credentials (DSP0266)
+    elif token not in app["tokens"]:
+        raise web.HTTPUnauthorized()
+    if request.method == "DELETE":
+        if app["tokens"].pop(token) == request.path:
+            stats["logouts"] += 1
+        return web.Response(status=204)
+    if token:
+        stats["gets"] += 1
+    if token and stats["gets"] % 6 == 0:
+        app["tokens"].clear()  # every session expires
+    rel = request.path.rstrip("/").removeprefix("/redfish/v1").strip("/")
+    f = Path(app["mockup"]) / rel / "index.json"
+    if not f.is_file():
+        raise web.HTTPNotFound()
+    return web.Response(body=f.read_bytes(), content_type="application/json")
+
+
 async def handle(request: web.Request) -> web.StreamResponse:
     """Misbehave as the mode says."""
     mode = request.app["mode"]
+    if mode == "session":
+        return await session_mode(request)
+    if mode == "slow":
+        await asyncio.sleep(0.25)
+        rel = request.path.rstrip("/").removeprefix("/redfish/v1").strip("/")
+        f = Path(request.app["mockup"]) / rel / "index.json"
+        if not f.is_file():
+            raise web.HTTPNotFound()
+        return web.Response(body=f.read_bytes(), content_type="application/json")
     if mode == "redirect":
         other = request.app["other_port"] or request.url.port
         raise web.HTTPFound(f"http://127.0.0.2:{other}{request.path}")
@@ -60,10 +116,16 @@ def main() -> int:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--mode", required=True)
     ap.add_argument("--other-port", type=int, default=0)
+    ap.add_argument("--mockup", default="")
+    ap.add_argument("--user", default="")
+    ap.add_argument("--password", default="")
     args = ap.parse_args()
     app = web.Application()
     app["mode"] = args.mode
     app["other_port"] = args.other_port
+    app["mockup"], app["user"], app["password"] = args.mockup, args.user, args.password
+    app["tokens"] = {}
+    app["stats"] = {"logins": 0, "logouts": 0, "basic": 0, "gets": 0}
     app.router.add_route("*", "/{tail:.*}", handle)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)
     return 0

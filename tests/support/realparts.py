@@ -141,13 +141,7 @@ class Agent:
 
     def stop(self) -> None:
         """SIGTERM, then wait; kill if it hangs."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 20)
         self._log.close()
 
 
@@ -258,12 +252,7 @@ def prometheus_on_blocks(
         wait_for(ready, timeout, "prometheus ready", alive=alive, logs=[log_path], interval=0.2)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         log.close()
 
 
@@ -336,8 +325,8 @@ class _PortTaken(Exception):
     """The port chosen was taken by someone else before the server bound it."""
 
 
-def _stop(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    """SIGTERM, wait, SIGKILL if it hangs."""
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """SIGTERM, wait up to timeout, SIGKILL if it hangs (nothing if it has exited)."""
     if proc.poll() is None:
         proc.terminate()
         try:
@@ -392,7 +381,7 @@ def server(
                 wait_for(ready, timeout, f"{name} ready", alive=alive, logs=[log_path])
                 break
             except _PortTaken:
-                _stop(proc)
+                stop_process(proc)
                 log.close()
                 proc = None
                 if attempt == 2:
@@ -400,7 +389,7 @@ def server(
         yield url
     finally:
         if proc is not None:
-            _stop(proc)
+            stop_process(proc)
         if log is not None:
             log.close()
 
@@ -528,13 +517,7 @@ def process(cmd: list[str], log: Path, **kw: Any) -> Iterator[subprocess.Popen[b
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, 15)
         fh.close()
 
 

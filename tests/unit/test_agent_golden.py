@@ -22,10 +22,7 @@ by default a mismatch fails.
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 import tarfile
-from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -36,11 +33,11 @@ from collector.daemon.serve import build_registry
 from collector.web.exposition import metrics_app
 from exporters.smart.exporter import SmartExporter
 from exporters.smart.runner import RunOutcome
-from tests.support.env import FIXTURES, require
-from tests.support.realparts import have
+from tests.support.env import FIXTURES
+from tests.support.golden import assert_golden, normalise, promtool_accepts, scrape
+from tests.support.tree import sys_link, write_file
 
 GOLDEN = FIXTURES / "metrics" / "agent.prom"
-UPDATE = os.environ.get("WATTBIT_UPDATE_GOLDEN") == "1"
 
 NIC_PCI = "devices/pci0000:00/0000:00:03.0"  # virtio2 in interrupts-6.18-virtio
 # /sys/class/net/eth0/statistics: the sums of the recorded ethtool queues, a few drops
@@ -69,26 +66,15 @@ DISK_PCI = "devices/pci0000:00/0000:00:02.0"  # virtio1 (vda) in interrupts-6.18
 DISK_IRQ_AFFINITY = {"35": ("0-1", "1"), "36": ("0-1", "1")}
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-
-
-def _link(path: Path, target: Path) -> None:
-    """A relative symlink, as sysfs makes them."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.symlink_to(os.path.relpath(target, path.parent))
-
-
 def _interface(sys_root: Path, net: Path, stats: dict[str, int], loopback: bool = False) -> None:
     """/sys/class/net/<name> -> net, the interface's directory under devices/."""
     for counter, value in stats.items():
-        _write(net / "statistics" / counter, f"{value}\n")
-    _write(net / "flags", "0x9\n" if loopback else "0x1003\n")
-    _write(net / "mtu", "65536\n" if loopback else "1500\n")
-    _write(net / "operstate", "unknown\n" if loopback else "up\n")
-    _write(net / "ifindex", f"{len(list((sys_root / 'class' / 'net').iterdir())) + 1}\n")
-    _link(sys_root / "class" / "net" / net.name, net)
+        write_file(net / "statistics" / counter, f"{value}\n")
+    write_file(net / "flags", "0x9\n" if loopback else "0x1003\n")
+    write_file(net / "mtu", "65536\n" if loopback else "1500\n")
+    write_file(net / "operstate", "unknown\n" if loopback else "up\n")
+    write_file(net / "ifindex", f"{len(list((sys_root / 'class' / 'net').iterdir())) + 1}\n")
+    sys_link(sys_root / "class" / "net" / net.name, net)
 
 
 def machine(root: Path) -> tuple[Path, Path]:
@@ -100,26 +86,26 @@ def machine(root: Path) -> tuple[Path, Path]:
     virtual = sys_root / "devices" / "virtual" / "net"
     _interface(sys_root, virtual / "lo", {"rx_bytes": 1, "tx_bytes": 1}, loopback=True)
     pci = sys_root / NIC_PCI
-    _write(pci / "numa_node", "-1\n")
+    write_file(pci / "numa_node", "-1\n")
     for irq in IRQ_AFFINITY:
-        _write(pci / "msi_irqs" / irq, "msix\n")
+        write_file(pci / "msi_irqs" / irq, "msix\n")
     for irq in DISK_IRQ_AFFINITY:
-        _write(sys_root / DISK_PCI / "msi_irqs" / irq, "msix\n")
+        write_file(sys_root / DISK_PCI / "msi_irqs" / irq, "msix\n")
     virtio = pci / "virtio2"
     (sys_root / "bus/virtio/drivers/virtio_net").mkdir(parents=True)
-    _link(virtio / "driver", sys_root / "bus/virtio/drivers/virtio_net")
+    sys_link(virtio / "driver", sys_root / "bus/virtio/drivers/virtio_net")
     eth0 = virtio / "net" / "eth0"
     _interface(sys_root, eth0, ETH0)
-    _link(eth0 / "device", virtio)
-    _write(eth0 / "speed", "-1\n")  # virtio_net: unknown
+    sys_link(eth0 / "device", virtio)
+    write_file(eth0 / "speed", "-1\n")  # virtio_net: unknown
     _interface(sys_root, virtual / "docker0", {"rx_bytes": 7})  # the exclude pattern drops it
 
     proc_root = root / "proc"
     for name, fixture in PROC.items():
-        _write(proc_root / name, (FIXTURES / "proc" / fixture).read_text())
+        write_file(proc_root / name, (FIXTURES / "proc" / fixture).read_text())
     for irq, (allowed, effective) in (IRQ_AFFINITY | DISK_IRQ_AFFINITY).items():
-        _write(proc_root / "irq" / irq / "smp_affinity_list", f"{allowed}\n")
-        _write(proc_root / "irq" / irq / "effective_affinity_list", f"{effective}\n")
+        write_file(proc_root / "irq" / irq / "smp_affinity_list", f"{allowed}\n")
+        write_file(proc_root / "irq" / irq / "effective_affinity_list", f"{effective}\n")
     return sys_root, proc_root
 
 
@@ -165,22 +151,6 @@ class RecordedEthtool:
         self.closed = True
 
 
-def normalise(body: bytes) -> bytes:
-    """The exposition without what varies between runs (see the module docstring)."""
-    text = body.decode()
-    text = re.sub(r"(?m)^(# (HELP|TYPE) )?process_\S*.*\n", "", text)
-    text = re.sub(r"(?m)^(wattbit_exporter_duration_seconds\{[^}]*\}) \S+$", r"\1 0.0", text)
-    return text.encode()
-
-
-def scrape(app: Callable[..., Iterable[bytes]]) -> bytes:
-    """One GET /metrics from the WSGI app."""
-    status: list[str] = []
-    body = b"".join(app({"REQUEST_METHOD": "GET"}, lambda s, h: status.append(s)))
-    assert status == ["200 OK"]
-    return body
-
-
 @pytest.fixture(scope="module")
 def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     sys_root, proc_root = machine(tmp_path_factory.mktemp("machine"))
@@ -214,13 +184,7 @@ def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 
 
 def test_golden_metrics(agent_metrics: bytes) -> None:
-    if UPDATE:
-        GOLDEN.write_bytes(agent_metrics)
-    assert GOLDEN.exists(), f"no golden {GOLDEN}: run with WATTBIT_UPDATE_GOLDEN=1"
-    # Compared as text for a readable diff; UTF-8 both ways, so equal text is equal bytes.
-    assert agent_metrics.decode() == GOLDEN.read_bytes().decode(), (
-        "intended? WATTBIT_UPDATE_GOLDEN=1"
-    )
+    assert_golden(GOLDEN, agent_metrics.decode())
 
 
 def test_golden_covers_every_exporter(agent_metrics: bytes) -> None:
@@ -243,14 +207,7 @@ def test_golden_covers_every_exporter(agent_metrics: bytes) -> None:
 
 
 def test_promtool_accepts_the_golden() -> None:
-    require(have("promtool"), "promtool (Debian package prometheus) is not installed")
-    r = subprocess.run(
-        ["promtool", "check", "metrics"],
-        input=GOLDEN.read_bytes(),
-        capture_output=True,
-        timeout=60,
-    )
-    assert r.returncode == 0, (r.stdout + r.stderr).decode()
+    promtool_accepts(GOLDEN)
 
 
 def test_machine_is_only_the_fixtures(tmp_path: Path) -> None:

@@ -148,3 +148,32 @@ def test_slot_copies_are_summed_per_claiming_key() -> None:
     again = dict(core._by_key(pack(copy(5, 3, seq=1), copy(5, 4, seq=2)), pick))
     assert again == {(5, 1): [3, 0, 0, 0, 0, 0, 0], (5, 2): [4, 0, 0, 0, 0, 0, 0]}
     assert core._by_key(pack(copy(0, 0, 0)), pick) == []
+
+
+def test_gone_disks_are_deleted_from_the_hash_map_and_not_reported() -> None:
+    """read() reports only the identities LiveDisks calls live, deletes the others' hash
+    entries, and forgets their clocks."""
+    b = _Fake()
+    deleted: list[bytes] = []
+
+    class _Stats:
+        def delete(self, key: bytes) -> bool:
+            deleted.append(key)
+            return True
+
+    class _Disks:
+        def live(self, seen: dict[tuple[int, int], int]) -> dict[tuple[int, int], str]:
+            return {(1, 10): "d1"}  # (1, 9): d1's predecessor; (2, 5): gone
+
+    b._stats = _Stats()  # type: ignore[assignment]
+    b.disks = _Disks()  # type: ignore[assignment]
+    b.clocks = {(1, 9): "device", (2, 5): "queue"}
+    b.rows = {
+        (1, 0, 9): _value(_slots(s3=6), _slots()),
+        (1, 0, 10): _value(_slots(s3=1), _slots()),
+        (2, 1, 5): _value(_slots(s1=2), _slots()),
+    }
+    out = b.read()
+    assert list(out) == ["d1"] and out["d1"].ops["read"].ios == 1
+    assert sorted(deleted) == sorted([core._KEY.pack(1, 0, 9), core._KEY.pack(2, 1, 5)])
+    assert b.clocks == {(1, 10): "device"}

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import gzip
 import re
-import sys
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -13,9 +11,7 @@ from prometheus_client.core import CounterMetricFamily
 
 from collector.web.exposition import TextRenderer, metrics_app
 from exporters.base import ExportersCollector
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.agent_scrape import SyntheticBlockio
+from tests.support.synthetic import SyntheticBlockio
 
 
 def _stable(body: bytes) -> bytes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -149,3 +150,72 @@ def test_the_graph_sees_imports_and_cycles() -> None:
     planted: Edges = {"a.x": {"a.y": ["f:1"]}, "a.y": {"a.z": ["g:2"]}, "a.z": {"a.x": ["h:3"]}}
     assert cycles(planted) == [["a.x", "a.y", "a.z", "a.x"]]
     assert cycles({"a.x": {"a.y": ["f:1"]}, "a.y": {}}) == []
+
+
+def test_no_test_imports_a_bench() -> None:
+    # a benchmark is a measurement, not a library: what tests and benches share lives in
+    # tests/support (e.g. tests/support/synthetic.py) or in the product
+    bad = [
+        f"{f.relative_to(ROOT)}:{line}"
+        for f in sorted((ROOT / "tests").rglob("*.py"))
+        for module, line in _imported(ast.parse(f.read_text(), str(f)), "tests")
+        if module == "bench" or module.startswith("bench.")
+    ]
+    assert not bad, "tests import a bench:\n" + "\n".join(bad)
+
+
+def _module_imports(package: str) -> list[tuple[str, str]]:
+    """(file:line, module) of every import in a package of collector/ (lazy ones too)."""
+    out = []
+    for f in sorted((ROOT / Path(*package.split("."))).rglob("*.py")):
+        here = ".".join(f.relative_to(ROOT).with_suffix("").parts)
+        for module, line in _imported(ast.parse(f.read_text(), str(f)), here.rpartition(".")[0]):
+            out.append((f"{f.relative_to(ROOT)}:{line}", module))
+    return out
+
+
+def test_product_commands_import_no_demo_and_no_daemon_main() -> None:
+    # `wattbit pdu check` serves a recording with the product's responder (collector/pdu), and
+    # `wattbit pdu detect` builds its target as the collector does (collector/site/targets.py)
+    bad = [
+        f"{where}: {module}"
+        for package in ("collector.pdu", "collector.runs", "collector.report")
+        for where, module in _module_imports(package)
+        if module.startswith(("collector.demo", "collector.site.main", "collector.agent.main"))
+    ]
+    assert not bad, "a product command imports the demo or a daemon's main:\n" + "\n".join(bad)
+
+
+def _ports_in(tree: ast.AST) -> list[int]:
+    """Lines of int 9731/9732 constants and of strings holding `:9731`/`:9732` (a URL, a
+    listen text), docstrings aside (prose may name the port)."""
+    docs = {
+        id(body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and (body := n.body)
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+    }
+    return [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and id(n) not in docs
+        and (
+            n.value in (9731, 9732)
+            or (isinstance(n.value, str) and re.search(r":973[12]\b", n.value))
+        )
+    ]
+
+
+def test_each_daemon_port_is_written_once() -> None:
+    # collector/daemon/config.py's AGENT_PORT and COLLECTOR_PORT; everything else takes them
+    found = [
+        f"{f.relative_to(ROOT)}:{line}"
+        for f in sorted((ROOT / "collector").rglob("*.py"))
+        for line in _ports_in(ast.parse(f.read_text(), str(f)))
+    ]
+    assert found == ["collector/daemon/config.py:16", "collector/daemon/config.py:17"], found
+    planted = ast.parse('"""on :9731"""\nPORT = 9731\nURL = f"http://h:9732/x"\n')
+    assert _ports_in(planted) == [2, 3]

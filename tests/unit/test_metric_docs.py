@@ -22,25 +22,11 @@ NOT_IN_GOLDENS = {
     "wattbit_blockio_bpf_runs_total": "the BPF backends' own cost: core and bcc only",
     "wattbit_blockio_bpf_run_seconds_total": "the BPF backends' own cost: core and bcc only",
     "wattbit_blockio_bpf_missed_events_total": "the BPF backends' own cost: core and bcc only",
+    "wattbit_blockio_bpf_map_full_total": "the BPF backends' maps: core and bcc only",
     "wattbit_disk_io_size_bytes": "blockio.size_histogram, opt-in (series budget)",
     "wattbit_disk_io_latency_clock_info": "core and bcc only: which clock the latency reads",
     "wattbit_disk_io_untimed_total": "core and bcc only: requests the latency could not time",
     "wattbit_cpu_seconds_total": "cpu.enabled, opt-in (where no node_exporter runs)",
-    **{
-        f"wattbit_bmc_{name}": "exporters/bmc is not run by the site collector yet (issue 24): "
-        "the site golden shows it once it is, and this entry goes"
-        for name in (
-            "power_watts",
-            "supply_power_watts",
-            "energy_joules_total",
-            "up",
-            "info",
-            "poll_duration_seconds",
-            "last_poll_timestamp_seconds",
-            "poll_failures_total",
-            "invalid_values_total",
-        )
-    },
 }
 
 _NAME = re.compile(r"(?<![:\w])(wattbit_[a-z0-9_]*[a-z0-9])(?![\w*]|\.[A-Za-z])")

@@ -347,25 +347,29 @@ def test_qstats_without_pyroute2_is_unavailable_not_a_crash(monkeypatch) -> None
         NetdevQstats().read()
 
 
-def test_configured_speed_only_where_the_kernel_reports_none() -> None:
-    """nic.link_speeds gives a veth its speed (source=config); a kernel speed is never replaced."""
-    veth = NicInfo("veth0", "veth", "", "", None, ())
+def test_configured_speed_replaces_the_kernels() -> None:
+    """nic.link_speeds gives an interface its speed (source=config), also over the kernel's
+    (a veth's made-up 10000 Mb/s, a shaped link); others keep the kernel's or have none."""
+    veth = NicInfo("veth0", "veth", "", "", 1.25e9, ())  # veth: "10000" in /sys
+    tun = NicInfo("tun0", "tun", "", "", None, ())
     snap = NicSnapshot(
         links=[
             LinkStats("eth2", 3, 9000, "up", "", stats={"tx_bytes": 10}),
             LinkStats("veth0", 4, 1500, "up", "", stats={"tx_bytes": 10}),
-            LinkStats("veth1", 5, 1500, "up", "", stats={"tx_bytes": 10}),
+            LinkStats("tun0", 5, 1500, "up", "", stats={"tx_bytes": 10}),
+            LinkStats("tun1", 6, 1500, "up", "", stats={"tx_bytes": 10}),
         ],
-        infos={"eth2": _ixgbe_info(()), "veth0": veth, "veth1": veth},
-        configured_speeds={"eth2": 1.25e8, "veth0": 6.25e7},
+        infos={"eth2": _ixgbe_info(()), "veth0": veth, "tun0": tun, "tun1": tun},
+        configured_speeds={"veth0": 2.5e7, "tun0": 6.25e7},
     )
     s = _samples(snap)
     key = "wattbit_nic_link_speed_bytes_per_second"
     assert sample(s, key, interface="eth2", source="kernel") == 1.25e9
-    assert sample(s, key, interface="veth0", source="config") == 6.25e7
-    assert not any(k[0] == key and ("interface", "veth1") in k[1] for k in s)  # never a guess
-    eth2 = [dict(k[1]) for k in s if k[0] == key and ("interface", "eth2") in k[1]]
-    assert [d["source"] for d in eth2] == ["kernel"]
+    assert sample(s, key, interface="veth0", source="config") == 2.5e7
+    assert sample(s, key, interface="tun0", source="config") == 6.25e7
+    assert not any(k[0] == key and ("interface", "tun1") in k[1] for k in s)  # never a guess
+    veth0 = [dict(k[1]) for k in s if k[0] == key and ("interface", "veth0") in k[1]]
+    assert [d["source"] for d in veth0] == ["config"]  # one series: the kernel's is replaced
 
 
 def test_exporter_takes_bits_and_exports_bytes(tmp_path: Path) -> None:

@@ -14,7 +14,6 @@ Neither has block devices under its controllers: the tests add a disk's block di
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -33,6 +32,7 @@ from exporters.pcie.links import (
     usable_bytes_per_second,
 )
 from tests.support.env import FIXTURES
+from tests.support.tree import sys_link
 from tests.support.ttar import extract
 
 PCIE = FIXTURES / "sys" / "pcie"
@@ -63,18 +63,13 @@ def copy(tree: Path, tmp_path: Path) -> Path:
     return root
 
 
-def _link(path: Path, target: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.symlink_to(os.path.relpath(target, path.parent))
-
-
 def add_disk(sys_root: Path, device_dir: str, name: str, minor: int) -> None:
     """A whole disk's block directory under device_dir, and its class/block link."""
     block = sys_root / device_dir / "block" / name
     block.mkdir(parents=True)
     (block / "dev").write_text(f"8:{minor}\n")
     (block / "size").write_text("1000\n")
-    _link(sys_root / "class" / "block" / name, block)
+    sys_link(sys_root / "class" / "block" / name, block)
 
 
 def scrape(exporter: PcieExporter) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -316,7 +311,7 @@ def test_sata_disks_synthetic_tree(tmp_path: Path) -> None:
     root = tmp_path / "sys"
     ahci = "devices/pci0000:00/0000:00:17.0"
     (root / ahci).mkdir(parents=True)
-    _link(root / "bus/pci/devices/0000:00:17.0", root / ahci)
+    sys_link(root / "bus/pci/devices/0000:00:17.0", root / ahci)
     for port, spd in ((1, "6.0 Gbps\n"), (2, "3.0 Gbps\n"), (3, "<unknown>\n")):
         link = root / ahci / f"ata{port}/link{port}/ata_link/link{port}"
         link.mkdir(parents=True)
@@ -375,7 +370,7 @@ def switch_tree(root: Path, card_width: str = "8", card_max_width: str = "8") ->
             ("max_link_width", maximum),
         ):
             (d / name).write_text(value + "\n")
-        _link(root / "bus" / "pci" / "devices" / pci, d)
+        sys_link(root / "bus" / "pci" / "devices" / pci, d)
     return chain
 
 
@@ -484,8 +479,8 @@ def test_churn_a_controller_and_a_nic_leave(trees: dict[str, Path], tmp_path: Pa
     eth3 = nic / "net" / "eth3"
     eth3.mkdir(parents=True)
     (eth3 / "flags").write_text("0x1003\n")
-    _link(eth3 / "device", nic)
-    _link(root / "class" / "net" / "eth3", eth3)
+    sys_link(eth3 / "device", nic)
+    sys_link(root / "class" / "net" / "eth3", eth3)
     clock = [0.0]
     exporter = PcieExporter(sys_root=root, proc_root=tmp_path / "noproc", clock=lambda: clock[0])
     first = values(scrape(exporter), "wattbit_pcie_link_info")
@@ -634,7 +629,7 @@ def test_vmd_domain(tmp_path: Path) -> None:
         (d / "max_link_speed").write_text("16.0 GT/s PCIe\n")
         (d / "current_link_width").write_text(cur + "\n")
         (d / "max_link_width").write_text(mx + "\n")
-    _link(root / "bus/pci/devices/10000:01:00.0", drive)
+    sys_link(root / "bus/pci/devices/10000:01:00.0", drive)
     nodes = read_chains(root, {"10000:01:00.0": "controller"})
     assert {p: (n.role, n.upstream, n.root) for p, n in nodes.items()} == {
         "10000:00:02.0": ("root_port", "", "10000:00:02.0"),

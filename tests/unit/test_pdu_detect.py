@@ -91,8 +91,17 @@ def test_every_recording_is_detected_by_its_family_and_signature(
     assert found.profile.name == ALL[name]
     # (the anonymized Centreon capture has no system group; the HPE pdu3 one records its
     # sysObjectID as an OctetString: both are detected by probing, as the test above checks)
-    if SYS_OBJECT_ID in walk and walk[SYS_OBJECT_ID].type == "ObjectIdentifier":
-        assert "in its product family; its signature columns answer" in found.why
+    # Nor does a sysObjectID that names no product: net-snmp's generic one (the iBoot-PDU), an
+    # enterprise's bare root (the ATEN PE) or one outside enterprises altogether (Chatsworth's
+    # ".0.10.43.6.1.4.1"); those are found by their signature columns.
+    no_product = ("1.3.6.1.4.1.8072.3.2.10", "1.3.6.1.4.1.21317")
+    sys_object_id = walk.get(SYS_OBJECT_ID)
+    if sys_object_id is not None and sys_object_id.type == "ObjectIdentifier":
+        oid = str(sys_object_id.value).lstrip(".")
+        if oid in no_product or not oid.startswith("1.3.6.1.4.1."):
+            assert "in no profile's family; its signature columns answer" in found.why
+        else:
+            assert "in its product family; its signature columns answer" in found.why
 
 
 def test_another_model_of_the_family_is_detected(profiles: list[Profile]) -> None:

@@ -7,7 +7,9 @@ poller's own logic: detection, isolation of failures, no stale values, invalid c
 from __future__ import annotations
 
 import asyncio
+import logging
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from collector.pdu.snmprec import parse_snmprec
@@ -240,3 +242,24 @@ def test_every_known_reason_is_exported_at_0_from_the_start() -> None:
     failures = by_reason(s, "wattbit_pdu_poll_failures_total", "eaton")
     assert failures == {**dict.fromkeys(FAILURE_REASONS, 0.0), "auth": 1.0}
     assert set(by_reason(s, "wattbit_pdu_invalid_values_total", "apc")) == set(INVALID)
+
+
+def test_a_mapped_feed_without_watts_is_said_once_and_exports_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    walks = {1: parse_snmprec((RECORDINGS / "apc_ap8641.snmprec").read_text())}
+    target = PduTarget(
+        "apc",
+        Target("127.0.0.1", 1, Auth(version="2c", community="x")),
+        feeds=(("phase:1", "mover01", ""), ("bank:1", "mover02", ""), ("phase:7", "m3", "")),
+    )
+    poller = PduPoller([target], load_profiles(), FakeClient(walks), interval=1.0)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="exporters.pdu.poller"):
+        asyncio.run(poller.poll_all())
+        asyncio.run(poller.poll_all())
+    s = _scrape(poller)
+    watts = {dict(k[1])["feed"]: v for k, v in s.items() if k[0] == "wattbit_pdu_feed_power_watts"}
+    assert watts == {"phase:1": 1220.0}  # rPDU2PhaseStatusPower 122 hundredths of kW
+    said = [r.getMessage() for r in caplog.records if "has no power reading" in r.getMessage()]
+    # the profile reads no rPDU2 bank power; the unit has no phase 7: each said once
+    assert sorted(m.split()[3] for m in said) == ["bank:1", "phase:7"]

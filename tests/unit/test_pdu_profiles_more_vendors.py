@@ -290,3 +290,21 @@ def test_apc_xpdu_is_not_a_rack_pdu(profiles: list[Profile]) -> None:
     rack = _named(profiles, "apc_rpdu2")
     assert not any(w["1.3.6.1.2.1.1.2.0"].value.startswith(f + ".") for f in rack.sys_object_ids)
     assert decode(rack, w).unit_power_watts is None
+
+
+def test_cyberpower_older_table_needs_no_metered_outlet_count(profiles: list[Profile]) -> None:
+    """ePDU's own count decides; where absent ePDU2's; with neither the values are read."""
+    w = recording("cyberpower_pdu44005.snmpwalk")
+    p = _named(profiles, "cyberpower")
+    monitored, metered = E + "3808.1.1.3.3.1.5.0", E + "3808.1.1.6.6.2.1.0"
+    assert raw(w, monitored) == raw(w, metered) == 0
+    assert all(o.power_watts is None for o in decode(p, w).outlets)  # the unit says: none
+    del w[monitored]  # ePDU2's count (0) still says none
+    assert all(o.power_watts is None for o in decode(p, w).outlets)
+    w[metered] = Value("Integer32", 10)
+    assert all(o.power_watts == 0 for o in decode(p, w).outlets)
+    del w[metered]  # no count at all: the columns are read
+    r = decode(p, w)
+    assert len(r.outlets) == 10 and all(o.power_watts == 0 for o in r.outlets)
+    w[monitored] = Value("Integer32", 0)  # ePDU's own 0 wins over an absent ePDU2 count
+    assert all(o.power_watts is None for o in decode(p, w).outlets)

@@ -416,8 +416,9 @@ def test_formatting() -> None:
 # The keys of RUN.json, in the order written (schema wattbit.report/1, docs/report.md). A change
 # to the schema must show here as a diff.
 TOP_KEYS = ["schema", "run", "window", "phases", "prometheus", "generated_at", "step_seconds",
-            "max_lag_seconds", "coverage_threshold", "interfaces_regex", "match", "site", "hosts",
-            "components", "power", "outlets", "sources", "warnings", "timings_seconds",
+            "max_lag_seconds", "coverage_threshold", "interfaces_regex", "match", "site",
+            "energy_view", "hosts", "components", "power", "outlets", "sources", "warnings",
+            "timings_seconds",
             "prometheus_requests"]  # fmt: skip
 WINDOW_KEYS = ["start", "end", "start_iso", "end_iso", "duration_seconds", "source",
                "in_progress"]  # fmt: skip
@@ -427,7 +428,8 @@ SCOPE_KEYS = ["duration_seconds", "bytes_tx", "bytes_rx", "gigabits", "gbit_per_
               "idle_steps", "marginal_joules_per_gigabit", "r_squared", "fit_points",
               "pearson_r", "lag_seconds", "pearson_r_at_lag", "coverage",
               "coverage_sources"]  # fmt: skip
-HOST_KEYS = [*SCOPE_KEYS, "interfaces", "power_source", "outlets", "disks", "disk_summary"]
+HOST_KEYS = [*SCOPE_KEYS, "interfaces", "power_source", "outlets", "disks", "disk_summary",
+             "limited_by"]  # fmt: skip
 COMPONENT_KEYS = [*SCOPE_KEYS, "bits_from", "bits_hosts", "outlets"]
 DISK_BUSY_KEYS = ["busy_seconds", "busy_ratio", "busy_ratio_peak"]
 DISK_IO_KEYS = ["bytes", "bytes_per_second_mean", "bytes_per_second_peak"]
@@ -439,7 +441,11 @@ OUTLET_KEYS = ["pdu", "outlet", "outlet_name", "host", "component", "energy_joul
                "coverage"]  # fmt: skip
 SOURCE_KEYS = ["coverage", "longest_gap_seconds", "series", "interval_seconds"]
 PHASE_KEYS = ["run", "phase", "labels", "start", "end", "start_iso", "end_iso",
-              "duration_seconds", "steps", "gbit_per_second_mean", "watts_mean"]  # fmt: skip
+              "duration_seconds", "steps", "gbit_per_second_mean", "watts_mean",
+              "joules_per_gigabit", "limited_by"]  # fmt: skip
+LIMITED_BY_KEYS = ["resource", "subject", "utilisation", "evidence", "others"]
+ENERGY_VIEW_KEYS = ["energy_joules", "idle_joules", "idle_share", "best_phase",
+                    "best_phase_joules_per_gigabit", "joules_at_best_phase"]  # fmt: skip
 COMPARISON_KEYS = ["run", "window", "site", "hosts", "components", "only_in_this",
                    "only_in_other", "report"]  # fmt: skip
 
@@ -486,12 +492,19 @@ def small_window() -> Gathered:
         _counter(ENERGY, {**p1, **PDU_TARGET}, [0, 1000, 2100, 3300], grid),
         _watts({**p2, **PDU_TARGET}, [50.0, 50.0, 50.0], grid),
     ]
+    return gathered(w, grid, tracks, count_seconds=0.25, requests=7)
+
+
+def gathered(
+    w: Window, grid: Grid, tracks: list[Track], count_seconds: float, requests: int
+) -> Gathered:
+    """What gather() would hand analyse() for these tracks, at a 10 s scrape interval."""
     outlets = outlets_of(tracks)
     choose_energy_sources(outlets)
     return Gathered(
         window=w, options=Options(), grid=grid, tracks=tracks, outlets=outlets,
-        coarse=coarse_counters(outlets), interval=10.0, timings={"count": 0.25},
-        started=time.monotonic(), prometheus="http://prom.invalid:9090", requests=7,
+        coarse=coarse_counters(outlets), interval=10.0, timings={"count": count_seconds},
+        started=time.monotonic(), prometheus="http://prom.invalid:9090", requests=requests,
     )  # fmt: skip
 
 

@@ -4,8 +4,6 @@ share, and a site total that counts every watt once."""
 
 from __future__ import annotations
 
-import time
-
 from collector.report.analyse import analyse
 from collector.report.gather import Gathered
 from collector.report.render import markdown, summary_lines
@@ -16,14 +14,11 @@ from collector.report.series import (
     NIC,
     RAPL_ENERGY,
     Grid,
-    Options,
     Track,
     Window,
-    choose_energy_sources,
-    coarse_counters,
     outlets_of,
 )
-from tests.unit.test_report_math import PDU_TARGET, _counter, _watts
+from tests.unit.test_report_math import PDU_TARGET, _counter, _watts, gathered
 
 
 def _meter(metric: str, labels: dict[str, str], values: list[float], grid: Grid) -> Track:
@@ -76,13 +71,7 @@ def window() -> Gathered:
         _meter(BMC_POWER, {"bmc": "feed-bmc", "host": "feed", "component": "storage",
                            "protocol": "ipmi"}, [290.0] * 3, g),
     ]  # fmt: skip
-    meters = outlets_of(tracks)
-    choose_energy_sources(meters)
-    return Gathered(
-        window=w, options=Options(), grid=g, tracks=tracks, outlets=meters,
-        coarse=coarse_counters(meters), interval=10.0, timings={"count": 0.1},
-        started=time.monotonic(), prometheus="http://prom.invalid:9090", requests=1,
-    )  # fmt: skip
+    return gathered(w, g, tracks, count_seconds=0.1, requests=1)
 
 
 def test_meters_and_their_kinds() -> None:

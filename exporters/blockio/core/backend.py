@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..bpfshared import Identity, LiveDisks, fdinfo, kernel_at_least, prog_stats, sum_percpu
 from ..diskstats import DiskstatsBackend
+from ..layout import CLOCK_DEVICE, CLOCK_QUEUE, Layout
 from ..model import (
     MAX_LAT_BOUNDS,
     OPS,
@@ -28,15 +29,20 @@ HERE = Path(__file__).resolve().parent
 OBJECT = HERE / "blockio.bpf.o"  # built by scripts/build-bpf.sh (make bootstrap)
 BTF = Path("/sys/kernel/btf/vmlinux")
 
-# struct stat_val in blockio.bpf.c, in u64 words.
-_LAT_SLOTS = MAX_LAT_BOUNDS + 1
-KEY, SEQ, IOS, BYTES, ERRORS, UNTIMED, LSUM_DEV, LSUM_Q, SSUM = range(9)
-LAT_DEV = 9
-# Their positions in what read() sums (_words: these seven first, then the slots).
-P_IOS, P_BYTES, P_ERRORS, P_UNTIMED, P_LSUM_DEV, P_LSUM_Q, P_SSUM = range(7)
-LAT_Q = LAT_DEV + _LAT_SLOTS
-SIZE = LAT_Q + _LAT_SLOTS
-WORDS = SIZE + SIZE_SLOTS
+# struct stat_val, in u64 words: where layout.py (the one description of the counters, which
+# also generates the C struct) puts each field for this program's sizes.
+LAYOUT = Layout(clocks=2, lat_slots=MAX_LAT_BOUNDS + 1, size_slots=SIZE_SLOTS)
+KEY, SEQ, IOS, BYTES, ERRORS, UNTIMED, SSUM = (
+    LAYOUT.at(name) for name in ("key", "seq", "ios", "bytes", "errors", "untimed", "size_sum")
+)
+LSUM_DEV, LSUM_Q = LAYOUT.at("lat_sum_ns", CLOCK_DEVICE), LAYOUT.at("lat_sum_ns", CLOCK_QUEUE)
+LAT_DEV, LAT_Q = LAYOUT.at("lat", CLOCK_DEVICE), LAYOUT.at("lat", CLOCK_QUEUE)
+SIZE = LAYOUT.at("size")
+WORDS = LAYOUT.words
+# The single words read() sums, first (then the histograms' slots); P_* are their positions
+# in what it sums. A new counter: its word here and its P_ name below.
+HEAD = (IOS, BYTES, ERRORS, UNTIMED, LSUM_DEV, LSUM_Q, SSUM)
+P_IOS, P_BYTES, P_ERRORS, P_UNTIMED, P_LSUM_DEV, P_LSUM_Q, P_SSUM = range(len(HEAD))
 _KEY = struct.Struct("=IIQ")  # struct stat_key: dev, op, seq (diskseq)
 # the .rodata cfg: bounds, size_histogram, max_queues, stamps
 _CFG = struct.Struct(f"={MAX_LAT_BOUNDS}QQQQ")
@@ -173,6 +179,10 @@ class CoreBackend:
             padded = bounds + [_NO_BOUND] * (MAX_LAT_BOUNDS - len(bounds))
             cfg = _CFG.pack(*padded, int(size_histogram), self.max_queues, stamps)
             ctypes.memmove(rodata, cfg, _CFG.size)
+            if obj.map("slots").value_size() != WORDS * 8:
+                raise BackendUnavailable(
+                    "bpf load failed", f"{obj_path.name}: struct stat_val is not layout.py's"
+                )
             obj.map("slots").set_max_entries(max(1, self.max_queues * NOPS))
             stats = obj.map("stats")
             stats.set_max_entries(self.stats_entries)
@@ -197,7 +207,7 @@ class CoreBackend:
     def _words(self) -> list[int]:
         """The value words read() sums: counters, both clocks' used slots, sizes if on."""
         n = self.nbounds + 1
-        pick = [IOS, BYTES, ERRORS, UNTIMED, LSUM_DEV, LSUM_Q, SSUM]  # positions 0..6
+        pick = list(HEAD)
         pick += range(LAT_DEV, LAT_DEV + n)
         pick += range(LAT_Q, LAT_Q + n)
         if self.size_histogram:
@@ -255,9 +265,10 @@ class CoreBackend:
     def read(self) -> dict[str, DeviceStats]:
         """Cumulative per-device statistics since the program was loaded."""
         n = self.nbounds + 1
-        lat_dev = slice(7, 7 + n)  # positions in _pick order
-        lat_q = slice(7 + n, 7 + 2 * n)
-        size = slice(7 + 2 * n, 7 + 2 * n + SIZE_SLOTS)
+        h = len(HEAD)  # positions in _pick order
+        lat_dev = slice(h, h + n)
+        lat_q = slice(h + n, h + 2 * n)
+        size = slice(h + 2 * n, h + 2 * n + SIZE_SLOTS)
         raw = self._raw()
         seen: dict[Identity, int] = {}
         for dev, _op, seq in raw:

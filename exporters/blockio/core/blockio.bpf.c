@@ -16,7 +16,7 @@
  *
  * Per request, the device time is used where the request carries it, else the queue + device
  * time; the two clocks count into separate histograms and userspace exports one clock per
- * device (block_core.py), so dashboards never mix them. Where neither stamp exists (iostats
+ * device (core/backend.py), so dashboards never mix them. Where neither stamp exists (iostats
  * off and no statistics on the queue), userspace attaches `issue` below, which times those
  * requests only, with a map keyed by the request's address (unique while in flight).
  *
@@ -73,19 +73,10 @@ struct stat_key {
 	u64 seq;
 };
 
-/* Keep in step with backend.py's word numbers. */
-struct stat_val {
-	u64 key;			/* dev << 8 | (op + 1) once claimed, in `slots` */
-	u64 seq;			/* the claiming disk's diskseq, in `slots` */
-	u64 ios;
-	u64 bytes;
-	u64 errors;
-	u64 untimed;			/* last parts with no timestamp to time them by */
-	u64 lat_sum_ns[2];		/* by clock: device, queue */
-	u64 size_sum;
-	u64 lat[2][LAT_SLOTS];		/* per-slot (not cumulative) counts, by clock */
-	u64 size[SIZE_SLOTS];
-};
+/* struct stat_val: the counters, described once in ../layout.py (generated ../stat_val.h,
+ * shared with the bcc program; backend.py reads them at the offsets layout.py computes). */
+#define CLOCKS 2
+#include "stat_val.h"
 
 /* A first entry's zeros (.bss: a stat_val is too big for the 512-byte stack). */
 struct stat_val zero_val = {};
@@ -93,7 +84,7 @@ struct stat_val zero_val = {};
 /* Per-CPU, updated with plain adds: tracing programs do not nest on a CPU and run with
  * preemption off. BPF_F_NO_PREALLOC: memory only for the (dev, op) pairs that do I/O, not
  * max_entries x CPUs up front; tracing programs may use such maps since 6.1 (bpf_mem_alloc),
- * so block_core.py preallocates a smaller map on older kernels. */
+ * so backend.py preallocates a smaller map on older kernels. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -106,7 +97,7 @@ struct {
  * number the block layer allocates per queue (blk_queue_ida) and reuses after a queue is
  * freed. An array lookup is inlined by the verifier: measured 139 against 181 ns per
  * completion with the hash below (empty program: 62), 4k randread QD32 on a loop device.
- * Preallocated for every possible CPU: 4 x max_queues x 728 B each, sized by backend.py to
+ * Preallocated for every possible CPU: 4 x max_queues x 736 B each, sized by backend.py to
  * the host's block devices. A slot belongs to the (dev, op) that claimed it first on that
  * CPU; a queue id reused by another disk, or one beyond max_queues, goes to `stats`. */
 struct {
@@ -282,7 +273,7 @@ int BPF_PROG(complete, struct request *rq, blk_status_t error, unsigned int nr_b
 	/* Always true; says so to the verifier, which loses the bound through the search. */
 	if (slot >= LAT_SLOTS)
 		slot = LAT_SLOTS - 1;
-	s->lat[clock][slot] += 1;
+	s->lat[clock * LAT_SLOTS + slot] += 1;
 	s->lat_sum_ns[clock] += lat;
 	if (cfg.size_histogram) {
 		u32 ss = wb_slot(nr_bytes, SIZE_UNIT, SIZE_SLOTS);

@@ -143,6 +143,10 @@ class Map:
         """The map's file descriptor (after load)."""
         return int(lib().bpf_map__fd(self._ptr))
 
+    def value_size(self) -> int:
+        """The size of one value, as the object declares it."""
+        return int(lib().bpf_map__value_size(self._ptr))
+
     def initial_value(self) -> ctypes.Array[ctypes.c_char]:
         """The writable initial contents of a global-data map (.rodata, .bss) before load."""
         size = ctypes.c_size_t()

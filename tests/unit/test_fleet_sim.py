@@ -1,6 +1,7 @@
-"""bench/fleet.py's pieces that its numbers rest on: the served exposition stays a valid one
-(counters only go up, histogram buckets stay cumulative, trouble counters are still at 0), and
-the collector and Prometheus configurations it writes are accepted by the real loaders.
+"""The simulated fleet bench/fleet.py measures (tests/support/synthetic.py), what its numbers
+rest on: the served exposition stays a valid one (counters only go up, histogram buckets stay
+cumulative, trouble counters are still at 0), and the collector and Prometheus configurations
+it writes are accepted by the real loaders.
 """
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.fleet import (
+from collector.config import load_model
+from collector.site.config import CollectorConfig
+from tests.support.env import require
+from tests.support.realparts import have
+from tests.support.synthetic import (
     TROUBLE,
     Exposition,
     collector_yml,
@@ -19,10 +24,6 @@ from bench.fleet import (
     record_exposition,
     series_of,
 )
-from collector.config import load_model
-from collector.site.config import CollectorConfig
-from tests.support.env import require
-from tests.support.realparts import have
 
 TEXT = record_exposition(disks=6, nics=1, queues=2, cpus=4)
 

@@ -1,0 +1,272 @@
+"""What the benchmarks share: the machine's one benchmark lock, child processes that die with
+the bench, what a process has used (CPU, memory), the machine's busy time, alternation, medians
+and tables. Each bench/*.py file is its own measurement and imports the rest from here; its
+own numbers and their meaning stay in that file and in docs/benchmarks.md.
+
+Run as ``python bench/NAME.py``: each file puts the repository on sys.path first, then imports
+``bench.harness`` like the product's packages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import platform
+import resource
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCK = Path("/tmp/wattbit-bench.lock")  # shared by the benches: one measures at a time
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+T = TypeVar("T")
+
+
+# --- the machine ----------------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ("" when it says none)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return ""
+
+
+def commit() -> str:
+    """The checkout's short commit ("" outside git)."""
+    return subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+
+
+def tool_version(cmd: list[str]) -> str:
+    """The first line a tool prints about its version ("?" when it cannot say)."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    lines = (r.stdout or r.stderr).strip().splitlines()
+    return lines[0] if lines else "?"
+
+
+def kernel() -> str:
+    """The running kernel's release."""
+    return platform.release()
+
+
+def machine(
+    tools: dict[str, list[str]] | None = None, packages: Sequence[str] = ()
+) -> dict[str, Any]:
+    """What the numbers were measured on: the host, kernel, CPU, memory and Python, the
+    versions of ``packages`` (Python) and of ``tools`` (name: the command that says it)."""
+    from importlib.metadata import version
+
+    mem = ""
+    with contextlib.suppress(OSError):
+        mem = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
+    return {
+        "host": platform.node(),
+        "kernel": platform.release(),
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "memory": mem,
+        "python": platform.python_version(),
+        **{p: version(p) for p in packages},
+        **{name: tool_version(cmd) for name, cmd in (tools or {}).items()},
+    }
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all CPUs spent not idle since boot (/proc/stat; guest time is in user)."""
+    v = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(v) - v[3] - v[4]) / CLK_TCK
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as /proc/loadavg writes them."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process so far (its threads; NaN once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process now."""
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+
+
+def proc_status(pid: int, keys: Sequence[str] = ("VmRSS", "VmHWM")) -> dict[str, int]:
+    """Those /proc/PID/status lines in kB (empty when the process is gone)."""
+    out = {}
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in keys:
+                out[key] = int(value.split()[0])
+    return out
+
+
+def children_cpu() -> float:
+    """User + system CPU seconds of this process's waited-for children."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def die_with_parent() -> None:
+    """preexec_fn: SIGTERM when the bench dies, however it dies (prctl PR_SET_PDEATHSIG); a
+    stray tracer or store would go on loading the machine the next bench measures."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def spawn(
+    cmd: list[str], setup: Callable[[], None] | None = None, **kw: Any
+) -> subprocess.Popen[bytes]:
+    """Start cmd in its own session (the bench, not the terminal's Ctrl-C, decides when it
+    stops), dying with the bench; ``setup`` runs in the child too, after that."""
+
+    def child() -> None:
+        die_with_parent()
+        if setup is not None:
+            setup()
+
+    return subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=child, **kw
+    )
+
+
+def stop(
+    proc: subprocess.Popen[Any],
+    sig: int = signal.SIGTERM,
+    timeout: float = 15.0,
+    log: Callable[[str], None] | None = None,
+) -> None:
+    """Signal proc, wait for it, SIGKILL it if it does not exit in time."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        if log is not None:
+            log(f"pid {proc.pid} did not exit on signal {sig}; killing it")
+        proc.kill()
+        proc.wait()
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGTERM and SIGHUP interrupt the bench as Ctrl-C does (KeyboardInterrupt), so that its
+    cleanup runs however it is stopped; the previous handlers after."""
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, _interrupt)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    """A port on 127.0.0.1 free a moment ago."""
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def bench_lock(
+    timeout: float | None = None, log: Callable[[str], None] = print, path: Path = LOCK
+) -> Iterator[None]:
+    """flock(path) for the measuring part, as `flock /tmp/wattbit-bench.lock CMD` takes it, so
+    two benches never measure at once; wait for another to finish (at most ``timeout`` s)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{path} still held by another benchmark after {timeout:.0f} s"
+                    ) from None
+                if not told:
+                    log(f"waiting for {path}: another benchmark is measuring")
+                    told = True
+                time.sleep(1.0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+# --- alternation, medians, tables -----------------------------------------------------------
+
+
+def in_turn(items: Sequence[T], r: int) -> Sequence[T]:
+    """The order of round r: as given in even rounds, reversed in odd ones."""
+    return items if r % 2 == 0 else items[::-1]
+
+
+def alternate(items: Sequence[T], rounds: int) -> Iterator[tuple[int, T]]:
+    """(round, item) in alternating order: A B, B A, A B, ... (every item first as often), so a
+    slow drift of the machine's load falls on each compared command alike."""
+    for r in range(rounds):
+        for item in in_turn(items, r):
+            yield r, item
+
+
+def median(values: Sequence[float]) -> float | None:
+    """The median, None of nothing."""
+    return statistics.median(values) if values else None
+
+
+def table(head: Sequence[str], rows: Sequence[Sequence[object]], out: Any = None) -> str:
+    """A plain-text table, columns padded to their widest cell (the first left, the rest right);
+    printed to ``out`` (default stdout) and returned."""
+    cells = [[str(c) for c in head], *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    lines = [
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in cells
+    ]
+    text = "\n".join(line.rstrip() for line in lines)
+    print(text, file=out or sys.stdout, flush=True)
+    return text

@@ -1,0 +1,153 @@
+"""What the site collector's pollers of many devices share (PDUs, BMCs): schedule and slots.
+
+Each target runs its own loop (poll, publish, sleep until its next tick), and a semaphore
+bounds how many targets are polled at once. A target whose last poll failed may hold at most
+a quarter of the slots (a bulkhead): a failing target spends up to a whole interval in its
+slot and starts again at once, so without it as many slow or garbage-speaking devices as
+there are slots would keep every good one from being polled at all, silently (found by
+bench/soak.py). A subclass reads one device (``poll``) and publishes its outcome with
+``_publish``, which replaces the dicts whole so the HTTP threads rendering them see the old
+or the new one, whole. PollFamilies and reason_counter render what every such poller has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import Generic, Protocol, TypeVar
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+T = TypeVar("T", bound=_Named)
+S = TypeVar("S")
+
+
+class PeriodicPoller(ABC, Generic[T, S]):
+    """Polls every target on its own schedule, bounded; keeps each target's last poll."""
+
+    kind: str  # "pdu", "bmc": the first word of its log lines
+
+    def __init__(
+        self,
+        targets: Sequence[T],
+        interval: float,
+        concurrency: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.targets = list(targets)
+        self.interval = interval
+        self.concurrency = concurrency
+        self._clock = clock
+        self._log = logging.getLogger(type(self).__module__)  # the subclass's own logger
+        self.states: dict[str, S] = {}
+        self.last_poll: dict[str, float] = {}  # unix time each target's last poll completed
+        self.failures: Counter[tuple[str, str]] = Counter()  # (target, reason)
+        self.invalid: Counter[tuple[str, str]] = Counter()  # (target, reason)
+        self._failing: set[str] = set()  # targets whose last poll failed
+        self._sem: asyncio.Semaphore | None = None  # made in the loop that polls
+        self._failing_sem: asyncio.Semaphore | None = None
+        self.failing_slots = max(1, concurrency // 4)
+
+    @abstractmethod
+    async def poll(self, t: T) -> S:
+        """Poll one target once, within its deadline, and publish the outcome."""
+
+    @contextlib.asynccontextmanager
+    async def _slot(self, name: str) -> AsyncIterator[None]:
+        """Hold a polling slot (a failing target also one of the failing quarter)."""
+        if self._sem is None or self._failing_sem is None:
+            self._sem = asyncio.Semaphore(self.concurrency)
+            self._failing_sem = asyncio.Semaphore(self.failing_slots)
+        async with contextlib.AsyncExitStack() as slots:
+            if name in self._failing:
+                await slots.enter_async_context(self._failing_sem)
+            await slots.enter_async_context(self._sem)
+            yield
+
+    def _failed(self, name: str, error: str, detail: str) -> None:
+        """Count a failed poll; log it once per failure streak, not every interval."""
+        self.failures[(name, error)] += 1
+        if name not in self._failing:
+            self._failing.add(name)
+            self._log.warning("%s %s: poll failed (%s): %s", self.kind, name, error, detail)
+
+    def _answered(self, name: str) -> None:
+        """Note a completed poll: a failure streak ends (logged once)."""
+        if name in self._failing:
+            self._failing.discard(name)
+            self._log.info("%s %s: answering again", self.kind, name)
+
+    def _publish(self, name: str, state: S) -> None:
+        """Publish a target's completed poll (successful or not)."""
+        self.last_poll = {**self.last_poll, name: time.time()}
+        # Replace the whole dict: readers (the HTTP threads) see the old or the new one, whole.
+        self.states = {**self.states, name: state}
+
+    async def poll_all(self) -> list[S]:
+        """Poll every target once, concurrently (bounded)."""
+        return list(await asyncio.gather(*(self.poll(t) for t in self.targets)))
+
+    async def _loop(self, t: T, stop: asyncio.Event) -> None:
+        next_start = self._clock()
+        while not stop.is_set():
+            await self.poll(t)
+            next_start += self.interval
+            now = self._clock()
+            if next_start < now:  # ran over: skip the missed ticks rather than bursting
+                next_start = now
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(0.0, next_start - now))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll every target on its own schedule until stop is set."""
+        await asyncio.gather(*(self._loop(t, stop) for t in self.targets))
+
+
+class PollFamilies:
+    """Each target's up, last poll duration and last poll time (successful or not)."""
+
+    def __init__(self, label: str, what: str, up: str, duration: str, last_poll: str) -> None:
+        """`label`: the target's label ("pdu"); `what`: the device in help texts; then the
+        three family names, spelled out where they are used so a search for one finds it."""
+        self.up = GaugeMetricFamily(up, f"1 if the {what}'s last poll succeeded.", labels=[label])
+        self.duration = GaugeMetricFamily(
+            duration, f"Time the {what}'s last poll took.", labels=[label]
+        )
+        self.last_poll = GaugeMetricFamily(
+            last_poll,
+            f"Unix time the {what}'s last poll completed (successful or not): staleness shows "
+            "here.",
+            labels=[label],
+        )
+
+    def add(self, name: str, up: bool, duration: float, polled_at: Mapping[str, float]) -> None:
+        """One target's last completed poll (no timestamp before its first)."""
+        self.up.add_metric([name], 1.0 if up else 0.0)
+        self.duration.add_metric([name], duration)
+        if name in polled_at:
+            self.last_poll.add_metric([name], polled_at[name])
+
+    def __iter__(self) -> Iterator[GaugeMetricFamily]:
+        """up, duration, last poll: the order the exporters yield them in."""
+        return iter((self.up, self.duration, self.last_poll))
+
+
+def reason_counter(
+    name: str, documentation: str, label: str, counts: Mapping[tuple[str, str], int]
+) -> CounterMetricFamily:
+    """A counter of (target, reason) counts, such as a poller's failures or invalid values."""
+    family = CounterMetricFamily(name, documentation, labels=[label, "reason"])
+    for (target, reason), n in sorted(counts.items()):
+        family.add_metric([target, reason], float(n))
+    return family

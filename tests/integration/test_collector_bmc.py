@@ -1,0 +1,91 @@
+"""`wattbit collector` polling BMCs: a real Redfish mockup (sushy-static, over HTTPS with a CA
+file) and a real IPMI simulator (pyghmi's, DCMI), passwords from a file and from the
+environment; the values on /metrics, the passwords nowhere (log at debug, /metrics,
+--print-config)."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+from pathlib import Path
+
+from tests.support.bmcs import MOCKUPS, Certs, IpmiSim, SushyStatic, sushy_static_path
+from tests.support.cli import wattbit
+from tests.support.env import require
+from tests.support.realparts import Collector, running
+
+RF_PASSWORD = "Rf-collector-S3cret-77"
+IPMI_PASSWORD = "Ipmi-coll-S3cret9"
+
+
+def test_collector_polls_redfish_and_ipmi(tmp_path: Path) -> None:
+    """Both protocols through the collector's configuration; chassis rules; no secret leaks."""
+    require(sushy_static_path() is not None, "sushy-static (PyPI sushy-tools) is not installed")
+    require(shutil.which("ipmi-raw") is not None, "ipmi-raw (Debian freeipmi-tools) is missing")
+    certs = Certs(tmp_path)
+    pw = tmp_path / "rf.pw"
+    pw.write_text(RF_PASSWORD + "\n")
+    pw.chmod(0o600)
+    with (
+        SushyStatic(MOCKUPS / "intel-s2600bpb", tmp_path, certs.good) as intel,
+        SushyStatic(MOCKUPS / "hpe-dl325-gen10plus", tmp_path) as dl325,
+        IpmiSim(tmp_path, IPMI_PASSWORD, watts=415) as ipmi,
+    ):
+        config = f"""
+interval: 2s
+log_level: debug
+state_dir: {tmp_path / "state"}
+bmcs:
+  - name: intel-bmc
+    protocol: redfish
+    address: {intel.url}
+    username: wattbit
+    password_file: {pw}
+    ca_file: {certs.ca}
+    chassis:
+      - id: Baseboard
+        host: node-7
+  - name: dl325-bmc
+    protocol: redfish
+    address: {dl325.url}
+    allow_plain_http: true
+    auth: basic
+    username: wattbit
+    password_env: WB_TEST_RF_PASSWORD
+    host: node-8
+  - name: ipmi-bmc
+    protocol: ipmi
+    address: 127.0.0.1:{ipmi.port}
+    username: {ipmi.user}
+    password_env: WB_TEST_IPMI_PASSWORD
+    host: node-9
+    component: psu
+"""
+        env = {"WB_TEST_RF_PASSWORD": RF_PASSWORD, "WB_TEST_IPMI_PASSWORD": IPMI_PASSWORD}
+        coll = Collector(config, tmp_path, env=env)
+        with running(coll):
+
+            def power(s: dict) -> dict[str, float]:
+                return {
+                    dict(k[1])["host"]: v for k, v in s.items() if k[0] == "wattbit_bmc_power_watts"
+                }
+
+            samples = coll.scrape_until(
+                "three BMCs' power", lambda s: len(power(s)) == 3, timeout=60
+            )
+            text = coll.scrape_text()
+        log = coll.log.read_text()
+    assert power(samples) == {"node-7": 148.0, "node-8": 97.0, "node-9": 415.0}
+    labels = {dict(k[1])["bmc"]: dict(k[1]) for k in samples if k[0] == "wattbit_bmc_power_watts"}
+    assert labels["ipmi-bmc"]["protocol"] == "ipmi" and labels["ipmi-bmc"]["component"] == "psu"
+    assert labels["intel-bmc"]["protocol"] == "redfish"
+    for bmc in ("intel-bmc", "dl325-bmc", "ipmi-bmc"):
+        assert samples[("wattbit_bmc_up", (("bmc", bmc),))] == 1.0
+        assert samples[("wattbit_exporter_up", (("exporter", "bmc"),))] == 1.0
+    printed = wattbit("collector", "--config", str(coll.config), "--print-config", env=env).stdout
+    basic = base64.b64encode(f"wattbit:{RF_PASSWORD}".encode()).decode()
+    for secret in (RF_PASSWORD, IPMI_PASSWORD, basic):
+        assert secret not in text
+        assert secret not in log
+        assert secret not in printed
+    assert "<redacted>" in printed

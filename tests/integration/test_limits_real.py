@@ -1,0 +1,335 @@
+"""What limited it, on real parts: each limiter as it really happens on this machine, and
+`wattbit report` naming it with its subject (issue 23).
+
+One real agent (eBPF core backend), node_exporter (cpu collector) and Prometheus (1 s scrapes,
+the recording rules' fast variants) watch four scenarios in a row, each its own window:
+
+* **disk**: two loop disks over files on the FUSE delay file system (tests/support/fusedelay.py,
+  every read waits DELAY_MS), streamed with O_DIRECT by the demo's sender through a veth into
+  a namespace: the disks are busy all the time, the network (no speed known) not judged;
+* **cpu**: iperf3's receiver in the namespace, its sender and a busy loop, all pinned to CPU 1:
+  that CPU is saturated, and the veth's receive work (softirq) runs on it;
+* **nic**: a second veth shaped by `tc` (tbf at SHAPED_BITS) and the agent told that rate
+  (`nic.link_speeds`, the veth reports no speed): an unpaced iperf3 fills it;
+* **none**: iperf3 paced at PACED_BITS on the shaped veth, a twentieth of its rate.
+
+The report runs over each window (`--start/--end`, its first seconds left out: rates ramp) and
+must name the resource, and the subject: one of the FUSE disks, CPU 1, the shaped veth. The
+machine is shared (2 CPUs, other tests running): rates and delays are chosen with wide margins
+and only the named resource and subject are asserted, never a figure. The fast recording rules
+(3 s windows) are checked to name the same resource at most evaluations: the rules and the
+report agree on real data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from exporters.blockio.core.backend import OBJECT as CORE_OBJECT
+from tests.support.cli import wattbit
+from tests.support.env import ROOT, require
+from tests.support.realparts import (
+    Agent,
+    have,
+    is_root,
+    process,
+    query_api,
+    running,
+    server,
+    veth_into_namespace,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.timeout(600)]
+
+HOST = "limits-host"
+SCENARIO_S = 30  # each scenario's length
+SKIP_S = 6  # left out of each report window: the rates' windows fill
+DELAY_MS = 15  # per FUSE read: a 128 KiB read takes at least this, the disk never idles
+SHAPED_BITS = 200e6  # the shaped veth's rate (and its nic.link_speeds entry)
+PACED_BITS = 10e6  # the paced sender of "none": 5 % of the shaped veth
+BUSY_CPU = "1"
+FAST_RULES = ROOT / "alerts" / "test-overrides" / "wattbit-recording-fast.yml"
+PROM_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yml"
+
+
+@dataclass
+class Window:
+    """One scenario's stretch of time."""
+
+    start: float
+    end: float
+
+
+@dataclass
+class Lab:
+    """The running parts and each scenario's window."""
+
+    prometheus: str
+    tmp: Path
+    fuse_disks: list[str]
+    shaped: str
+    windows: dict[str, Window]
+
+
+def _fuse_available() -> bool:
+    try:
+        import fuse  # noqa: F401
+    except (ImportError, OSError):
+        return False
+    return Path("/dev/fuse").exists() and have("fusermount")
+
+
+def prometheus_config(agent_port: int, node_port: int) -> str:
+    """deploy/prometheus/prometheus.yml's jobs with the test's targets; 1 s; the fast rules."""
+    cfg = yaml.safe_load(PROM_CONFIG.read_text())
+    cfg["global"].update(scrape_interval="1s", scrape_timeout="1s", evaluation_interval="1s")
+    cfg["rule_files"] = [str(FAST_RULES)]
+    cfg.pop("alerting", None)
+    jobs = {job["job_name"]: job for job in cfg["scrape_configs"]}
+    jobs["wattbit-agent"]["static_configs"] = [
+        {"targets": [f"127.0.0.1:{agent_port}"], "labels": {"host": HOST}}
+    ]
+    jobs["node"]["static_configs"] = [
+        {"targets": [f"127.0.0.1:{node_port}"], "labels": {"host": HOST}}
+    ]
+    cfg["scrape_configs"] = [jobs["wattbit-agent"], jobs["node"]]
+    return yaml.safe_dump(cfg)
+
+
+@contextlib.contextmanager
+def fuse_loop_disks(tmp: Path, n: int) -> Iterator[list[str]]:
+    """n loop devices over files on the FUSE delay file system; all gone afterwards."""
+    from tests.support.fusedelay import mounted
+
+    src, mnt, control = tmp / "src", tmp / "mnt", tmp / "fuse-mode"
+    src.mkdir()
+    control.write_text(f"delay {DELAY_MS}\n")
+    for i in range(n):
+        with open(src / f"d{i}.img", "wb") as fh:
+            fh.truncate(64 * 2**20)
+    devices: list[str] = []
+    with mounted(src, mnt, control=control, delay_ms=DELAY_MS, log=tmp / "fuse.log"):
+        try:
+            for i in range(n):
+                # buffered loop: every block request reaches the FUSE file system and waits
+                devices.append(
+                    subprocess.run(
+                        ["losetup", "--find", "--show", "--direct-io=off", str(mnt / f"d{i}.img")],
+                        check=True, capture_output=True, text=True,
+                    ).stdout.strip()
+                )  # fmt: skip
+            yield devices
+        finally:
+            control.write_text("pass\n")  # detaching must not wait on the delay
+            for dev in devices:
+                subprocess.run(["losetup", "-d", dev], check=False, capture_output=True)
+
+
+def _cpu_count() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    require(is_root(), "needs root (loop devices, FUSE, namespaces, tc, BPF)")
+    require(CORE_OBJECT.exists(), f"{CORE_OBJECT} is not built (scripts/build-bpf.sh)")
+    for cmd in ("prometheus", "prometheus-node-exporter", "losetup", "ip", "tc", "iperf3",
+                "taskset"):  # fmt: skip
+        require(have(cmd), f"{cmd} is not installed")
+    require(_fuse_available(), "fusepy + libfuse2 + /dev/fuse + fusermount needed")
+    require(_cpu_count() >= 2, "the CPU scenario pins to CPU 1: needs two CPUs")
+    tmp = Path(tempfile.mkdtemp(prefix="wattbit-limits-", dir="/dev/shm"))
+    py = sys.executable
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, tmp, True)
+        disks = stack.enter_context(fuse_loop_disks(tmp, 2))
+        names = [Path(d).name for d in disks]
+        ns_d, if_d = stack.enter_context(
+            veth_into_namespace("wbld", "169.254.93.1", "169.254.93.2")
+        )
+        ns_n, if_n = stack.enter_context(
+            veth_into_namespace("wbln", "169.254.94.1", "169.254.94.2")
+        )
+        # the shaper: a token bucket at SHAPED_BITS on the sending end, its queue (200 ms, 5 MB)
+        # deeper than what TCP small queues lets one socket put in it, so TCP is held back
+        # without drops (no retransmits); the rate the agent is told
+        subprocess.run(
+            ["tc", "qdisc", "replace", "dev", if_n, "root", "tbf", "rate",
+             f"{int(SHAPED_BITS)}bit", "burst", "256kb", "latency", "200ms"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        agent_cfg = (
+            "blockio:\n  backend: core\n"
+            f"  exclude: '^(?!({'|'.join(map(re.escape, names))})$)'\n"
+            f"nic:\n  exclude: '^(?!({if_d}|{if_n})$)'\n"
+            f"  link_speeds: {{{if_n}: {SHAPED_BITS:.0f}}}\n"
+        )
+        (tmp / "agent").mkdir()
+        agent = stack.enter_context(running(Agent(agent_cfg, tmp / "agent")))
+        node_url = stack.enter_context(
+            server(
+                "node_exporter",
+                lambda port: ["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{port}",
+                              "--collector.disable-defaults", "--collector.cpu"],
+                tmp, ready_path="/metrics",
+            )
+        )  # fmt: skip
+        node_port = int(node_url.rsplit(":", 1)[1])
+        (tmp / "prometheus.yml").write_text(prometheus_config(agent.port, node_port))
+        prom = stack.enter_context(
+            server(
+                "prometheus",
+                lambda port: ["prometheus", f"--config.file={tmp / 'prometheus.yml'}",
+                              f"--storage.tsdb.path={tmp / 'prom'}",
+                              f"--web.listen-address=127.0.0.1:{port}"],
+                tmp,
+            )
+        )  # fmt: skip
+
+        def ready() -> bool:
+            up = query_api(prom, "/api/v1/query", {"query": "up == 1"})["result"]
+            return len(up) == 2
+
+        wait_for(ready, 60, "agent and node_exporter scraped")
+        addr_d, addr_n = "169.254.93.2", "169.254.94.2"
+        port_demo, port_cpu, port_n = 5301, 5302, 5303
+        stack.enter_context(
+            process(["ip", "netns", "exec", ns_d, py, "-m", "collector.demo", "receive", addr_d,
+                     str(port_demo)], tmp / "receiver.log")
+        )  # fmt: skip
+        stack.enter_context(
+            process(["ip", "netns", "exec", ns_d, "taskset", "-c", BUSY_CPU, "iperf3", "-s",
+                     "-B", addr_d, "-p", str(port_cpu)], tmp / "iperf3-cpu.log")
+        )  # fmt: skip
+        stack.enter_context(
+            process(["ip", "netns", "exec", ns_n, "iperf3", "-s", "-B", addr_n, "-p",
+                     str(port_n)], tmp / "iperf3-nic.log")
+        )  # fmt: skip
+        time.sleep(1)  # the servers listen
+        windows: dict[str, Window] = {}
+
+        def scenario(name: str, cmd: list[str], extra: list[list[str]] | None = None) -> None:
+            """Run cmd to its end (with the extra processes beside it): the window."""
+            start = time.time()
+            with contextlib.ExitStack() as s:
+                for i, e in enumerate(extra or []):
+                    s.enter_context(process(e, tmp / f"{name}-extra{i}.log"))
+                with process(cmd, tmp / f"{name}.log") as p:
+                    p.wait(timeout=SCENARIO_S + 60)
+                    assert p.returncode == 0, (tmp / f"{name}.log").read_text()[-2000:]
+            windows[name] = Window(start, time.time())
+            time.sleep(5)  # the next scenario's window starts clean
+
+        scenario(
+            "disk",
+            [py, "-m", "collector.demo", "send", addr_d, str(port_demo),
+             str(time.monotonic() + SCENARIO_S), *disks],
+        )  # fmt: skip
+        busy_loop = [py, "-c", "while True: pass"]
+        scenario(
+            "cpu",
+            ["taskset", "-c", BUSY_CPU, "iperf3", "-c", addr_d, "-p", str(port_cpu), "-t",
+             str(SCENARIO_S)],
+            [["taskset", "-c", BUSY_CPU, *busy_loop]],
+        )  # fmt: skip
+        scenario("nic", ["iperf3", "-c", addr_n, "-p", str(port_n), "-t", str(SCENARIO_S)])
+        scenario(
+            "none",
+            ["iperf3", "-c", addr_n, "-p", str(port_n), "-t", str(SCENARIO_S), "-b",
+             f"{int(PACED_BITS)}"],
+        )  # fmt: skip
+        time.sleep(3)  # the last samples are scraped and evaluated
+        yield Lab(prom, tmp, names, if_n, windows)
+
+
+def report(lab: Lab, name: str) -> dict[str, Any]:
+    """`wattbit report` over the scenario's window (its first seconds left out)."""
+    w = lab.windows[name]
+    out = lab.tmp / "reports"
+    r = wattbit(
+        "report", "--prometheus", lab.prometheus, "--start", f"{w.start + SKIP_S:.3f}",
+        "--end", f"{w.end - 1:.3f}", "--name", f"limits-{name}", "--out", str(out),
+        timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc: dict[str, Any] = json.loads((out / f"limits-{name}.json").read_text())
+    return doc
+
+
+def _range(lab: Lab, name: str, expr: str) -> list[dict[str, Any]]:
+    w = lab.windows[name]
+    params = {"query": expr, "start": f"{w.start + SKIP_S}", "end": f"{w.end - 1}", "step": "1"}
+    res: list[dict[str, Any]] = query_api(lab.prometheus, "/api/v1/query_range", params)["result"]
+    return res
+
+
+def rules_agree(lab: Lab, name: str, resource: str) -> None:
+    """The fast limiter rule names `resource` at most of the window's evaluations."""
+    said = Counter(
+        s["metric"].get("resource", "")
+        for s in _range(lab, name, f'host:wattbit_limiter:ratio1m{{host="{HOST}"}}')
+        for _ in s["values"]
+    )
+    if said.most_common(1)[0][0] == resource:
+        return
+    why = {}  # what the rules had, to tell why
+    for expr in ("host_resource:wattbit_utilisation:ratio1m", "host_cpu:wattbit_cpu_busy:ratio1m",
+                 "host_cpu:wattbit_cpu_interrupt:ratio1m"):  # fmt: skip
+        for s in _range(lab, name, expr):
+            vals = [float(v) for _t, v in s["values"]]
+            key = f"{expr.split(':')[1]}{s['metric']}"
+            why[key] = (len(vals), round(sum(vals) / len(vals), 3))
+    raise AssertionError(f"the rules said {dict(said)}, not {resource}: {why}")
+
+
+def limited(doc: dict[str, Any]) -> dict[str, Any]:
+    lb: dict[str, Any] = doc["hosts"][HOST]["limited_by"]
+    assert set(lb) == {"resource", "subject", "utilisation", "evidence", "others"}
+    return lb
+
+
+def test_disk_bound(lab: Lab) -> None:
+    lb = limited(report(lab, "disk"))
+    assert lb["resource"] == "disk", lb
+    assert lb["subject"] in lab.fuse_disks, lb
+    assert lb["utilisation"] >= 0.7 and lb["evidence"].endswith("disk-bound"), lb
+    rules_agree(lab, "disk", "disk")
+
+
+def test_cpu_bound_receiver(lab: Lab) -> None:
+    lb = limited(report(lab, "cpu"))
+    assert (lb["resource"], lb["subject"]) == ("cpu", BUSY_CPU), lb
+    assert "softirq" in lb["evidence"], lb
+    rules_agree(lab, "cpu", "cpu")
+
+
+def test_nic_bound_at_the_configured_speed(lab: Lab) -> None:
+    doc = report(lab, "nic")
+    lb = limited(doc)
+    assert (lb["resource"], lb["subject"]) == ("nic", lab.shaped), lb
+    assert "of 0.2 Gbit/s" in lb["evidence"], lb
+    rules_agree(lab, "nic", "nic")
+
+
+def test_paced_sender_is_limited_by_nothing(lab: Lab) -> None:
+    lb = limited(report(lab, "none"))
+    assert (lb["resource"], lb["subject"]) == ("none", None), lb
+    assert lb["others"]["nic"] < 0.2, lb  # it was judged, and far from its speed
+    rules_agree(lab, "none", "none")

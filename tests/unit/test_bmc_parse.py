@@ -1,0 +1,271 @@
+"""The BMC poller's pure parts: Redfish documents to a chassis' power, DCMI answers, ipmi-raw's
+output, chassis selection and mapping. Documents here are synthetic (the real mockups are
+tests/integration/test_bmc_redfish_mockups.py's)."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporters.bmc.ipmi import (
+    parse_device_id,
+    parse_power_reading,
+    parse_raw_output,
+    reading_from_raw,
+    reading_of,
+    stderr_reason,
+)
+from exporters.bmc.poller import BmcTarget, ancestors, map_chassis, primary
+from exporters.bmc.redfish_parse import (
+    KWH,
+    chassis_power,
+    check_depth,
+    legacy_supplies,
+    odata_path,
+    parse_document,
+)
+from exporters.bmc.types import BmcError, BmcReading, ChassisPower, SupplyPower
+
+
+def dcmi(watts: int, active: bool) -> bytes:
+    """A DCMI Get Power Reading answer's data (group id first), DCMI 1.5 table 6-16."""
+    return struct.pack("<BHHHHIIB", 0xDC, watts, 1, 2, 3, 4, 5, 0x40 if active else 0)
+
+
+def test_dcmi_active_bit_is_honoured() -> None:
+    """Active: the current watts; not active: no value (ipmitool would print 0 W)."""
+    r = parse_power_reading(dcmi(287, True))
+    assert (r.current, r.minimum, r.maximum, r.average, r.active) == (287, 1, 2, 3, True)
+    assert reading_of(r).chassis[0].power_watts == 287.0
+    inactive = reading_of(parse_power_reading(dcmi(0, False)))
+    assert inactive.chassis[0].power_watts is None and inactive.invalid == {"inactive": 1}
+    active_zero = reading_of(parse_power_reading(dcmi(0, True)))
+    assert active_zero.chassis[0].power_watts == 0.0  # an active 0 W is a reading
+
+
+@pytest.mark.parametrize("data", [b"", b"\xdc" * 17, b"\x00" + dcmi(5, True)[1:]])
+def test_dcmi_garbage(data: bytes) -> None:
+    """Short answers and a wrong group extension are garbage, never a value."""
+    with pytest.raises(BmcError) as err:
+        parse_power_reading(data)
+    assert err.value.reason == "garbage"
+
+
+def test_ipmi_raw_output_and_completion_codes() -> None:
+    """ipmi-raw's `rcvd:` lines; 0xC1 unsupported, 0xD4 auth; Get Device ID's identity."""
+    text = (
+        "rcvd: 02 00 DC 1F 01 1F 01 1F 01 1F 01 00 F1 53 65 E8 03 00 00 40 \n"
+        "rcvd: 01 00 00 00 02 48 02 00 57 01 00 00 A2 00 00 00 \n"
+    )
+    answers = parse_raw_output(text)
+    r = reading_from_raw(answers, identity=True)
+    assert r.chassis[0].power_watts == 0x11F
+    assert r.identity == {"vendor": "Intel", "model": "product 0xa200", "firmware": "2.48"}
+    for code, reason in (("C1", "unsupported"), ("D4", "auth"), ("C3", "error")):
+        with pytest.raises(BmcError) as err:
+            reading_from_raw(parse_raw_output(f"rcvd: 02 {code}\n"), identity=False)
+        assert err.value.reason == reason
+    with pytest.raises(BmcError):
+        parse_raw_output("rcvd: 02 zz\n")
+    assert parse_device_id(b"\x00" * 5) == {}
+
+
+@pytest.mark.parametrize(
+    ("stderr", "reason"),
+    [
+        ("ipmi-raw: password invalid", "auth"),
+        ("ipmi-raw: username invalid", "auth"),
+        ("ipmi-raw: privilege level cannot be obtained for this user", "auth"),
+        ("ipmi-raw: connection timeout", "timeout"),
+        ("ipmi-raw: session timeout", "timeout"),
+        ("ipmi-raw: something new", "error"),
+    ],
+)
+def test_ipmi_raw_errors(stderr: str, reason: str) -> None:
+    """FreeIPMI's fixed messages to failure reasons."""
+    assert stderr_reason(stderr) == reason
+
+
+def test_depth_cap_counts_only_structure() -> None:
+    """Brackets inside strings (escaped quotes too) do not count; real nesting does."""
+    check_depth(b'{"a": "[[[[[[[[[[", "b": "\\"[[[[[["}', 2)
+    with pytest.raises(BmcError) as err:
+        check_depth(b"[" * 33, 32)
+    assert err.value.reason == "too_deep"
+    with pytest.raises(BmcError) as err:
+        parse_document(b"[1, 2]")
+    assert err.value.reason == "garbage"
+    with pytest.raises(BmcError):
+        parse_document(b"\xff\xfe")
+
+
+@pytest.mark.parametrize(
+    ("link", "path"),
+    [
+        ("/redfish/v1/Chassis/1U", "/redfish/v1/Chassis/1U"),
+        ("/redfish/v1/Chassis/1/", "/redfish/v1/Chassis/1"),  # HPE's trailing slash
+        ("/redfish/v1/Chassis/1U/Power#/PowerControl/0", "/redfish/v1/Chassis/1U/Power"),
+        ("http://evil.example/redfish/v1", None),
+        ("//evil.example/redfish/v1", None),
+        ("/redfish/v1/../../etc/passwd", None),
+        ("/other/v1", None),
+        ("/redfish/v1/x?y=1", None),
+        (42, None),
+    ],
+)
+def test_links_stay_on_the_bmc(link: object, path: str | None) -> None:
+    """Only paths under /redfish/v1 on the BMC itself are followed."""
+    assert odata_path(link) == path
+
+
+CHASSIS = {"Id": "1U", "Name": "Chassis", "@odata.id": "/redfish/v1/Chassis/1U"}
+
+
+def test_property_order() -> None:
+    """EnvironmentMetrics first, then PowerControl (sub-domains skipped), then input supplies."""
+    env = {"PowerWatts": {"Reading": 374}, "EnergykWh": {"Reading": 12.5}}
+    power = {
+        "PowerControl": [
+            {"PhysicalContext": "CPU", "PowerConsumedWatts": 120},
+            {"PowerConsumedWatts": 344},
+        ],
+        "PowerSupplies": [
+            {"MemberId": "0", "PowerInputWatts": 180, "PowerOutputWatts": 160},
+            {"MemberId": "1", "PowerInputWatts": 175, "LastPowerOutputWatts": 150},
+            {"MemberId": "2", "Status": {"State": "Absent"}, "PowerInputWatts": 0},
+        ],
+    }
+    r = BmcReading()
+    c = chassis_power(CHASSIS, power, env, [], r)
+    assert (c.power_watts, c.source) == (374.0, "EnvironmentMetrics.PowerWatts")
+    assert c.energy_joules == 12.5 * KWH
+    c = chassis_power(CHASSIS, power, None, [], r)
+    assert (c.power_watts, c.source) == (344.0, "PowerControl.PowerConsumedWatts")
+    assert c.supplies == [
+        SupplyPower("0", "input", 180.0),
+        SupplyPower("0", "output", 160.0),
+        SupplyPower("1", "input", 175.0),
+        SupplyPower("1", "output", 150.0),
+    ]
+    no_total = {"PowerSupplies": power["PowerSupplies"], "PowerControl": [{"Name": "x"}]}
+    c = chassis_power(CHASSIS, no_total, None, [], r)
+    assert (c.power_watts, c.source) == (355.0, "PowerSupplies.InputPower")
+    only_output = {"PowerSupplies": [{"MemberId": "0", "LastPowerOutputWatts": 97}]}
+    assert chassis_power(CHASSIS, only_output, None, [], r).power_watts is None
+    assert r.invalid == {}
+
+
+def test_invalid_values_are_counted_never_exported() -> None:
+    """null, a string, a negative or absurd figure: no value, counted by reason."""
+    r = BmcReading()
+    for value in (None, "100", -5, 5e9, float("nan"), True):
+        c = chassis_power(CHASSIS, {"PowerControl": [{"PowerConsumedWatts": value}]}, None, [], r)
+        assert c.power_watts is None
+    assert r.invalid == {"null": 1, "out_of_range": 5}
+    assert legacy_supplies({"PowerSupplies": "nope"}, r) == []
+
+
+def test_primary_and_mapping() -> None:
+    """Unmapped: the top-level chassis with a figure; mapped: one series per (host, component)."""
+    board = ChassisPower("Baseboard", power_watts=148.0, contained=True)
+    rack = ChassisPower("RackMount")
+    enclosure = ChassisPower("Enclosure", power_watts=2000.0)
+    assert primary([rack, board]) is board
+    assert primary([board, enclosure]) is enclosure
+    assert primary([rack]) is rack and primary([rack, ChassisPower("x")]) is None
+    reading = BmcReading(chassis=[enclosure, board, ChassisPower("Blade2", power_watts=5.0)])
+
+    def mapper(cid: str, name: str) -> tuple[str, str] | None:
+        return {"Baseboard": ("n1", ""), "Blade2": ("n1", "")}.get(cid)
+
+    decided = map_chassis(BmcTarget("b", "redfish", mapper=mapper), reading)
+    assert [(m.host, m.power.chassis) for m in decided.mapped] == [("n1", "Baseboard")]
+    assert decided.twice == ["Blade2"] and decided.nested == []
+
+
+def mapped_to(
+    chassis: list[ChassisPower], rules: dict[str, tuple[str, str]]
+) -> tuple[dict[str, float | None], list[tuple[str, str]]]:
+    """{chassis exported: its watts}, and the chassis left out as nested, under `rules`."""
+    decided = map_chassis(BmcTarget("b", "redfish", mapper=lambda c, n: rules.get(c)),
+                          BmcReading(chassis=chassis))  # fmt: skip
+    return {m.power.chassis: m.power.power_watts for m in decided.mapped}, decided.nested
+
+
+def test_nested_chassis_on_one_host_counted_once() -> None:
+    """An enclosure and its blade (or a chassis and its board) mapped to one host: only the
+    outermost with a figure is exported, whichever side the BMC links from; on other hosts
+    both stand; a contained chassis without a figure never hides its container."""
+    enclosure = ChassisPower("Enclosure", power_watts=2000.0, contains=("Blade1", "Blade2"))
+    blade1 = ChassisPower("Blade1", power_watts=300.0)  # linked only from the enclosure
+    blade2 = ChassisPower("Blade2", power_watts=280.0, contained_by="Enclosure")
+    node = ChassisPower("Node", power_watts=150.0, contained_by="Blade2")  # two levels down
+    same = {"Enclosure": ("h", "enclosure"), "Blade1": ("h", "server"), "Node": ("h", "node")}
+    assert mapped_to([blade1, enclosure, blade2, node], same) == (
+        {"Enclosure": 2000.0},
+        [("Blade1", "Enclosure"), ("Node", "Enclosure")],
+    )
+    apart = {"Enclosure": ("enc", ""), "Blade1": ("h1", ""), "Blade2": ("h2", "")}
+    assert mapped_to([enclosure, blade1, blade2], apart) == (
+        {"Enclosure": 2000.0, "Blade1": 300.0, "Blade2": 280.0},
+        [],
+    )
+    # the container has no figure (HPE XL675d's EnclosureChassis): the server's stands
+    empty = ChassisPower("EnclosureChassis")
+    server = ChassisPower("1", power_watts=894.0, contained=True, contained_by="EnclosureChassis")
+    both = {"EnclosureChassis": ("h", "enclosure"), "1": ("h", "server")}
+    assert mapped_to([empty, server], both) == ({"EnclosureChassis": None, "1": 894.0}, [])
+    # a BMC whose links loop is cut, not followed forever
+    a = ChassisPower("A", power_watts=1.0, contained_by="B")
+    b = ChassisPower("B", power_watts=2.0, contained_by="A")
+    assert ancestors([a, b]) == {"A": ["B"], "B": ["A"]}
+
+
+def test_containment_links_of_a_real_chassis() -> None:
+    """HPE iLO 5 ends its links with "/": the XL675d mockup's server chassis names its
+    enclosure by Id all the same (tests/fixtures/bmc, a verbatim capture)."""
+    import json
+
+    from tests.support.bmcs import MOCKUPS
+
+    doc = json.loads((MOCKUPS / "hpe-xl675d-gen10plus/Chassis/1/index.json").read_text())
+    c = chassis_power(doc, None, None, [], BmcReading())
+    assert (c.contained, c.contained_by, c.contains) == (True, "EnclosureChassis", ())
+    intel = {"Id": "Baseboard", "Links": {"ContainedBy": [{"@odata.id": "/redfish/v1/Chassis/R"}]}}
+    assert chassis_power(intel, None, None, [], BmcReading()).contained_by == "R"
+    garbage = {"Id": "x", "Links": {"ContainedBy": "nope", "Contains": [{"@odata.id": 5}, 7]}}
+    c = chassis_power(garbage, None, None, [], BmcReading())
+    assert (c.contained_by, c.contains) == ("", ())
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=8),
+    lambda kids: (
+        st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=12), kids, max_size=4)
+    ),
+    max_leaves=30,
+)
+KEYS = st.sampled_from(["PowerControl", "PowerSupplies", "PowerWatts", "EnergykWh", "Links", "Id"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(KEYS, JSON, max_size=5), st.dictionaries(KEYS, JSON, max_size=5))
+def test_hostile_documents_never_crash(power: dict[str, Any], env: dict[str, Any]) -> None:
+    """Any JSON where a Power or EnvironmentMetrics resource should be: a value or none."""
+    r = BmcReading()
+    c = chassis_power({**CHASSIS, **power}, power, env, [], r)
+    assert c.power_watts is None or 0 <= c.power_watts <= 1e6 * 64
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_hostile_bodies_raise_only_bmc_errors(body: bytes) -> None:
+    """Any body: a document or a BmcError, nothing else."""
+    try:
+        assert isinstance(parse_document(body), dict)
+    except BmcError as exc:
+        assert exc.reason in ("garbage", "too_deep")
