@@ -1,6 +1,8 @@
 """Time of `wattbit report` for a 24-hour run scraped every second (4 hosts, 16 outlets).
 
 Run: PYTHONPATH=. .venv/bin/python bench/report.py [--hours 24] [--repeat 3] [--keep DIR]
+     [--baseline TREE]   (TREE: another checkout, e.g. `git archive REV | tar -x -C TREE`:
+                          its report is timed too, alternating with this one's, same data)
 Goal: <= 10 s end to end (the median of --repeat runs of the real command line, Python start,
 Prometheus queries, arithmetic, charts and files included).
 
@@ -185,6 +187,7 @@ def main() -> int:
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", type=Path, help="keep the data and reports in this directory")
+    ap.add_argument("--baseline", type=Path, help="a checkout to time too, alternately")
     args = ap.parse_args()
     for tool in ("prometheus", "promtool"):
         if shutil.which(tool) is None:
@@ -220,30 +223,39 @@ def main() -> int:
             list(pool.map(load, files))
         print(f"promtool: {len(files)} blocks in {time.monotonic() - t:.0f} s")
         with prometheus(data, work) as url:
-            times = []
+            trees = {"this": ROOT, **({"baseline": args.baseline} if args.baseline else {})}
+            times: dict[str, list[float]] = {k: [] for k in trees}
             for i in range(args.repeat):
-                out = work / f"out{i}"
-                t = time.monotonic()
-                r = subprocess.run(
-                    [sys.executable, "-m", "collector.cli", "report", "bench", "--prometheus",
-                     url, "--out", str(out)],
-                    cwd=ROOT, capture_output=True, text=True,
-                )  # fmt: skip
-                dt = time.monotonic() - t
-                if r.returncode != 0:
-                    print(r.stdout, r.stderr)
-                    return 1
-                doc = json.loads((out / "bench.json").read_text())
-                times.append(dt)
-                parts = ", ".join(f"{k} {v:.2f}" for k, v in doc["timings_seconds"].items())
-                reqs, step = doc["prometheus_requests"], doc["step_seconds"]
-                print(f"run {i + 1}: {dt:.2f} s end to end (analysis: {parts}; {reqs} requests, "
-                      f"step {step:g} s; load average {os.getloadavg()[0]:.1f})")  # fmt: skip
-            print("\n".join(r.stdout.splitlines()[:8]))
-            med = statistics.median(times)
+                for name, tree in trees.items():  # alternately: the same load for both
+                    out = work / f"out-{name}{i}"
+                    t = time.monotonic()
+                    r = subprocess.run(
+                        [sys.executable, "-m", "collector.cli", "report", "bench", "--prometheus",
+                         url, "--out", str(out)],
+                        cwd=tree, capture_output=True, text=True,
+                    )  # fmt: skip
+                    dt = time.monotonic() - t
+                    if r.returncode != 0:
+                        print(r.stdout, r.stderr)
+                        return 1
+                    doc = json.loads((out / "bench.json").read_text())
+                    times[name].append(dt)
+                    parts = ", ".join(f"{k} {v:.2f}" for k, v in doc["timings_seconds"].items())
+                    reqs, step = doc["prometheus_requests"], doc["step_seconds"]
+                    print(f"run {i + 1} ({name}): {dt:.2f} s end to end (analysis: {parts}; "
+                          f"{reqs} requests, step {step:g} s; load average "
+                          f"{os.getloadavg()[0]:.1f})")  # fmt: skip
+                    if name == "this" and i == args.repeat - 1:
+                        print("\n".join(r.stdout.splitlines()[:8]))
+            med = statistics.median(times["this"])
             verdict = "meets" if med <= GOAL_SECONDS else "MISSES"
-            print(f"median {med:.2f} s of {len(times)} (min {min(times):.2f}, max "
-                  f"{max(times):.2f}): {verdict} the {GOAL_SECONDS:g} s goal")  # fmt: skip
+            ts = times["this"]
+            print(f"median {med:.2f} s of {len(ts)} (min {min(ts):.2f}, max "
+                  f"{max(ts):.2f}): {verdict} the {GOAL_SECONDS:g} s goal")  # fmt: skip
+            if args.baseline:
+                base = statistics.median(times["baseline"])
+                print(f"baseline ({args.baseline}): median {base:.2f} s; this / baseline "
+                      f"{med / base:.3f}")  # fmt: skip
             return 0 if med <= GOAL_SECONDS or math.isnan(med) else 2
     finally:
         if not args.keep:

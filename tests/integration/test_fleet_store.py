@@ -10,6 +10,9 @@ The parts, all real and on this machine (root: a veth into a namespace):
   every second by two `wattbit collector`s, one per site, each with its own run registry and
   its own outlet mapping (site a: outlets 1-2 feed host mover-a; site b: outlet 1 feeds
   mover-b; outlet 3 is the switch at both);
+* a real server's Redfish mockup (tests/fixtures/bmc, served by sushy-static), the BMC of
+  each site's host in its collector, so that the rules comparing a host's power sources
+  (BMC against PDU) have results to send;
 * two site Prometheus servers, site a scraping every 1 s, site b every 2 s, each with the
   jobs of deploy/prometheus/prometheus.yml (the agent and node_exporter labelled with the
   site's host), the rules of alerts/*.yml, `external_labels: {site: a|b}` and the
@@ -32,10 +35,13 @@ a value as a decimal of about 15 significant digits). The tests then assert:
   hosts (why the option exists);
 * the rules run at the site's Prometheus: the results of every recording rule (and ALERTS)
   arrive in VictoriaMetrics with the site's label, sample for sample (the delivery check
-  above covers them); and vmalert 1.79 loads both rule files, made per site with group
-  `params: {extra_label: [site=S]}` and `labels: {site: S}` and nothing else changed,
-  evaluates every rule against VictoriaMetrics without an error, and writes recording results
-  with the label sets the site's Prometheus records;
+  above covers them); every recording rule has results at both sites but those whose inputs
+  the machine may lack (listed in the test with a query for the input: PCIe link speeds,
+  RAPL, a disk busy alone on its controller), which have none where it lacks them; and vmalert 1.79
+  loads both rule files, made per site with group `params: {extra_label: [site=S]}` and
+  `labels: {site: S}` and nothing else changed, evaluates every rule against VictoriaMetrics
+  without an error, and writes recording results with the label sets the site's Prometheus
+  records;
 * the dashboards: every variable, annotation and panel query of dashboards/json runs on
   VictoriaMetrics as a Grafana data source with the custom query parameters
   `extra_label=site=S&nocache=1` sends it, and returns the series the site's Prometheus
@@ -76,6 +82,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.bmcs import MOCKUPS, SushyStatic, sushy_static_path
 from tests.support.env import ROOT, require
 from tests.support.realparts import (
     Agent,
@@ -117,6 +124,8 @@ ADDR_ROOT, ADDR_NS = f"{_NET}.1", f"{_NET}.2"
 BEFORE, AFTER = 10.0, 7.0  # the comparison window: the run widened by these
 VM_LATENCY = 30.0  # VictoriaMetrics' -search.latencyOffset (its default, given explicitly)
 STEP = 2.0  # the dashboards' query step
+BMC_MOCKUP = "hpe-dl325-gen10plus"  # a real server's Redfish mockup: each site host's BMC
+BMC_PASSWORD_ENV = "WB_FLEET_BMC_PASSWORD"  # sushy-static asks for none; the config needs one
 
 
 @dataclass(frozen=True)
@@ -207,12 +216,16 @@ def agent_config(veth: str) -> str:
     )
 
 
-def collector_config(site: Site, state: Path, pdu_port: int, community: Path) -> str:
+def collector_config(site: Site, state: Path, pdu_port: int, community: Path, bmc: str) -> str:
     return (
         f"state_dir: {state}\ninterval: 1s\nruns:\n  token: {TOKEN}\n"
         f"auths:\n  sim:\n    version: 2c\n    community_file: {community}\n"
         f"pdus:\n  - name: {site.name}-pdu1\n    address: 127.0.0.1:{pdu_port}\n"
         f"    auth: sim\n    profile: apc_rpdu2\n    timeout: 3s\n    outlets:\n{site.outlets}"
+        f"bmcs:\n  - name: {site.name}-bmc\n    protocol: redfish\n    address: {bmc}\n"
+        f"    allow_plain_http: true\n    auth: basic\n    username: wattbit\n"
+        f"    password_env: {BMC_PASSWORD_ENV}\n    timeout: 3s\n    host: {site.host}\n"
+        "    component: server\n"
     )
 
 
@@ -301,6 +314,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     require(is_root(), "needs root (a veth into a network namespace)")
     for cmd in ("prometheus", "victoria-metrics", "vmalert", "prometheus-node-exporter", "ip"):
         require(have(cmd), f"{cmd} is not installed (scripts/bootstrap.sh)")
+    require(sushy_static_path() is not None, "sushy-static (sushy-tools, PyPI) is not installed")
     tmp = tmp_path_factory.mktemp("fleet")
     py = sys.executable
     t_start = time.monotonic()
@@ -328,6 +342,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                 tmp / "pdusim.log",
             )
         )  # fmt: skip
+        bmc = stack.enter_context(SushyStatic(MOCKUPS / BMC_MOCKUP, tmp))
         (tmp / "agent").mkdir()
         agent = stack.enter_context(running(Agent(agent_config(veth), tmp / "agent")))
         node = stack.enter_context(
@@ -347,7 +362,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         for site in SITES:
             d = tmp / f"collector-{site.name}"
             d.mkdir()
-            c = Collector(collector_config(site, d / "state", pdu_port, community), d)
+            cfg = collector_config(site, d / "state", pdu_port, community, bmc.url)
+            c = Collector(cfg, d, env={BMC_PASSWORD_ENV: "not-a-real-password"})
             collectors[site.name] = stack.enter_context(running(c))
         for site in SITES:
             cfg = prometheus_config(site, vm, agent.port, collectors[site.name].port, node_port)
@@ -359,11 +375,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             def ready(url: str) -> bool:
                 up = instant(url, "up == 1")
                 watts = instant(url, "site:wattbit_power_watts:sum")
-                return len(up) == 3 and bool(watts)
+                bmc = instant(url, "host:wattbit_power_watts:bmc_minus_pdu")
+                return len(up) == 3 and bool(watts) and bool(bmc)
 
             print(f"fleet: started in {time.monotonic() - t_start:.1f} s")
             for url in prom.values():
-                wait_for(partial(ready, url), 90, "all targets up and the PDU's watts")
+                wait_for(partial(ready, url), 90, "all targets up, the PDU's and the BMC's watts")
             print(f"fleet: ready in {time.monotonic() - t_start:.1f} s")
             ports = [c.port for c in collectors.values()]
             for p in ports:
@@ -471,22 +488,63 @@ def test_each_site_arrives_under_its_own_label(fleet: Fleet) -> None:
     assert {r["metric"].get("site") for r in instant(fleet.vm, "up", at)} == {"a", "b"}
 
 
+# Recording rules that need inputs a machine may not have, each with a query that is empty
+# when the site lacks them (over the last hour: longer than the site has run). The agent watches
+# this machine's own disks and NICs: PCIe link speeds (a VM's virtual devices have none), a
+# controller under a PCIe bridge, RAPL (no /sys/class/powercap in most VMs), and a disk at
+# least 90 % busy alone on its controller (which other work on the machine may or may not
+# cause). Where the query is empty the rule must have no results (so the list cannot hide a
+# broken rule); every other recording rule must have results at both sites.
+USABLE = "max_over_time(wattbit_pcie_link_usable_bytes_per_second[1h])"
+UPSTREAM = 'max_over_time(wattbit_pcie_link_info{role="controller", upstream!=""}[1h])'
+RAPL = 'max_over_time(wattbit_rapl_energy_joules_total{zone=~"package|dram"}[1h])'
+ALONE = "max_over_time(host_device:wattbit_disk_busy_by_controller:ratio1m[1h]) >= 0.9"
+NEEDS = {
+    "host_pci:wattbit_pcie_link_utilisation:ratio1m": USABLE,
+    "host_pci:wattbit_pcie_shared_link_utilisation:ratio1m": USABLE,
+    "host_pci:wattbit_pcie_utilisation:ratio1m": f"{USABLE} or ({UPSTREAM} and on () {ALONE})",
+    "host_controller:wattbit_pcie_link_upstream:info": UPSTREAM,
+    "host_pci:wattbit_disk_yield:ratio1m": f"{UPSTREAM} and on () {ALONE}",
+    "host:wattbit_power_rapl_share:ratio": RAPL,
+    "host_device:wattbit_disk_alone_bytes_per_second:last": ALONE,
+    "host_device:wattbit_disk_alone_ios_per_second:last": ALONE,
+    "host_controller_share:wattbit_disk_now_per_second:sum1m": ALONE,
+    "host_controller_share:wattbit_disk_alone_per_second:sum1m": ALONE,
+    "host_controller:wattbit_disk_yield:ratio1m": ALONE,
+    "host_controller:wattbit_controller_utilisation:ratio1m": f"{USABLE} or {ALONE}",
+}
+
+
 def test_the_rules_results_travel_with_the_site(fleet: Fleet) -> None:
     """The rules run at the site's Prometheus; what they record is in the store, per site.
 
-    The delivery check made every sample of them equal; here: the core results are there for
-    both sites (the joules per gigabit too, from the load phase), each under its site's label.
+    The delivery check made every sample of them equal; here: every recording rule (but
+    host_device_op:, whose 5m windows and 1 request/s floor need a longer run, and those of
+    NEEDS whose inputs the site lacks, which must have none) has results at both sites (the
+    BMC-against-PDU ones from the mockup BMC, the joules per gigabit from the load phase),
+    and the same names are in the store under the site's label.
     """
-    core = [n for n in recorded_names() if not n.startswith("host_device_op:")]
+    recorded = recorded_names()
+    assert set(NEEDS) <= set(recorded), set(NEEDS) - set(recorded)
+    core = {n for n in recorded if not n.startswith("host_device_op:")}
     at = fleet.end
     for site in SITES:
-        at_site = names(fleet.prom[site.name], '{__name__=~".+:wattbit_.+"}', at)
+        url = fleet.prom[site.name]
+        at_site = names(url, '{__name__=~".+:wattbit_.+"}', at)
         in_store = names(fleet.vm, f'{{__name__=~".+:wattbit_.+", site="{site.name}"}}', at)
-        assert set(core) <= at_site, set(core) - at_site
+        lacking = {rule for rule, expr in NEEDS.items() if not instant(url, expr, at)}
+        print(f"site {site.name}: inputs lacking for {sorted(lacking)}")
+        assert not lacking & at_site, (site.name, "results without inputs", lacking & at_site)
+        want = core - set(NEEDS)
+        assert want <= at_site, (site.name, "no results", want - at_site)
         assert at_site == in_store, at_site ^ in_store
         jpg = instant(fleet.vm, f'host:wattbit_joules_per_gigabit:ratio1m{{site="{site.name}"}}',
                       fleet.start + sum(s for _, _, s in PHASES[:2]))  # fmt: skip
         assert [r["metric"]["host"] for r in jpg] == [site.host]
+        bmc = instant(fleet.vm, f'host:wattbit_power_bmc_over_pdu:ratio{{site="{site.name}"}}', at)
+        assert [(r["metric"]["host"], r["metric"]["bmc_source"]) for r in bmc] == [
+            (site.host, "redfish")
+        ]
 
 
 class _Sink(http.server.BaseHTTPRequestHandler):
