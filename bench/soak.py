@@ -762,7 +762,7 @@ class StalledTls(threading.Thread):
 
     def run(self) -> None:
         """One round after another."""
-        from bench.tls_stall import CLIENT_HELLO_START
+        from tests.support.tlsstall import CLIENT_HELLO_START
 
         while not self.halt.is_set():
             socks: list[socket.socket] = []
@@ -1208,7 +1208,7 @@ def main(argv: list[str] | None = None) -> int:
             tls: dict[str, ssl.SSLContext] = {}
             agent_tls: list[str] = []
             if args.stalled_tls > 0:  # the agent serves HTTPS, as bench/tls_stall.py's server
-                from bench.tls_stall import make_cert
+                from tests.support.tlsstall import make_cert
 
                 cert = make_cert(work)
                 (work / "web.yml").write_text(

@@ -172,6 +172,8 @@ def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gat
         try:
             raw = g.limits.result() if g.limits is not None else None
         except PromError as exc:  # the verdict is left out, the rest of the report stands
+            if exc.fatal:  # no answer in time, or one beyond the caps: the store is not fit
+                raise
             limits_error = str(exc)
         g.timings["limits"] = time.monotonic() - t0  # the wait left once the bins are in
     finally:

@@ -511,7 +511,9 @@ def test_a_pdu_claiming_thousands_of_outlets_is_bounded(tmp_path: Path) -> None:
         Responder(_with_outlets(20_000), "public") as flood,
     ):
         config = (
-            "interval: 5s\n"
+            # A poll's deadline is its interval: 20 s lets the 2,000-outlet walk finish on a
+            # loaded machine too (5 s missed it there); what is asserted is counts, not time.
+            "interval: 20s\n"
             "auths:\n"
             "  public: {version: 2c, community: public}\n"
             "pdus:\n"
@@ -535,7 +537,7 @@ def test_a_pdu_claiming_thousands_of_outlets_is_bounded(tmp_path: Path) -> None:
                     > 0
                     and "over_limit" in by_reason(s, "wattbit_pdu_poll_failures_total", "flood")
                 ),
-                timeout=60,
+                timeout=120,
             )
             text = collector.scrape_text()
         finally:

@@ -6,7 +6,7 @@ the recording rules' fast variants) watch four scenarios in a row, each its own 
 
 * **disk**: two loop disks over files on the FUSE delay file system (tests/support/fusedelay.py,
   every read waits DELAY_MS), streamed with O_DIRECT by the demo's sender through a veth into
-  a namespace: the disks are busy all the time, the network (no speed known) not judged;
+  a namespace: the disks are busy all the time, the network (told 1 Tbit/s) far from full;
 * **cpu**: iperf3's receiver in the namespace, its sender and a busy loop, all pinned to CPU 1:
   that CPU is saturated, and the veth's receive work (softirq) runs on it;
 * **nic**: a second veth shaped by `tc` (tbf at SHAPED_BITS) and the agent told that rate
@@ -63,6 +63,11 @@ SCENARIO_S = 30  # each scenario's length
 SKIP_S = 6  # left out of each report window: the rates' windows fill
 DELAY_MS = 15  # per FUSE read: a 128 KiB read takes at least this, the disk never idles
 SHAPED_BITS = 200e6  # the shaped veth's rate (and its nic.link_speeds entry)
+# The unshaped veth (disk and cpu scenarios) reports the kernel's placeholder 10 Gbit/s
+# (veth_get_link_ksettings), which an unpinned iperf3 nearly fills on an idle machine: the
+# NIC would then compete with the CPU that is meant to be the limit. It has no real speed;
+# the agent is told one far beyond anything it can carry, so it is never the limiter.
+UNSHAPED_BITS = 1e12
 PACED_BITS = 10e6  # the paced sender of "none": 5 % of the shaped veth
 BUSY_CPU = "1"
 FAST_RULES = ROOT / "alerts" / "test-overrides" / "wattbit-recording-fast.yml"
@@ -179,7 +184,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             "blockio:\n  backend: core\n"
             f"  exclude: '^(?!({'|'.join(map(re.escape, names))})$)'\n"
             f"nic:\n  exclude: '^(?!({if_d}|{if_n})$)'\n"
-            f"  link_speeds: {{{if_n}: {SHAPED_BITS:.0f}}}\n"
+            f"  link_speeds: {{{if_n}: {SHAPED_BITS:.0f}, {if_d}: {UNSHAPED_BITS:.0f}}}\n"
         )
         (tmp / "agent").mkdir()
         agent = stack.enter_context(running(Agent(agent_cfg, tmp / "agent")))

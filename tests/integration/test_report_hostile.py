@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import socketserver
 import subprocess
@@ -179,13 +180,22 @@ class _Handler(socketserver.BaseRequestHandler):
         conn: socket.socket = self.request
         conn.settimeout(30)
         data = b""
-        while b"\r\n\r\n" not in data:  # the request's head; its form body is ignored
+        while b"\r\n\r\n" not in data:  # the request's head
             chunk = conn.recv(65536)
             if not chunk:
                 return
             data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+        want = int(length[1]) if length else 0
+        while len(body) < want:  # read the form body whole: closing on unread bytes sends
+            chunk = conn.recv(65536)  # a RST that can beat the answer to the client
+            if not chunk:
+                return
+            body += chunk
         with contextlib.suppress(OSError):  # the report hung up: as it should at its deadline
             self.server.send(conn)  # type: ignore[attr-defined]
+            conn.shutdown(socket.SHUT_WR)
 
 
 @contextmanager

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.tls_stall import run
 from tests.support.env import require
 from tests.support.realparts import have
+from tests.support.tlsstall import run
 
 # Bounds far from both sides: after the fix the collector stays within ~5 MB (6 bytes) and
 # ~30 MB (whole ClientHellos, each a real TLS handshake the cap then evicts) of its start.
