@@ -13,7 +13,7 @@ bootstrap:
 lint: bootstrap
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy collector exporters
+	$(VENV)/bin/mypy collector exporters bench
 
 test: bootstrap lint
 	$(PY) -m pytest -ra $(PYTEST_ARGS)

@@ -113,18 +113,18 @@ def series_lines(t0: int, n: int) -> dict[str, list[tuple[str, list[float]]]]:
             if cpu:
                 shares = {"user": (0.05, 0.0), "system": (0.02, 0.001), "softirq": (0.0, 0.0)}
             accs = dict.fromkeys([*shares, "idle"], 1e5)
-            vals: dict[str, list[float]] = {m: [] for m in accs}
+            cpu_vals: dict[str, list[float]] = {m: [] for m in accs}
             for x in g:
                 used = 0.0
                 for m, (base, per_gbit) in shares.items():
                     v = min(1.0 - used, base + per_gbit * x)
                     used += v
                     accs[m] += v
-                    vals[m].append(round(accs[m], 3))
+                    cpu_vals[m].append(round(accs[m], 3))
                 accs["idle"] += 1.0 - used
-                vals["idle"].append(round(accs["idle"], 3))
-            for m, v in vals.items():
-                fams["node_cpu_seconds"].append((f'host="{h}",cpu="{cpu}",mode="{m}"', v))
+                cpu_vals["idle"].append(round(accs["idle"], 3))
+            for m, cv in cpu_vals.items():
+                fams["node_cpu_seconds"].append((f'host="{h}",cpu="{cpu}",mode="{m}"', cv))
         pdu = f"pdu{hi + 1}"
         for o in range(1, 5):
             if o <= 3:
