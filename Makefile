@@ -16,7 +16,7 @@ lint: bootstrap
 	$(VENV)/bin/mypy collector exporters bench
 
 test: bootstrap lint
-	$(PY) -m pytest -ra $(PYTEST_ARGS)
+	$(PY) -m pytest -ra --durations=25 $(PYTEST_ARGS)
 
 test-unit: bootstrap
 	$(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)
