@@ -282,7 +282,7 @@ class _Gate:
             # kept-alive connection, idle between scrapes, only after them (bench/soak.py:
             # 1,000 stalled clients a round had the agent's scrape connection evicted
             # before 454 of 810 scrapes).
-            victim = next((c for c in self.conns if not c.busy and c.transport is None), None)
+            victim = next((c for c in self.conns if not c.busy and c.handshaking), None)
             victim = victim or next((c for c in self.conns if not c.busy), None)
             if victim is None:
                 return False
@@ -316,6 +316,10 @@ class _Connection(web_protocol.RequestHandler):
         self._deadline: asyncio.TimerHandle | None = None
         self.served = 0
         self.busy = False
+        # A TLS connection not yet through its handshake. Not "no transport yet": a plain
+        # connection has none either until asyncio runs connection_made, a tick after
+        # accept(), and preferring those evicted newer stalled clients before older ones.
+        self.handshaking = False
         self.rejected_requests = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -323,6 +327,7 @@ class _Connection(web_protocol.RequestHandler):
             cast("asyncio.Transport", transport).abort()
             return
         self._admitted = True
+        self.handshaking = False
         self.sock = None
         super().connection_made(transport)
 
@@ -764,6 +769,7 @@ class _Acceptor:
             sock.setblocking(False)
             conn = self._factory()
             conn.sock = sock
+            conn.handshaking = self._ssl is not None
             self._gate.admit(conn)
             if self._ssl is None:
                 self._connect(conn, sock, None)
