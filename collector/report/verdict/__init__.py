@@ -5,11 +5,11 @@ docs/rules.md), computed from what gathering read (:class:`~..series.VerdictData
 report's own tracks) so that a report works on data backfilled into a Prometheus without the
 rules. One module per resource — :mod:`.disk`, :mod:`.controller`, :mod:`.pcie`, :mod:`.nic`,
 :mod:`.cpu`, :mod:`.tcp` — each its utilisation and its words in the evidence;
-:mod:`.usage` puts them together per step and host, :mod:`.choice` chooses among them over a
+:mod:`.resources` puts them together per step and host, :mod:`.choice` chooses among them over a
 set of steps (the whole run, a phase). Everything is keyed per host.
 """
 
 from .choice import verdict
-from .usage import Usage, usage
+from .resources import Usage, usage
 
 __all__ = ["Usage", "usage", "verdict"]

@@ -16,7 +16,7 @@ import math
 from ..document import RESOURCES, LimitedBy
 from . import controller, cpu, disk, nic, pcie, tcp
 from . import steps as S
-from .usage import Usage
+from .resources import Usage
 
 LIMIT = 0.7  # a resource at least this busy limits; below it the workload paced itself
 SATURATED = 0.9  # a controller or link this busy is named ahead of the disks it feeds

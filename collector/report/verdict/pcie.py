@@ -24,6 +24,7 @@ from .controller import HELD_BACK, Part
 from .flows import Flows
 
 Way = tuple[str, str, str]  # (host, PCI address, up|down)
+SHARED_BY = 2  # a bridge's link is shared, and can be the common factor, from two devices
 
 
 @dataclass
@@ -75,7 +76,7 @@ def _shared(through: dict[Way, Bins], data: VerdictData) -> dict[S.Key, list[Bin
     shared: dict[Way, Bins] = defaultdict(lambda: [None] * n)
     for (h, pci, d), b in list(through.items()):
         for above in _above(data, h, pci):
-            if len(below[(h, above)]) >= 2:
+            if len(below[(h, above)]) >= SHARED_BY:
                 S.add(shared[(h, above, d)], b)
     out: dict[S.Key, list[Bins]] = {}
     for h, pci in sorted({(h, pci) for h, pci, _d in shared}):
@@ -105,7 +106,7 @@ def bridges(
             y = yb[k] = now_b / was_b
             # two or more controllers, every one held back: the bridge they share is the
             # common factor (three saturated controllers look the same: docs/rules.md)
-            if len(vals) >= 2 and all(v[2] < HELD_BACK for v in vals) and y < HELD_BACK:
+            if len(vals) >= SHARED_BY and all(v[2] < HELD_BACK for v in vals) and y < HELD_BACK:
                 plateau[k] = math.fsum(v[3] for v in vals) / len(vals)
         yields[key], plateaus[key] = yb, plateau
     return yields, plateaus
