@@ -19,7 +19,9 @@ def measured(flows: Flows, data: VerdictData) -> dict[S.Key, Bins]:
 
 
 def gbit(bps: float) -> str:
-    """Bytes/s as a link speed: '10 Gbit/s'."""
+    """Bytes/s as a link speed: '10 Gbit/s', '10 Tbit/s'."""
+    if bps * 8 >= 1e12:
+        return f"{bps * 8 / 1e12:.3g} Tbit/s"
     return f"{bps * 8 / 1e9:.3g} Gbit/s"
 
 
