@@ -8,7 +8,10 @@ empty bin and never a repeated value), and the report fetches raw samples only w
 arithmetic needs them: counters that reset inside the window, and the watts of outlets whose
 energy is integrated. ``count_over_time`` over the window gives the coverage.
 
-The public interface is :func:`find_run` and :func:`gather`, which returns a
+The verdict's queries (:class:`~.series.VerdictData`: topology over the window, the
+capacities of NICs and PCIe links per step, the rates of its counters per step) run in the same
+pool, submitted as soon as the grid is known; the verdict itself (:mod:`.verdict`) reads no
+store. The public interface is :func:`find_run` and :func:`gather`, which returns a
 :class:`Gathered`; everything else here is private.
 """
 
