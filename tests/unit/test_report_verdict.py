@@ -454,3 +454,25 @@ def test_a_link_the_data_disproves_is_left_out() -> None:
         f"network-bound (PCIe link {up} left out: it moved 127 % of its stated 3.94 GB/s "
         "usable, which cannot be: that capacity is wrong)"
     )
+
+
+def test_gather_reads_capacities_per_step() -> None:
+    """What gather makes of the capacities' per-step answers ({labels: {edge: value}}, edges
+    1..n): per (host, subject) the lowest usable figure of a step (two series of one link:
+    two scrape jobs), a step without a sample keeps the one before (the first, the one after),
+    zero, negative and NaN are no capacity; and everything keyed by host."""
+    from collector.report.gather import _per_step
+    from collector.report.prom import label_key
+
+    a = {"host": "a", "pci": NIC_PCI, "job": "agent"}
+    points = {
+        label_key(a): {2: 4e9, 3: 1e9, 5: 4e9, 6: float("nan")},
+        label_key({**a, "job": "other"}): {3: 2e9, 4: 0.0},
+        label_key({"host": "b", "pci": NIC_PCI}): {1: 8e9},
+        label_key({"host": "c", "pci": NIC_PCI}): {1: -1.0},
+    }
+    got = _per_step(points, ("host", "pci"), min, 6)
+    assert got == {
+        ("a", NIC_PCI): [4e9, 4e9, 1e9, 1e9, 4e9, 4e9],
+        ("b", NIC_PCI): [8e9] * 6,
+    }
