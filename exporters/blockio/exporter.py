@@ -305,6 +305,17 @@ def render(
         yield clock
     if untimed.samples:
         yield untimed
+    yield from _bpf_families(prog_stats, missed, map_full)
+    if io_time.samples:
+        yield io_time
+
+
+def _bpf_families(
+    prog_stats: dict[str, tuple[int, int]] | None,
+    missed: dict[str, int] | None,
+    map_full: dict[str, int] | None,
+) -> Iterator[Metric]:
+    """The BPF program's own cost and losses, where the backend has them (None: no family)."""
     if prog_stats is not None:
         run_time = CounterMetricFamily(
             "wattbit_blockio_bpf_run_seconds",
@@ -338,5 +349,3 @@ def render(
             "map",
             map_full,
         )
-    if io_time.samples:
-        yield io_time

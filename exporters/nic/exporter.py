@@ -172,6 +172,15 @@ def cpu_interrupts(
 
 def render(snap: NicSnapshot) -> Iterator[Metric]:
     """The nic metric families of one snapshot (pure)."""
+    yield from _interface_families(snap)
+    yield from _queue_families(snap)
+    yield from _irq_families(snap)
+    yield from _softnet_families(snap)
+    yield from _tcp_families(snap)
+
+
+def _interface_families(snap: NicSnapshot) -> Iterator[Metric]:
+    """Per-interface counters, link speed and wattbit_nic_info."""
     lab = ["interface", "direction"]
     fams = {
         "bytes": CounterMetricFamily(
@@ -227,6 +236,9 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
     yield from fams.values()
     yield from (missed, speed, info)
 
+
+def _queue_families(snap: NicSnapshot) -> Iterator[Metric]:
+    """Per-queue bytes and packets."""
     qlab = ["interface", "queue", "direction"]
     qfams = {
         "bytes": CounterMetricFamily(
@@ -245,6 +257,9 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
             qfams[q.kind].add_metric([ifname, str(q.queue), q.direction], float(q.value))
     yield from qfams.values()
 
+
+def _irq_families(snap: NicSnapshot) -> Iterator[Metric]:
+    """The queue interrupts: their affinities, totals and per-CPU counts."""
     irq_info = GaugeMetricFamily(
         "wattbit_nic_irq_info",
         "A NIC queue interrupt: the CPUs it may run on (affinity) and does (effective).",
@@ -267,6 +282,9 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
     )
     yield from (irq_info, irq_total, cpu_irqs)
 
+
+def _softnet_families(snap: NicSnapshot) -> Iterator[Metric]:
+    """Network softirqs and the softnet backlog counters per CPU."""
     softirq = CounterMetricFamily(
         "wattbit_cpu_softirqs", "Network softirqs run on each CPU.", labels=["cpu", "type"]
     )
@@ -296,6 +314,9 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
             fam.add_metric([str(row.cpu)], float(getattr(row, attr)))
     yield from sn.values()
 
+
+def _tcp_families(snap: NicSnapshot) -> Iterator[Metric]:
+    """The TCP counters of /proc/net/snmp and netstat this kernel has."""
     for metric, (doc, labels, sources) in _TCP.items():
         fam = CounterMetricFamily(metric, doc, labels=labels)
         for section, key, values in sources:

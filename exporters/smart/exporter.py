@@ -292,8 +292,8 @@ class SmartExporter(Exporter):
         yield from render(self.states())
 
 
-def render(states: Mapping[str, DeviceState]) -> Iterator[Metric]:
-    """The smart metric families of a set of device states (pure)."""
+def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
+    """The smart families, empty, in the order they are exposed."""
     dev = ["device"]
     available = GaugeMetricFamily(
         "wattbit_disk_smart_available",
@@ -367,57 +367,70 @@ def render(states: Mapping[str, DeviceState]) -> Iterator[Metric]:
         "smartctl runs on the drive by result (ok, standby, timeout, error).",
         labels=["device", "result"],
     )
+    return {
+        "available": available,
+        "healthy": healthy,
+        "attribute": attribute,
+        "temperature": temperature,
+        "power_on": power_on,
+        "warning": warning,
+        "media_errors": media_errors,
+        "error_log": error_log,
+        "used": used,
+        "spare": spare,
+        "spare_threshold": spare_threshold,
+        "grown": grown,
+        "last_read": last_read,
+        "duration": duration,
+        "reads": reads,
+    }
+
+
+def render(states: Mapping[str, DeviceState]) -> Iterator[Metric]:
+    """The smart metric families of a set of device states (pure)."""
+    f = _families()
     for name in sorted(states):
         st = states[name]
-        available.add_metric([name, st.reason], 0.0 if st.reason else 1.0)
+        f["available"].add_metric([name, st.reason], 0.0 if st.reason else 1.0)
         if st.reason in _SILENT:
             continue
         for result in READ_RESULTS:
-            reads.add_metric([name, result], float(st.reads.get(result, 0)))
+            f["reads"].add_metric([name, result], float(st.reads.get(result, 0)))
         if st.duration is not None:
-            duration.add_metric([name], st.duration)
+            f["duration"].add_metric([name], st.duration)
         if st.last_ok is not None:
-            last_read.add_metric([name], st.last_ok)
-        r = st.reading
-        if r is None:
-            continue
-        if r.healthy is not None:
-            healthy.add_metric([name], 1.0 if r.healthy else 0.0)
-        for a in r.attributes:
-            attribute.add_metric([name, str(a.id), a.name], float(a.raw))
-        if r.temperature_celsius is not None:
-            temperature.add_metric([name], float(r.temperature_celsius))
-        if r.power_on_seconds is not None:
-            power_on.add_metric([name], float(r.power_on_seconds))
-        if r.grown_defects is not None:
-            grown.add_metric([name], float(r.grown_defects))
-        n = r.nvme
-        if n is None:
-            continue
-        if n.critical_warning is not None:
-            for bit, label in NVME_CRITICAL_WARNING_BITS:
-                warning.add_metric([name, label], float(n.critical_warning >> bit & 1))
-        for family, value, scale in (
-            (media_errors, n.media_errors, 1),
-            (error_log, n.error_log_entries, 1),
-            (used, n.percentage_used, 100),
-            (spare, n.available_spare, 100),
-            (spare_threshold, n.available_spare_threshold, 100),
-        ):
-            if value is not None:
-                family.add_metric([name], float(value) / scale)
-    yield available
-    yield healthy
-    yield attribute
-    yield temperature
-    yield power_on
-    yield warning
-    yield media_errors
-    yield error_log
-    yield used
-    yield spare
-    yield spare_threshold
-    yield grown
-    yield last_read
-    yield duration
-    yield reads
+            f["last_read"].add_metric([name], st.last_ok)
+        if st.reading is not None:
+            _add_reading(f, name, st.reading)
+    yield from f.values()
+
+
+def _add_reading(
+    f: dict[str, GaugeMetricFamily | CounterMetricFamily], name: str, r: SmartReading
+) -> None:
+    """One device's last good reading into the families."""
+    if r.healthy is not None:
+        f["healthy"].add_metric([name], 1.0 if r.healthy else 0.0)
+    for a in r.attributes:
+        f["attribute"].add_metric([name, str(a.id), a.name], float(a.raw))
+    if r.temperature_celsius is not None:
+        f["temperature"].add_metric([name], float(r.temperature_celsius))
+    if r.power_on_seconds is not None:
+        f["power_on"].add_metric([name], float(r.power_on_seconds))
+    if r.grown_defects is not None:
+        f["grown"].add_metric([name], float(r.grown_defects))
+    n = r.nvme
+    if n is None:
+        return
+    if n.critical_warning is not None:
+        for bit, label in NVME_CRITICAL_WARNING_BITS:
+            f["warning"].add_metric([name, label], float(n.critical_warning >> bit & 1))
+    for key, value, scale in (
+        ("media_errors", n.media_errors, 1),
+        ("error_log", n.error_log_entries, 1),
+        ("used", n.percentage_used, 100),
+        ("spare", n.available_spare, 100),
+        ("spare_threshold", n.available_spare_threshold, 100),
+    ):
+        if value is not None:
+            f[key].add_metric([name], float(value) / scale)
