@@ -1,11 +1,11 @@
 """The smart exporter: drive health from smartctl, read off the scrape path.
 
 A background thread wakes every ``interval``, lists the disks (the blockio exporter's set:
-whole disks under /sys/class/block, its exclude pattern applied) and hands each one not
-already being read to a bounded pool of workers, each running one smartctl (runner.py) and
-publishing its device's result the moment it has it. A scrape only renders the last results:
-it never waits for a drive, and one drive's hang holds one worker for at most ``timeout``
-while the others publish on their own.
+whole disks under /sys/class/block, its exclude pattern applied, read by exporters/hostfs)
+and hands each one not already being read to a bounded pool of workers, each running one
+smartctl (runner.py) and publishing its device's result the moment it has it. A scrape only
+renders the last results: it never waits for a drive, and one drive's hang holds one worker
+for at most ``timeout`` while the others publish on their own.
 
 Per device, the last good reading is kept while the drive sleeps (``-n standby``: never woken),
 times out or errors, with ``wattbit_disk_smart_last_read_timestamp_seconds`` saying how old it
@@ -30,8 +30,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
-from exporters.blockio.exporter import DEFAULT_EXCLUDE
-from exporters.blockio.topology import is_virtual_block, read_topology
+from exporters.hostfs.blockdevs import BLOCK_EXCLUDE, excluded, is_virtual_block, read_topology
+from exporters.hostfs.read import SYS_ROOT
 
 from .parse import NVME_CRITICAL_WARNING_BITS, SmartReading, parse_smartctl
 from .runner import Runner, RunOutcome, SmartctlRunner
@@ -83,7 +83,7 @@ def list_disks(sys_root: Path, exclude: str, devices: str = "auto") -> list[Disk
     only = None if devices == "auto" else re.compile(devices)
     out = []
     for name, info in read_topology(sys_root).items():
-        if info.parent or info.size_bytes <= 0 or excl.search(name):
+        if info.parent or info.size_bytes <= 0 or excluded(excl, info):
             continue  # partitions, unbound loop devices, ram/zram/fd/sr by default
         if only is not None and not only.search(name):
             continue
@@ -109,9 +109,9 @@ class SmartExporter(Exporter):
         interval: float = 300.0,
         timeout: float = 30.0,
         devices: str = "auto",
-        exclude: str = DEFAULT_EXCLUDE,
+        exclude: str = BLOCK_EXCLUDE,
         concurrency: int = 4,
-        sys_root: Path = Path("/sys"),
+        sys_root: Path = SYS_ROOT,
         runner: Runner | None = None,
         wall_clock: Callable[[], float] = time.time,
         autostart: bool = True,
