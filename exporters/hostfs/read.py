@@ -72,19 +72,24 @@ def read_bytes(path: str | os.PathLike[str], limit: int, *, follow: bool = True)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     fd = os.open(path, flags)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotAFile(path, _kind(mode))
-        # procfs and sysfs report sizes of 0 or a page whatever they hold: read to the end
-        # (a seq_file may answer in parts) and stop one byte past the cap.
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotAFile(path, _kind(st.st_mode))
+        # procfs says a size of 0 whatever a file holds, and a seq_file may answer in parts:
+        # read to the end, and stop one byte past the cap. A file with a size (a sysfs
+        # attribute says a page, a captured file its own) has given everything when a read
+        # comes back short: kernfs hands an attribute's whole show() output to one read.
         chunks: list[bytes] = []
         total = 0
         while total <= limit:
-            chunk = os.read(fd, min(_CHUNK, limit + 1 - total))
+            want = min(_CHUNK, limit + 1 - total)
+            chunk = os.read(fd, want)
             if not chunk:
                 break
             chunks.append(chunk)
             total += len(chunk)
+            if st.st_size > 0 and len(chunk) < want:
+                break
     finally:
         os.close(fd)
     if total > limit:
