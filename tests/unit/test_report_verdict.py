@@ -476,3 +476,19 @@ def test_gather_reads_capacities_per_step() -> None:
         ("a", NIC_PCI): [4e9, 4e9, 1e9, 1e9, 4e9, 4e9],
         ("b", NIC_PCI): [8e9] * 6,
     }
+
+
+def test_a_nic_that_renegotiated_once_is_shown_not_judged_by_it() -> None:
+    """A 10G NIC at 6 Gbit/s, seen at 1 Gbit/s in one step of ten (a renegotiation): that
+    step is judged against 1 Gbit/s (capped at 100 %), the others against 10; the evidence
+    names the speed in force and the change. The NIC is not left out: over the ten steps it
+    moved 66 % of what its speeds allowed (that one step's 600 % weighs one step)."""
+    h = "nic02"
+    speed: Bins = _flat(1.25e9)
+    speed[4] = 1.25e8
+    raw = VerdictData(nic_speed={(h, "eth0"): speed})
+    lb = verdict(usage(GRID, _nic(h, "eth0", 1e6, 0.75e9), raw), h, range(N))
+    assert lb.resource == "none" and lb.utilisation == pytest.approx((9 * 0.6 + 1.0) / 10)
+    assert lb.evidence.startswith(
+        "NIC eth0 64 % of 10 Gbit/s, its link at 1 Gbit/s in 1 of 10 steps"
+    )

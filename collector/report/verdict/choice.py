@@ -3,10 +3,10 @@
 Of the steps in which the host moved data, each subject's mean utilisation; each resource's
 the largest of its subjects'; the limiter the largest resource, at least :data:`LIMIT` (a
 controller or link at :data:`SATURATED` or more ahead of the disks it feeds, as the rule
-ranks them), else ``none``: the workload paced itself. A subject measured above its stated
-capacity (a NIC moving more than its link speed, a link more than its usable bytes/s) by
-more than :data:`IMPOSSIBLE` has a capacity that cannot be true: it is left out of the
-choice, and the evidence says so.
+ranks them), else ``none``: the workload paced itself. A subject that moved more than its
+stated capacity allowed (a NIC more than its link speed, a link more than its usable
+bytes/s), by more than :data:`IMPOSSIBLE` over the steps judged, has a capacity that cannot
+be true: it is left out of the choice, and the evidence says so.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ SATURATED = 0.9  # a controller or link this busy is named ahead of the disks it
 # the ranking's bonus at SATURATED or more, as the rule's: a link ahead of a controller ahead
 # of the disks they feed
 RANK_BONUS = {"pcie": 0.2, "controller": 0.1}
-# A measured figure above its capacity by more than this over the steps judged: beyond what
-# a counter's timing can add (a step's rate may count part of the next scrape's bytes, but a
-# mean over steps cannot gain a tenth), so the capacity is wrong (a veth's made-up speed).
+# Bytes moved over what the stated capacity allowed in the steps judged (the sum of the rates
+# over the sum of the capacities: one step's odd capacity weighs one step), above this: beyond
+# what a counter's timing can add (a step's rate may count part of the next scrape's bytes,
+# but over several steps that cannot add a tenth), so the capacity is wrong (a veth's made-up
+# speed).
 IMPOSSIBLE = 1.1
 _NOUN = {
     "disk": "disk-bound",
@@ -84,7 +86,8 @@ def _means(
     for key, b in sorted(series.items()):
         if key[0] == "cpu":
             continue
-        m = S.mean(measured.get(key), chosen)
+        capacity = (u.speed if key[0] == "nic" else u.usable).get((host, key[1]))
+        m = S.weighted_mean(measured.get(key), capacity, chosen)
         if m is not None and m > IMPOSSIBLE:
             wrong.append((key, m))
             continue

@@ -71,6 +71,18 @@ def mean(b: Bins | None, steps: Sequence[int]) -> float | None:
     return math.fsum(vals) / len(vals) if vals else None
 
 
+def weighted_mean(b: Bins | None, w: Bins | None, steps: Sequence[int]) -> float | None:
+    """The mean of ``b`` over ``steps`` weighted by ``w`` (steps where both have a value): of
+    rates over capacities, the bytes moved over the bytes the capacities allowed, so that one
+    step's odd capacity weighs as little as the step."""
+    if b is None or w is None:
+        return None
+    pairs = [(v, c) for k in steps if k < len(b) and k < len(w)
+             if (v := b[k]) is not None and (c := w[k]) is not None]  # fmt: skip
+    den = math.fsum(c for _v, c in pairs)
+    return math.fsum(v * c for v, c in pairs) / den if den > 0 else None
+
+
 def by(
     rates: dict[str, PerSeries], what: str, labels: tuple[str, ...], n: int
 ) -> dict[tuple[str, ...], Bins]:
