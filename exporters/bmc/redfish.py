@@ -22,6 +22,8 @@ from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 
+from exporters.base import clean_text
+
 from .redfish_parse import (
     chassis_power,
     is_error,
@@ -282,7 +284,7 @@ class RedfishClient:
                 if doc is not None and isinstance(doc.get("FirmwareVersion"), str):
                     reading.identity["firmware"] = doc["FirmwareVersion"]
             for key, value in list(reading.identity.items()):
-                reading.identity[key] = value.strip()[:128]
+                reading.identity[key] = clean_text(value, 128)
         return reading
 
     async def _chassis(

@@ -24,6 +24,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from exporters.base import clean_text
+
 from .types import BmcError, BmcReading, ChassisPower, SupplyPower
 
 MAX_WATTS = 1_000_000.0  # a chassis drawing more than 1 MW is a garbled value, not a reading
@@ -116,7 +118,8 @@ def odata_path(value: object) -> str | None:
     path = value.split("#", 1)[0]
     if not (path == "/redfish/v1" or path.startswith("/redfish/v1/")):
         return None
-    if any(c in path for c in "\\?\r\n\t ") or "/../" in path + "/":
+    # Not printable (ESC, a newline, a lone surrogate): never requested, never logged.
+    if not path.isprintable() or any(c in path for c in "\\? ") or "/../" in path + "/":
         return None
     return path.rstrip("/") or "/"
 
@@ -176,7 +179,7 @@ def _label(item: Mapping[str, Any], fallback: str) -> str:
     for key in ("MemberId", "Id", "Name"):
         value = item.get(key)
         if isinstance(value, str | int) and not isinstance(value, bool) and str(value):
-            return str(value)[:64]
+            return clean_text(str(value), 64) or fallback
     return fallback
 
 
@@ -262,7 +265,7 @@ def link_id(link: object) -> str:
     uri = link.get("@odata.id")
     if not isinstance(uri, str):
         return ""
-    return uri.rstrip("/").rsplit("/", 1)[-1][:64]
+    return clean_text(uri.rstrip("/").rsplit("/", 1)[-1], 64)
 
 
 def chassis_power(
@@ -277,7 +280,7 @@ def chassis_power(
     `supplies` are the PowerSubsystem supplies' figures (metrics_supply); the Power
     resource's own supplies are read here and used where PowerSubsystem has none.
     """
-    cid = str(chassis.get("Id") or "")[:64]
+    cid = clean_text(str(chassis.get("Id") or ""), 64)
     links = chassis.get("Links")
     contained = isinstance(links, Mapping) and bool(links.get("ContainedBy"))
     by = link_id(links.get("ContainedBy")) if isinstance(links, Mapping) else ""
@@ -285,7 +288,7 @@ def chassis_power(
     contains = [link_id(x) for x in held[:MAX_CONTAINS]] if isinstance(held, list) else []
     result = ChassisPower(
         chassis=cid,
-        name=str(chassis.get("Name") or "")[:128],
+        name=clean_text(str(chassis.get("Name") or ""), 128),
         contained=contained,
         contained_by=by,
         contains=tuple(x for x in contains if x),

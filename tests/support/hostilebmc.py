@@ -8,6 +8,9 @@ Modes (every path answers the same way):
   ctype     a JSON body labelled text/html
   garbage   a body that is not JSON
   slow      not hostile: serves the mockup directory --mockup, each answer after 0.25 s
+  strings   serves the mockup directory --mockup with every name, vendor, model, firmware and
+            Id string carrying a lone surrogate (JSON "\\ud800", valid JSON), an ESC sequence and
+            a newline that would forge a log line
   session   not hostile: serves the mockup directory --mockup, but only to a Redfish session
             (POST /redfish/v1/SessionService/Sessions with the --user/--password JSON gives
             X-Auth-Token; anything else 401), and forgets every session after each 6 GETs, as
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import secrets
 import sys
 from pathlib import Path
@@ -69,6 +73,25 @@ async def session_mode(request: web.Request) -> web.StreamResponse:
     return web.Response(body=f.read_bytes(), content_type="application/json")
 
 
+# Keys whose string values the "strings" mode poisons: what reaches labels and logs.
+POISONED = frozenset(
+    {"Name", "Manufacturer", "Model", "FirmwareVersion", "MemberId", "Vendor", "Id", "SerialNumber"}
+)
+POISON = "\ud800\x1b[31m\nFORGED bmc line"
+
+
+def poison(doc: object) -> object:
+    """The document with every POISONED key's string value carrying POISON."""
+    if isinstance(doc, dict):
+        return {
+            k: v + POISON if k in POISONED and isinstance(v, str) else poison(v)
+            for k, v in doc.items()
+        }
+    if isinstance(doc, list):
+        return [poison(v) for v in doc]
+    return doc
+
+
 async def handle(request: web.Request) -> web.StreamResponse:
     """Misbehave as the mode says."""
     mode = request.app["mode"]
@@ -81,6 +104,13 @@ async def handle(request: web.Request) -> web.StreamResponse:
         if not f.is_file():
             raise web.HTTPNotFound()
         return web.Response(body=f.read_bytes(), content_type="application/json")
+    if mode == "strings":
+        rel = request.path.rstrip("/").removeprefix("/redfish/v1").strip("/")
+        f = Path(request.app["mockup"]) / rel / "index.json"
+        if not f.is_file():
+            raise web.HTTPNotFound()
+        body = json.dumps(poison(json.loads(f.read_bytes())))  # ensure_ascii: "\ud800" escaped
+        return web.Response(body=body.encode("ascii"), content_type="application/json")
     if mode == "redirect":
         other = request.app["other_port"] or request.url.port
         raise web.HTTPFound(f"http://127.0.0.2:{other}{request.path}")
