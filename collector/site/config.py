@@ -356,7 +356,7 @@ class BmcConfig(Strict):
     workarounds: list[str] = Field(default_factory=list)
     timeout: Duration = 5.0  # per request (Redfish) or session (IPMI)
     deadline: Duration | None = None  # the whole poll; default: the interval
-    max_body: int = Field(default=4 * 1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024)
+    max_body: int = Field(default=1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024)
     max_chassis: int = Field(default=32, ge=1, le=1024)
     host: str = ""  # the host label of the server's power (unmapped: the BMC's main chassis)
     component: str = ""

@@ -54,7 +54,8 @@ class RedfishTarget:
     verify_tls: bool = True
     ca_file: str | None = None
     timeout: float = 5.0  # per request (connect and answer)
-    max_body: int = 4 * 1024 * 1024
+    # A Redfish resource is kilobytes (the largest real one in tests/fixtures/bmc: 29 kB).
+    max_body: int = 1024 * 1024
     max_depth: int = 32
     max_chassis: int = 32
     max_supplies: int = 16
@@ -71,6 +72,26 @@ def ssl_context(t: RedfishTarget) -> ssl.SSLContext | bool:
         return False
     ctx = ssl.create_default_context(cafile=t.ca_file) if t.ca_file else None
     return ctx if ctx is not None else ssl.create_default_context()
+
+
+@dataclass(frozen=True)
+class _Ident:
+    """What the identity needs of one chassis: its manager's path, its model and maker."""
+
+    manager: str | None = None
+    model: str = ""
+    vendor: str = ""
+
+    @classmethod
+    def of(cls, chassis: dict[str, Any]) -> _Ident:
+        """From a Chassis resource (Links.ManagedBy[0], Model, Manufacturer)."""
+        links = chassis.get("Links")
+        by = links.get("ManagedBy") if isinstance(links, dict) else None
+        manager = None
+        if isinstance(by, list) and by and isinstance(by[0], dict):
+            manager = odata_path(by[0].get("@odata.id"))
+        model, vendor = chassis.get("Model"), chassis.get("Manufacturer")
+        return cls(manager, str(model) if model else "", str(vendor) if vendor else "")
 
 
 class RedfishClient:
@@ -259,20 +280,18 @@ class RedfishClient:
         found = await _all(
             [self._chassis(path, reading) for path in members(collection, self.t.max_chassis)]
         )
+        del collection  # what a poll keeps is its figures, never the documents (issue 34)
         manager: str | None = None
-        for chassis, power in found:
-            if chassis is None or power is None:
+        for power, ident in found:
+            if power is None:
                 continue
             reading.chassis.append(power)
             if identity and manager is None:
-                links = chassis.get("Links")
-                by = links.get("ManagedBy") if isinstance(links, dict) else None
-                if isinstance(by, list) and by and isinstance(by[0], dict):
-                    manager = odata_path(by[0].get("@odata.id"))
-                if not reading.identity.get("model") and chassis.get("Model"):
-                    reading.identity["model"] = str(chassis.get("Model"))
-                if not reading.identity.get("vendor") and chassis.get("Manufacturer"):
-                    reading.identity["vendor"] = str(chassis.get("Manufacturer"))
+                manager = ident.manager
+                if not reading.identity.get("model") and ident.model:
+                    reading.identity["model"] = ident.model
+                if not reading.identity.get("vendor") and ident.vendor:
+                    reading.identity["vendor"] = ident.vendor
         if identity:
             # The server's maker (the chassis' Manufacturer) first: the service root's
             # Vendor is often the BMC firmware's (AMI on a Gigabyte board).
@@ -287,14 +306,13 @@ class RedfishClient:
                 reading.identity[key] = clean_text(value, 128)
         return reading
 
-    async def _chassis(
-        self, path: str, reading: BmcReading
-    ) -> tuple[dict[str, Any] | None, ChassisPower | None]:
-        """One chassis and its power resources (Power, EnvironmentMetrics, PowerSubsystem)."""
+    async def _chassis(self, path: str, reading: BmcReading) -> tuple[ChassisPower | None, _Ident]:
+        """One chassis' power from its resources (Power, EnvironmentMetrics, PowerSubsystem)
+        and what identity needs of it; the documents are dropped here."""
         chassis = await self.get(path, optional=True)
         if chassis is None:
             reading.drop("missing")
-            return None, None
+            return None, _Ident()
         try:
             async with asyncio.TaskGroup() as group:
                 power = group.create_task(self._optional(chassis, "Power", reading))
@@ -302,9 +320,9 @@ class RedfishClient:
                 supplies = group.create_task(self._subsystem_supplies(chassis, reading))
         except BaseExceptionGroup as eg:
             raise _first(eg) from None
-        return chassis, chassis_power(
+        return chassis_power(
             chassis, power.result(), env.result(), supplies.result(), reading
-        )
+        ), _Ident.of(chassis)
 
     async def _optional(
         self, doc: dict[str, Any], key: str, reading: BmcReading

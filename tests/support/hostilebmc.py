@@ -11,6 +11,9 @@ Modes (every path answers the same way):
   strings   serves the mockup directory --mockup with every name, vendor, model, firmware and
             Id string carrying a lone surrogate (JSON "\\ud800", valid JSON), an ESC sequence and
             a newline that would forge a log line
+  bloat     a valid Redfish tree (service root, 32 chassis, each with Power) whose every
+            document is padded to just under --size bytes with [{},{},...]: within max_body,
+            yet each would decode to over a million objects
   session   not hostile: serves the mockup directory --mockup, but only to a Redfish session
             (POST /redfish/v1/SessionService/Sessions with the --user/--password JSON gives
             X-Auth-Token; anything else 401), and forgets every session after each 6 GETs, as
@@ -92,6 +95,24 @@ def poison(doc: object) -> object:
     return doc
 
 
+def bloat_document(path: str, size: int) -> bytes:
+    """The `bloat` mode's answer for path: a valid resource padded to just under size bytes."""
+    path = path.rstrip("/")
+    doc: dict[str, object] = {"@odata.id": path, "Name": "bloat"}
+    if path == "/redfish/v1":
+        doc["Chassis"] = {"@odata.id": "/redfish/v1/Chassis"}
+    elif path == "/redfish/v1/Chassis":
+        doc["Members"] = [{"@odata.id": f"/redfish/v1/Chassis/{i}"} for i in range(32)]
+    elif path.endswith("/Power"):
+        doc["PowerControl"] = [{"MemberId": "0", "PowerConsumedWatts": 100}]
+    else:
+        doc["Id"] = path.rsplit("/", 1)[-1]
+        doc["Power"] = {"@odata.id": f"{path}/Power"}
+    head = json.dumps(doc)[:-1].encode() + b', "pad": ['
+    n = max(0, (size - len(head) - 8) // 3)
+    return head + b"{}," * n + b"{}]}"
+
+
 async def handle(request: web.Request) -> web.StreamResponse:
     """Misbehave as the mode says."""
     mode = request.app["mode"]
@@ -104,6 +125,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
         if not f.is_file():
             raise web.HTTPNotFound()
         return web.Response(body=f.read_bytes(), content_type="application/json")
+    if mode == "bloat":
+        body = bloat_document(request.path, request.app["size"])
+        return web.Response(body=body, content_type="application/json")
     if mode == "strings":
         rel = request.path.rstrip("/").removeprefix("/redfish/v1").strip("/")
         f = Path(request.app["mockup"]) / rel / "index.json"
@@ -149,12 +173,14 @@ def main() -> int:
     ap.add_argument("--mockup", default="")
     ap.add_argument("--user", default="")
     ap.add_argument("--password", default="")
+    ap.add_argument("--size", type=int, default=4 * MB - 1024)
     args = ap.parse_args()
     app = web.Application()
     app["mode"] = args.mode
     app["other_port"] = args.other_port
     app["mockup"], app["user"], app["password"] = args.mockup, args.user, args.password
     app["tokens"] = {}
+    app["size"] = args.size
     app["stats"] = {"logins": 0, "logouts": 0, "basic": 0, "gets": 0}
     app.router.add_route("*", "/{tail:.*}", handle)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)

@@ -103,6 +103,22 @@ def test_depth_cap_counts_only_structure() -> None:
         parse_document(b"\xff\xfe")
 
 
+def test_what_a_document_expands_to_is_bounded() -> None:
+    """Objects and arrays are counted before parsing (strings cut out, escapes and an
+    unterminated string too); a body of mostly brackets in strings passes (issue 34)."""
+    check_depth(b'{"a": "' + b"{[" * 50_000 + b'"}', 32)  # all inside a string
+    with pytest.raises(BmcError) as err:
+        parse_document(b'{"pad": [' + b"{}," * 10_000 + b"{}]}")
+    assert err.value.reason == "too_big"
+    parse_document(b'{"pad": [' + b"{}," * 9_000 + b"{}]}")
+    with pytest.raises(BmcError) as err:
+        check_depth(b'{"a": "\\\\", "b": ' + b"[" + b"{}," * 20_000, 32)  # escape, then structure
+    assert err.value.reason == "too_big"
+    for body in (b'"\\' * 100_000, b'"\\' * 100_000 + b"\\", b'"' * 100_001):
+        with pytest.raises(BmcError):  # linear on unterminated strings (never quadratic)
+            parse_document(body)
+
+
 @pytest.mark.parametrize(
     ("link", "path"),
     [
@@ -268,4 +284,4 @@ def test_hostile_bodies_raise_only_bmc_errors(body: bytes) -> None:
     try:
         assert isinstance(parse_document(body), dict)
     except BmcError as exc:
-        assert exc.reason in ("garbage", "too_deep")
+        assert exc.reason in ("garbage", "too_deep", "too_big")
