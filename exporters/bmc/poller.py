@@ -237,10 +237,9 @@ class BmcPoller(PeriodicPoller[BmcTarget, BmcState]):
                 error, detail = "error", type(exc).__name__
                 log.debug("bmc %s", t.name, exc_info=True)
             duration = self._clock() - start
-        if error and t.name in self._redfish:
-            # A fresh client (connections, session) after a failure: a half-read answer
-            # must not poison the next poll.
-            await self._redfish.pop(t.name).close()
+        # A failed poll keeps its client: its session stays (a new login per failed poll
+        # leaked sessions, issue 34), and a half-read answer's connection is closed by
+        # aiohttp when the request is cancelled, never reused.
         mapped: list[Mapped] = []
         if error:
             self._failed(t.name, error, detail)

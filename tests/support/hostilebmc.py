@@ -17,7 +17,15 @@ Modes (every path answers the same way):
   session   not hostile: serves the mockup directory --mockup, but only to a Redfish session
             (POST /redfish/v1/SessionService/Sessions with the --user/--password JSON gives
             X-Auth-Token; anything else 401), and forgets every session after each 6 GETs, as
-            a BMC whose sessions expire; GET /_stats counts logins, logouts and Basic headers
+            a BMC whose sessions expire; GET /_stats counts logins, logouts and Basic headers,
+            the sessions live now and at most. --quirk changes one thing:
+              expire       (the default) as above
+              none         sessions never expire
+              forbid-one   every Power resource answers 401 even to a live session
+              slow-login   a login is answered (and its session made) after --login-delay s
+              no-location  a login's answer has no Location header (its body's @odata.id
+                           names the session, DSP0266)
+              slow-power   every Power resource answers after --login-delay s
 
 Run as `python -m tests.support.hostilebmc --port P --mode M`.
 """
@@ -39,36 +47,50 @@ MB = 1024 * 1024
 async def session_mode(request: web.Request) -> web.StreamResponse:
     """A Redfish service that only answers a session (see the module's doc)."""
     app = request.app
-    stats = app["stats"]
+    stats, quirk, tokens = app["stats"], app["quirk"], app["tokens"]
     if request.path == "/_stats":
-        return web.json_response(stats)
+        return web.json_response({**stats, "live": len(tokens)})
     if "Authorization" in request.headers:
         stats["basic"] += 1
     if request.method == "POST" and request.path.rstrip("/").endswith("/Sessions"):
         body = await request.json()
         if body != {"UserName": app["user"], "Password": app["password"]}:
             raise web.HTTPUnauthorized()
+        if quirk == "slow-login":
+            await asyncio.sleep(app["login_delay"])
         stats["logins"] += 1
         token = secrets.token_hex(16)
-        app["tokens"][token] = f"/redfish/v1/SessionService/Sessions/{stats['logins']}"
+        uri = f"/redfish/v1/SessionService/Sessions/{stats['logins']}"
+        tokens[token] = uri
+        stats["max_live"] = max(stats["max_live"], len(tokens))
+        headers = {"X-Auth-Token": token}
+        if quirk != "no-location":
+            headers["Location"] = uri
         return web.json_response(
-            {"Id": str(stats["logins"])},
-            status=201,
-            headers={"X-Auth-Token": token, "Location": app["tokens"][token]},
+            {"@odata.id": uri, "Id": str(stats["logins"])}, status=201, headers=headers
         )
     token = request.headers.get("X-Auth-Token", "")
     if request.method == "GET" and request.path.rstrip("/") == "/redfish/v1":
         token = ""  # the service root needs no credentials (DSP0266)
-    elif token not in app["tokens"]:
+    elif token not in tokens:
         raise web.HTTPUnauthorized()
     if request.method == "DELETE":
-        if app["tokens"].pop(token) == request.path:
+        if tokens.get(token) == request.path:
+            del tokens[token]
             stats["logouts"] += 1
-        return web.Response(status=204)
+            return web.Response(status=204)
+        raise web.HTTPNotFound()
+    if token and request.path == tokens[token]:  # a session reads its own resource
+        return web.json_response({"@odata.id": request.path, "Id": request.path[-1]})
     if token:
         stats["gets"] += 1
-    if token and stats["gets"] % 6 == 0:
-        app["tokens"].clear()  # every session expires
+    if token and quirk == "expire" and stats["gets"] % 6 == 0:
+        tokens.clear()  # every session expires
+    if request.path.rstrip("/").endswith("/Power"):
+        if quirk == "forbid-one":
+            raise web.HTTPUnauthorized()  # this resource only: the session stays live
+        if quirk == "slow-power":
+            await asyncio.sleep(app["login_delay"])
     rel = request.path.rstrip("/").removeprefix("/redfish/v1").strip("/")
     f = Path(app["mockup"]) / rel / "index.json"
     if not f.is_file():
@@ -173,6 +195,8 @@ def main() -> int:
     ap.add_argument("--mockup", default="")
     ap.add_argument("--user", default="")
     ap.add_argument("--password", default="")
+    ap.add_argument("--quirk", default="expire")
+    ap.add_argument("--login-delay", type=float, default=0.0)
     ap.add_argument("--size", type=int, default=4 * MB - 1024)
     args = ap.parse_args()
     app = web.Application()
@@ -181,7 +205,8 @@ def main() -> int:
     app["mockup"], app["user"], app["password"] = args.mockup, args.user, args.password
     app["tokens"] = {}
     app["size"] = args.size
-    app["stats"] = {"logins": 0, "logouts": 0, "basic": 0, "gets": 0}
+    app["quirk"], app["login_delay"] = args.quirk, args.login_delay
+    app["stats"] = {"logins": 0, "logouts": 0, "basic": 0, "gets": 0, "max_live": 0}
     app.router.add_route("*", "/{tail:.*}", handle)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)
     return 0
