@@ -159,7 +159,16 @@ def map_chassis(t: BmcTarget, reading: BmcReading) -> ChassisMap:
     for c, labels in labelled:
         if labels is None:
             continue
-        outer = next((a for a in up[c.chassis] if (a, labels[0]) in hosts_with_power), None)
+        # An outer chassis that is also inside this one is a loop in the BMC's links: no
+        # chassis of a loop hides another (each would hide the other: none exported).
+        outer = next(
+            (
+                a
+                for a in up[c.chassis]
+                if (a, labels[0]) in hosts_with_power and c.chassis not in up.get(a, ())
+            ),
+            None,
+        )
         if outer is not None and c.power_watts is not None:
             nested.append((c.chassis, outer))
             continue

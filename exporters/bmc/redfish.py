@@ -341,6 +341,9 @@ class RedfishClient:
             task = self._login_task
             if task is None or task.done():
                 task = self._login_task = asyncio.create_task(self._login())
+                # Its failure is raised to whoever awaits it; a poll cancelled meanwhile
+                # does not, and asyncio would log "Task exception was never retrieved".
+                task.add_done_callback(_retrieved)
             # Shielded: a poll's deadline cancels the wait, never the login (see _login).
             await asyncio.shield(task)
             return self._token is not None or self._no_sessions
@@ -470,6 +473,12 @@ async def _all(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
     except BaseExceptionGroup as eg:
         raise _first(eg) from None
     return [t.result() for t in tasks]
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """Mark a task's exception as seen (its awaiter, if any, got it already)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _first(eg: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -159,7 +159,11 @@ def number(value: object, reading: BmcReading, limit: float = MAX_WATTS) -> floa
     if isinstance(value, bool) or not isinstance(value, int | float):
         reading.drop("out_of_range")  # a string ("100") or an object: not what the schema says
         return None
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # a 400-digit integer is valid JSON: out of range, not a crash
+        reading.drop("out_of_range")
+        return None
     if not math.isfinite(v) or v < 0 or v > limit:
         reading.drop("out_of_range")
         return None

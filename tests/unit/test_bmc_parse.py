@@ -178,10 +178,13 @@ def test_property_order() -> None:
 def test_invalid_values_are_counted_never_exported() -> None:
     """null, a string, a negative or absurd figure: no value, counted by reason."""
     r = BmcReading()
-    for value in (None, "100", -5, 5e9, float("nan"), True):
+    for value in (None, "100", -5, 5e9, float("nan"), True, 10**400):  # 400 digits: issue 34
         c = chassis_power(CHASSIS, {"PowerControl": [{"PowerConsumedWatts": value}]}, None, [], r)
         assert c.power_watts is None
-    assert r.invalid == {"null": 1, "out_of_range": 5}
+    assert r.invalid == {"null": 1, "out_of_range": 6}
+    env = {"PowerWatts": {"Reading": 10**400}, "EnergykWh": {"Reading": -(10**400)}}
+    assert chassis_power(CHASSIS, None, env, [], r).power_watts is None
+    assert r.invalid == {"null": 1, "out_of_range": 8}
     assert legacy_supplies({"PowerSupplies": "nope"}, r) == []
 
 
@@ -239,6 +242,8 @@ def test_nested_chassis_on_one_host_counted_once() -> None:
     a = ChassisPower("A", power_watts=1.0, contained_by="B")
     b = ChassisPower("B", power_watts=2.0, contained_by="A")
     assert ancestors([a, b]) == {"A": ["B"], "B": ["A"]}
+    # ... and a loop on one host exports one of them, not none (issue 34)
+    assert mapped_to([a, b], {"A": ("h", ""), "B": ("h", "")}) == ({"A": 1.0}, [])
 
 
 def test_containment_links_of_a_real_chassis() -> None:
