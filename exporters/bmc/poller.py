@@ -40,7 +40,16 @@ REDFISH_REASONS = (
     "error",
 )
 IPMI_REASONS = ("timeout", "deadline", "auth", "unsupported", "garbage", "error")
-INVALID_REASONS = ("missing", "null", "out_of_range", "inactive")
+INVALID_REASONS = (
+    "missing",
+    "null",
+    "out_of_range",
+    "inactive",
+    "ambiguous",
+    "no_meter",
+    "implausible",
+    "capped",
+)
 
 # (chassis Id, chassis Name) -> (host, component), or None: the chassis is not exported
 Mapper = Callable[[str, str], tuple[str, str] | None]

@@ -197,18 +197,88 @@ def _label(item: Mapping[str, Any], fallback: str) -> str:
     return fallback
 
 
-def power_control(power: Mapping[str, Any], reading: BmcReading) -> float | None:
-    """PowerConsumedWatts of the first PowerControl entry that is the chassis, not a part."""
+# Without PhysicalContext a PowerControl entry is told apart by its Name, MemberId and
+# RelatedItem links (issue 32: the first entry may be a CPU or memory domain, or each entry
+# one power supply). Words naming a part of the server, and words naming the whole.
+_PART = re.compile(
+    r"(?<![a-z])(cpu|cpus|processor|processors|socket|memory|dimm|dimms|gpu|gpus|"
+    r"accelerator|fan|fans|storage|drive|disk|pcie|nic|vr|voltage regulator|chipset|"
+    r"backplane|asic|fpga)(?![a-z])",
+    re.IGNORECASE,
+)
+_SUPPLY = re.compile(r"(?<![a-z])(psu\d*|power supply|powersupply)(?![a-z])", re.IGNORECASE)
+_WHOLE = re.compile(
+    r"(?<![a-z])(system|server|chassis|total|node|platform|host|input)(?![a-z])", re.IGNORECASE
+)
+_PART_LINKS = ("/Processors/", "/Memory/", "/PCIeDevices/", "/Drives/", "/Fans", "/Storage/")
+
+
+def _related(entry: Mapping[str, Any]) -> list[str]:
+    items = entry.get("RelatedItem")
+    if not isinstance(items, list):
+        return []
+    return [
+        i["@odata.id"]
+        for i in items[:16]
+        if isinstance(i, Mapping) and isinstance(i.get("@odata.id"), str)
+    ]
+
+
+def _role(entry: Mapping[str, Any]) -> str:
+    """ "part", "supply", "whole" or "" (unknown) for one PowerControl entry."""
+    context = entry.get("PhysicalContext")
+    if context in SUBDOMAINS:
+        return "part"
+    if context == "PowerSupply":
+        return "supply"
+    related = _related(entry)
+    if related and all("/PowerSupplies" in r for r in related):
+        return "supply"
+    if related and all(any(p in r + "/" for p in _PART_LINKS) for r in related):
+        return "part"
+    words = " ".join(str(entry.get(k) or "") for k in ("Name", "MemberId"))
+    if _PART.search(words):
+        return "part"
+    if _SUPPLY.search(words):
+        return "supply"
+    if isinstance(context, str) or _WHOLE.search(words):
+        return "whole"  # a context not a part (Intake, SystemBoard, Chassis …) names it
+    if related and all(r.rstrip("/").count("/") == 4 and "/Chassis/" in r for r in related):
+        return "whole"  # RelatedItem: the chassis itself (/redfish/v1/Chassis/X)
+    return ""
+
+
+def power_control(power: Mapping[str, Any], reading: BmcReading) -> tuple[float | None, str]:
+    """The chassis' power from Power.PowerControl, and the source it came from.
+
+    The entry that is the chassis (not a CPU's or the memory's domain: PhysicalContext, else
+    Name, MemberId and RelatedItem say so); else the sum of entries that are each one power
+    supply; entries whose Status is Absent are no reading. Several entries none of which can
+    be told to be the whole: none, counted "ambiguous" (never a part as the server).
+    """
     entries = power.get("PowerControl")
     if not isinstance(entries, list):
-        return None
-    for entry in entries:
+        return None, ""
+    whole: list[Mapping[str, Any]] = []
+    unknown: list[Mapping[str, Any]] = []
+    supplies: list[Mapping[str, Any]] = []
+    for entry in entries[:64]:
         if not isinstance(entry, Mapping) or "PowerConsumedWatts" not in entry:
             continue
-        if entry.get("PhysicalContext") in SUBDOMAINS:
+        if not _present(entry):
             continue
-        return number(entry["PowerConsumedWatts"], reading)
-    return None
+        role = _role(entry)
+        {"whole": whole, "": unknown, "supply": supplies}.get(role, []).append(entry)
+    if whole or len(unknown) == 1:
+        return number((whole or unknown)[0]["PowerConsumedWatts"], reading), "PowerControl"
+    if unknown:
+        reading.drop("ambiguous")
+        return None, "ambiguous"
+    if supplies:
+        watts = [number(e["PowerConsumedWatts"], reading) for e in supplies]
+        if all(w is not None for w in watts):
+            return sum(w for w in watts if w is not None), "PowerControl.PowerSupplies"
+    return None, ""
 
 
 def legacy_supplies(power: Mapping[str, Any], reading: BmcReading) -> list[SupplyPower]:
@@ -224,7 +294,10 @@ def legacy_supplies(power: Mapping[str, Any], reading: BmcReading) -> list[Suppl
         name = _label(item, str(i))
         if "PowerInputWatts" in item:
             watts = number(item["PowerInputWatts"], reading)
-            if watts is not None:
+            if watts is not None and _at_rating(watts, item.get("PowerCapacityWatts")):
+                reading.drop("implausible")
+                out.append(SupplyPower(name, "implausible", watts))
+            elif watts is not None:
                 out.append(SupplyPower(name, "input", watts))
         key = "PowerOutputWatts" if "PowerOutputWatts" in item else "LastPowerOutputWatts"
         if key in item:
@@ -232,6 +305,17 @@ def legacy_supplies(power: Mapping[str, Any], reading: BmcReading) -> list[Suppl
             if watts is not None:
                 out.append(SupplyPower(name, "output", watts))
     return out
+
+
+def _at_rating(watts: float, capacity: object) -> bool:
+    """A supply's input equal to its rating: the rating repeated, not a measurement (a supply
+    drawing exactly its nameplate watts at the wall would be over its rating: losses)."""
+    return (
+        isinstance(capacity, int | float)
+        and not isinstance(capacity, bool)
+        and capacity > 0
+        and watts == float(capacity)
+    )
 
 
 def metrics_supply(
@@ -244,6 +328,13 @@ def metrics_supply(
     out = []
     for key, kind in (("InputPowerWatts", "input"), ("OutputPowerWatts", "output")):
         watts = sensor(metrics, key, reading)
+        if (
+            watts is not None
+            and kind == "input"
+            and _at_rating(watts, supply.get("PowerCapacityWatts"))
+        ):
+            reading.drop("implausible")
+            kind = "implausible"
         if watts is not None:
             out.append(SupplyPower(name, kind, watts))
     return out
@@ -309,16 +400,31 @@ def chassis_power(
     )
     if not supplies and isinstance(power, Mapping):
         supplies = legacy_supplies(power, reading)
-    result.supplies = _unique(supplies)
+    supplies = _unique(supplies)
     watts = sensor(environment, "PowerWatts", reading)
     if watts is not None:
         result.power_watts, result.source = watts, "EnvironmentMetrics.PowerWatts"
-    elif isinstance(power, Mapping) and (watts := power_control(power, reading)) is not None:
-        result.power_watts, result.source = watts, "PowerControl.PowerConsumedWatts"
-    else:
-        inputs = [s.watts for s in result.supplies if s.kind == "input"]
-        if inputs:
+    ambiguous = False
+    if watts is None and isinstance(power, Mapping):
+        watts, source = power_control(power, reading)
+        ambiguous = source == "ambiguous"
+        if watts is not None:
+            result.power_watts, result.source = watts, f"{source}.PowerConsumedWatts"
+    if result.power_watts is None and not ambiguous:
+        inputs = [s.watts for s in supplies if s.kind == "input"]
+        if inputs and not any(s.kind == "implausible" for s in supplies):
+            # a supply's figure that is not a measurement leaves the sum unknown
             result.power_watts, result.source = sum(inputs), "PowerSupplies.InputPower"
+    elif result.power_watts is not None:
+        for i, s in enumerate(supplies):  # a supply drawing more than its whole chassis
+            if s.kind == "input" and s.watts > result.power_watts:
+                reading.drop("implausible")
+                supplies[i] = SupplyPower(s.supply, "implausible", s.watts)
+    # The only reading 0 W while the chassis is on: no meter behind it, not a reading.
+    if result.power_watts == 0 and chassis.get("PowerState") == "On":
+        reading.drop("no_meter")
+        result.power_watts, result.source = None, ""
+    result.supplies = [s for s in supplies if s.kind != "implausible"]
     kwh = sensor(environment, "EnergykWh", reading)
     if kwh is not None:
         result.energy_joules = kwh * KWH

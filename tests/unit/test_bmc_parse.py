@@ -4,6 +4,7 @@ tests/integration/test_bmc_redfish_mockups.py's)."""
 
 from __future__ import annotations
 
+import json
 import struct
 from typing import Any
 
@@ -29,6 +30,7 @@ from exporters.bmc.redfish_parse import (
     parse_document,
 )
 from exporters.bmc.types import BmcError, BmcReading, ChassisPower, SupplyPower
+from tests.support.bmcs import MOCKUPS
 
 
 def dcmi(watts: int, active: bool) -> bytes:
@@ -290,3 +292,20 @@ def test_hostile_bodies_raise_only_bmc_errors(body: bytes) -> None:
         assert isinstance(parse_document(body), dict)
     except BmcError as exc:
         assert exc.reason in ("garbage", "too_deep", "too_big")
+
+
+PARTIAL = json.loads((MOCKUPS / "synthetic-partial-answers.json").read_text())
+
+
+@pytest.mark.parametrize("shape", sorted(k for k in PARTIAL if not k.startswith("_")))
+def test_a_part_of_a_server_is_never_the_server(shape: str) -> None:
+    """Issue 32's shapes (synthetic: tests/fixtures/bmc/synthetic-partial-answers.json): the
+    server's figure, or none with the reason counted when it cannot be known."""
+    case = PARTIAL[shape]
+    r = BmcReading()
+    c = chassis_power(case["chassis"], case["power"], None, [], r)
+    assert c.power_watts == case["watts"], (c.power_watts, c.source)
+    assert {k: v for k, v in r.invalid.items() if v} == case["invalid"]
+    if "supply_inputs" in case:
+        got = {s.supply: s.watts for s in c.supplies if s.kind == "input"}
+        assert got == case["supply_inputs"]
