@@ -102,12 +102,7 @@ def main() -> int:
     with interruptible(), bench_lock(), tempfile.TemporaryDirectory() as d:
         for n in (int(x) for x in args.bmcs.split(",")):
             rows.append(run(n, args.seconds, args.size, Path(d)))
-    print(
-        table(
-            ["hostile BMCs", "peak RSS MB", "CPU %", "p50 ms", "p99 ms", "healthy up"],
-            rows,
-        )
-    )
+    table(["hostile BMCs", "peak RSS MB", "CPU %", "p50 ms", "p99 ms", "healthy up"], rows)
     return 0
 
 

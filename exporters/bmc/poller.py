@@ -269,6 +269,15 @@ class BmcPoller(PeriodicPoller[BmcTarget, BmcState]):
                 self._identity[t.name] = tuple(sorted(reading.identity.items()))
             for reason, n in reading.invalid.items():
                 self.invalid[(t.name, reason)] += n
+            if reading.invalid.get("capped"):
+                self._once(
+                    t.name,
+                    "capped",
+                    "bmc %s: %d chassis beyond max_chassis not read (those containing a chassis "
+                    "read were): raise max_chassis or map the chassis (docs/exporters/bmc.md)",
+                    t.name,
+                    reading.invalid["capped"],
+                )
             decided = map_chassis(t, reading)
             mapped, twice = decided.mapped, decided.twice
             if decided.nested:

@@ -42,6 +42,8 @@ T = TypeVar("T")
 MAX_REDIRECTS = 3
 CONNECTIONS = 4  # requests in flight to one BMC (many BMCs serve few at once)
 CHUNK = 64 * 1024
+MAX_LISTED = 1024  # chassis collection members looked at (read: max_chassis, and containers)
+MAX_OUTER = 4  # levels of containers read beyond max_chassis (blade, enclosure, rack …)
 
 
 @dataclass(frozen=True)
@@ -373,10 +375,10 @@ class RedfishClient:
         collection = await self.get(chassis_path)
         # Chassis read side by side (at most CONNECTIONS requests in flight to one BMC): a
         # blade enclosure's dozens of chassis must fit in one interval. Their order is kept.
-        found = await _all(
-            [self._chassis(path, reading) for path in members(collection, self.t.max_chassis)]
-        )
+        listed = members(collection, MAX_LISTED)
         del collection  # what a poll keeps is its figures, never the documents (issue 34)
+        found = await _all([self._chassis(path, reading) for path in listed[: self.t.max_chassis]])
+        found += await self._outer(listed[self.t.max_chassis :], found, reading)
         manager: str | None = None
         for power, ident in found:
             if power is None:
@@ -401,6 +403,33 @@ class RedfishClient:
             for key, value in list(reading.identity.items()):
                 reading.identity[key] = clean_text(value, 128)
         return reading
+
+    async def _outer(
+        self,
+        unread: list[str],
+        found: list[tuple[ChassisPower | None, _Ident]],
+        reading: BmcReading,
+    ) -> list[tuple[ChassisPower | None, _Ident]]:
+        """The chassis max_chassis left unread that contain a chassis read (an enclosure
+        listed after its blades: issue 32), outermost included, up to MAX_OUTER levels; the
+        rest counted "capped" (the poller logs it): never a blade guessed to be the server."""
+        if not unread:
+            return []
+        by_id = {path.rsplit("/", 1)[-1]: path for path in unread}
+        have = {p.chassis for p, _ in found if p is not None}
+        out: list[tuple[ChassisPower | None, _Ident]] = []
+        level = [p for p, _ in found if p is not None]
+        for _ in range(MAX_OUTER):
+            wanted = {p.contained_by for p in level if p.contained_by in by_id} - have
+            if not wanted:
+                break
+            more = await _all([self._chassis(by_id.pop(cid), reading) for cid in sorted(wanted)])
+            have |= wanted
+            out += more
+            level = [p for p, _ in more if p is not None]
+        if by_id:
+            reading.drop("capped", len(by_id))
+        return out
 
     async def _chassis(self, path: str, reading: BmcReading) -> tuple[ChassisPower | None, _Ident]:
         """One chassis' power from its resources (Power, EnvironmentMetrics, PowerSubsystem)

@@ -309,3 +309,49 @@ def test_a_part_of_a_server_is_never_the_server(shape: str) -> None:
     if "supply_inputs" in case:
         got = {s.supply: s.watts for s in c.supplies if s.kind == "input"}
         assert got == case["supply_inputs"]
+
+
+def test_an_enclosure_listed_after_its_blades_beyond_max_chassis_is_found() -> None:
+    """Synthetic: an enclosure listed after three blades, max_chassis 2. The blades name it in
+    ContainedBy: it is read all the same and stands for the server (before, blade 1 was
+    exported as the server); the chassis the cap left unread are counted and logged."""
+    import asyncio
+
+    from exporters.bmc.poller import BmcPoller
+    from exporters.bmc.redfish import RedfishClient, RedfishTarget
+
+    def chassis(cid: str, watts: float, inside: str | None) -> dict[str, Any]:
+        links = {"ContainedBy": {"@odata.id": f"/redfish/v1/Chassis/{inside}"}} if inside else {}
+        return {"Id": cid, "Links": links, "Power": {"@odata.id": f"/redfish/v1/Chassis/{cid}/P"}}
+
+    docs: dict[str, dict[str, Any]] = {
+        "/redfish/v1": {"Chassis": {"@odata.id": "/redfish/v1/Chassis"}},
+        "/redfish/v1/Chassis": {
+            "Members": [
+                {"@odata.id": f"/redfish/v1/Chassis/{c}"}
+                for c in ("Blade1", "Blade2", "Blade3", "Enclosure")
+            ]
+        },
+    }
+    for cid, watts, inside in (
+        ("Blade1", 310.0, "Enclosure"),
+        ("Blade2", 290.0, "Enclosure"),
+        ("Blade3", 305.0, "Enclosure"),
+        ("Enclosure", 1400.0, None),
+    ):
+        docs[f"/redfish/v1/Chassis/{cid}"] = chassis(cid, watts, inside)
+        docs[f"/redfish/v1/Chassis/{cid}/P"] = {
+            "PowerControl": [{"Name": "System Power Control", "PowerConsumedWatts": watts}]
+        }
+
+    class Served(RedfishClient):
+        async def get(self, path: str, optional: bool = False) -> dict[str, Any] | None:
+            return docs.get(path)
+
+    rf = RedfishTarget("http://bmc.invalid", max_chassis=2)
+    poller = BmcPoller([BmcTarget("b", "redfish", redfish=rf, labels=("h", ""))], interval=60)
+    poller._redfish["b"] = Served(rf)
+    state = asyncio.run(poller.poll_all())[0]
+    assert state.up, state.error
+    assert [m.power.chassis for m in state.mapped] == ["Enclosure"]
+    assert poller.invalid[("b", "capped")] == 1  # Blade3: left unread
