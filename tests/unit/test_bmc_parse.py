@@ -355,3 +355,43 @@ def test_an_enclosure_listed_after_its_blades_beyond_max_chassis_is_found() -> N
     assert state.up, state.error
     assert [m.power.chassis for m in state.mapped] == ["Enclosure"]
     assert poller.invalid[("b", "capped")] == 1  # Blade3: left unread
+
+
+def test_bmc_strings_reach_the_log_escaped(caplog: pytest.LogCaptureFixture) -> None:
+    """Chassis Ids with an ESC sequence, a newline forging a log line and a lone surrogate:
+    the warning naming them holds none of them raw (issue 34)."""
+    import asyncio
+
+    from exporters.bmc.poller import BmcPoller
+    from exporters.bmc.redfish import RedfishClient, RedfishTarget
+
+    evil = ["A\x1b[2J\ud800", "B\nFORGED wattbit line"]
+    docs: dict[str, dict[str, Any]] = {
+        "/redfish/v1": {"Chassis": {"@odata.id": "/redfish/v1/Chassis"}},
+        "/redfish/v1/Chassis": {
+            "Members": [{"@odata.id": f"/redfish/v1/Chassis/{i}"} for i in range(2)]
+        },
+    }
+    for i, cid in enumerate(evil):
+        docs[f"/redfish/v1/Chassis/{i}"] = {
+            "Id": cid,
+            "Name": cid,
+            "Power": {"@odata.id": f"/redfish/v1/Chassis/{i}/P"},
+        }
+        docs[f"/redfish/v1/Chassis/{i}/P"] = {
+            "PowerControl": [{"Name": "System Power Control", "PowerConsumedWatts": 100 + i}]
+        }
+
+    class Served(RedfishClient):
+        async def get(self, path: str, optional: bool = False) -> dict[str, Any] | None:
+            return docs.get(path)
+
+    rf = RedfishTarget("http://bmc.invalid")
+    poller = BmcPoller([BmcTarget("b", "redfish", redfish=rf, labels=("h", ""))], interval=60)
+    poller._redfish["b"] = Served(rf)
+    with caplog.at_level("WARNING"):
+        state = asyncio.run(poller.poll_all())[0]
+    assert state.up, state.error
+    assert "2 chassis report power" in caplog.text  # the line naming them was logged
+    for bad in ("\x1b", "\ud800", "\nFORGED"):
+        assert bad not in caplog.text
