@@ -1,10 +1,11 @@
 """What the site collector's pollers of many devices share (PDUs, BMCs): schedule and slots.
 
 Each target runs its own loop (poll, publish, sleep until its next tick), and slots bound how
-many targets are polled at once. A target whose last poll failed takes one of its own quarter
-of the slots (a bulkhead) and never one of the others: a failing target spends up to a whole
-interval in its slot, so without it as many slow or garbage-speaking devices as there are
-slots would keep every good one from being polled at all, silently (found by bench/soak.py).
+many targets are polled at once. A target whose last poll failed may hold at most a quarter of
+the slots (a bulkhead), and waits for a slot behind every target that is not failing: a
+failing target spends up to a whole interval in its slot, so without it as many slow or
+garbage-speaking devices as there are slots would keep every good one from being polled at
+all, silently (found by bench/soak.py).
 Failing targets back off (their next poll 1, 2, 4 … MAX_BACKOFF intervals after the last) and
 wait for their slots most-recently-answered first (then fewest failures), so a target that
 failed once and is back is read at once rather than behind every long-dead one (issue 34:
@@ -13,8 +14,8 @@ test_polling.py). Not bounded yet: the first round, where nothing tells a dead t
 healthy one, so N silent first polls hold the slots for N x deadline / slots.
 
 A subclass reads one device (``poll``) and publishes its outcome with ``_publish``, which
-replaces the dicts whole so the HTTP threads rendering them see the old
-or the new one, whole. PollFamilies and reason_counter render what every such poller has.
+replaces the dicts whole so the HTTP threads rendering them see the old or the new one, whole.
+PollFamilies and reason_counter render what every such poller has.
 """
 
 from __future__ import annotations
@@ -117,17 +118,18 @@ class PeriodicPoller(ABC, Generic[T, S]):
 
     @contextlib.asynccontextmanager
     async def _slot(self, name: str) -> AsyncIterator[None]:
-        """Hold a polling slot: a failing target one of the failing quarter, fewest failures
-        first; any other target one of the rest, never queued behind a failing one."""
+        """Hold a polling slot. A failing target first takes one of the failing quarter (most
+        recently answered first, then fewest failures), then a slot after every target
+        that is not failing: so at most a quarter of the slots ever go to failing targets,
+        and a healthy target waits for none of the failing ones queued."""
         if self._slots is None or self._failing_slots is None:
-            self._slots = PrioritySlots(max(1, self.concurrency - self.failing_slots))
+            self._slots = PrioritySlots(self.concurrency)
             self._failing_slots = PrioritySlots(self.failing_slots)
         if name in self._failing:
-            # Most recently answered first: a target that failed once is likely back, one
-            # that never answered least likely (never: +inf); then fewest failures.
+            # Never answered: +inf, last; one that failed once is likely back: first.
             last = self._answered_at.get(name)
             key = (-last if last is not None else float("inf"), self._streak[name])
-            async with self._failing_slots.hold(key):
+            async with self._failing_slots.hold(key), self._slots.hold((1.0, 0)):
                 yield
         else:
             async with self._slots.hold((0.0, 0)):
