@@ -1,0 +1,198 @@
+"""What this process may do: its Linux capability sets, read and dropped.
+
+Every exporter decides from its capabilities, never from ``euid == 0``: root in a container or
+under a systemd unit with ``CapabilityBoundingSet=`` may hold almost none, and the packaged
+agent runs as the ``wattbit`` user holding exactly CAP_BPF and CAP_PERFMON
+(docs/privileges.md). The sets are read from /proc/self/status (``parse_status`` is a pure
+function over its text); they are lowered with capset(2) and prctl(2) through libc (ctypes:
+the standard library has neither, and python-prctl/pycapng are not in Debian 12 for 3.11).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+# include/uapi/linux/capability.h: the ones wattbit's exporters and helpers care about.
+CAP_NUMBERS = {
+    "CAP_CHOWN": 0,
+    "CAP_DAC_OVERRIDE": 1,
+    "CAP_DAC_READ_SEARCH": 2,
+    "CAP_FOWNER": 3,
+    "CAP_KILL": 5,
+    "CAP_SETGID": 6,
+    "CAP_SETUID": 7,
+    "CAP_SETPCAP": 8,
+    "CAP_NET_BIND_SERVICE": 10,
+    "CAP_NET_ADMIN": 12,
+    "CAP_NET_RAW": 13,
+    "CAP_IPC_LOCK": 14,
+    "CAP_SYS_MODULE": 16,
+    "CAP_SYS_RAWIO": 17,
+    "CAP_SYS_PTRACE": 19,
+    "CAP_SYS_ADMIN": 21,
+    "CAP_SYS_RESOURCE": 24,
+    "CAP_SYSLOG": 34,
+    "CAP_PERFMON": 38,
+    "CAP_BPF": 39,
+    "CAP_CHECKPOINT_RESTORE": 40,
+}
+CAP_NAMES = {v: k for k, v in CAP_NUMBERS.items()}
+CAP_SYS_ADMIN = CAP_NUMBERS["CAP_SYS_ADMIN"]
+CAP_SYS_RAWIO = CAP_NUMBERS["CAP_SYS_RAWIO"]
+CAP_PERFMON = CAP_NUMBERS["CAP_PERFMON"]
+CAP_BPF = CAP_NUMBERS["CAP_BPF"]
+CAP_SETPCAP = CAP_NUMBERS["CAP_SETPCAP"]
+
+_SET_LINE = re.compile(r"^Cap(Inh|Prm|Eff|Bnd|Amb):\s*([0-9a-fA-F]{1,16})\s*$")
+
+
+@dataclass(frozen=True)
+class CapSets:
+    """A process's five capability sets, as bit masks (bit n: capability n)."""
+
+    inheritable: int = 0
+    permitted: int = 0
+    effective: int = 0
+    bounding: int = 0
+    ambient: int = 0
+
+    def has(self, cap: int) -> bool:
+        """Whether cap is in the effective set (what the kernel checks)."""
+        return bool(self.effective >> cap & 1)
+
+
+def parse_status(text: str) -> CapSets:
+    """The capability sets in a /proc/PID/status text (absent lines: empty sets)."""
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        m = _SET_LINE.match(line)
+        if m:
+            found[m.group(1)] = int(m.group(2), 16)
+    return CapSets(
+        inheritable=found.get("Inh", 0),
+        permitted=found.get("Prm", 0),
+        effective=found.get("Eff", 0),
+        bounding=found.get("Bnd", 0),
+        ambient=found.get("Amb", 0),
+    )
+
+
+def current(proc_root: Path = Path("/proc"), pid: str = "self") -> CapSets:
+    """The capability sets of a process (default: this one)."""
+    try:
+        text = (proc_root / pid / "status").read_text()
+    except OSError:
+        return CapSets()
+    return parse_status(text)
+
+
+def names(mask: int) -> list[str]:
+    """The capability names in a mask, lowest first ("cap_38" for one without a name here)."""
+    return [CAP_NAMES.get(b, f"cap_{b}") for b in range(64) if mask >> b & 1]
+
+
+def mask(caps: Iterable[int]) -> int:
+    """The bit mask of some capability numbers."""
+    out = 0
+    for c in caps:
+        out |= 1 << c
+    return out
+
+
+def _kernel(release: str | None) -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", release or os.uname().release)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def bpf_tracing_missing(eff: int, release: str | None = None) -> list[str]:
+    """The capabilities missing to load and attach a tracing BPF program (tp_btf, kprobes,
+    tracepoints); [] when eff suffices.
+
+    Since Linux 5.8 (commit a17b53c4a4b5, "bpf, capability: Introduce CAP_BPF") BPF_PROG_LOAD
+    wants CAP_BPF, and for tracing program types also CAP_PERFMON (kernel/bpf/syscall.c,
+    is_perfmon_prog_type); CAP_SYS_ADMIN still implies both. Before 5.8 only CAP_SYS_ADMIN.
+    """
+    if eff >> CAP_SYS_ADMIN & 1:
+        return []
+    if _kernel(release) < (5, 8):
+        return ["CAP_SYS_ADMIN"]
+    return [CAP_NAMES[c] for c in (CAP_BPF, CAP_PERFMON) if not eff >> c & 1]
+
+
+# --- lowering the sets -----------------------------------------------------------------------
+
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_RAISE = 2
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+
+
+class _Header(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _Data(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+@dataclass(frozen=True)
+class DropResult:
+    """What drop_to() left: the sets after, and the bounding-set entries it could not drop."""
+
+    after: CapSets
+    bounding_kept: list[str]  # could not be dropped from the bounding set (no CAP_SETPCAP)
+
+
+def drop_to(keep: Iterable[int], proc_root: Path = Path("/proc")) -> DropResult:
+    """Lower every set of this process to keep, with an empty effective set (never raises a
+    capability).
+
+    The bounding set first (that needs CAP_SETPCAP, which the packaged unit does not grant:
+    then the bounding set stays as the unit set it, which is harmless: with empty
+    inheritable and ambient sets and NoNewPrivileges, nothing this process executes gains
+    from it), then the ambient set, then effective/permitted/inheritable with capset(2).
+    Applies to the calling thread: call it before starting threads (the kernel keeps
+    capabilities per thread). Raises OSError when capset fails.
+    """
+    libc = _libc()
+    want = mask(keep)
+    before = current(proc_root)
+    want &= before.permitted
+    kept_bounding = []
+    for cap in range(64):
+        dropping = before.bounding >> cap & 1 and not want >> cap & 1
+        if dropping and libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            kept_bounding.append(CAP_NAMES.get(cap, f"cap_{cap}"))
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    hdr = _Header(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_Data * 2)()
+    for i in range(2):
+        word = want >> (32 * i) & 0xFFFFFFFF
+        # Effective stays empty: the process itself uses none of them any more; a kept one
+        # is for what it executes (permitted + inheritable, and ambient below).
+        data[i].permitted = data[i].inheritable = word
+    if libc.capset(ctypes.byref(hdr), data) != 0:
+        err = ctypes.get_errno() or errno.EPERM
+        raise OSError(err, f"capset: {os.strerror(err)}")
+    # Kept capabilities also go to what this process executes (smartctl run directly by a
+    # non-root agent): ambient, which needs them permitted and inheritable (just set).
+    for cap in range(64):
+        if want >> cap & 1:
+            libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0)
+    return DropResult(current(proc_root), kept_bounding)
