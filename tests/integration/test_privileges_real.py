@@ -179,6 +179,35 @@ def test_unprivileged_uid_without_capabilities_says_which_are_missing(
         assert "capabilities: none held" in log
 
 
+def test_root_agent_keeps_only_what_smartctl_needs(world_readable_tmp: Path) -> None:
+    """As root with every capability: core runs, and afterwards no thread has an effective
+    capability; CAP_SYS_RAWIO and CAP_SYS_ADMIN stay permitted (and bound) for smartctl, its
+    child, alone; through the helper nothing stays."""
+    _need()
+    rawio_admin = caps.mask([caps.CAP_SYS_RAWIO, caps.CAP_SYS_ADMIN])
+    for smartctl, kept in (("direct", rawio_admin), ("helper", 0)):
+        agent = Agent(
+            f"blockio:\n  backend: core\nsmart:\n  smartctl: {smartctl}\n"
+            f"  helper_socket: {world_readable_tmp / 'none.sock'}\n",
+            world_readable_tmp,
+        )
+        try:
+            agent.wait_ready()
+            s = agent.scrape()
+            assert sample(s, "wattbit_blockio_backend_info", backend="core", reason="") == 1.0
+            for tid, sets in _task_caps(agent.proc.pid).items():
+                assert sets.effective == 0, (smartctl, tid, sets)
+                assert sets.permitted == sets.inheritable == sets.bounding == kept, (tid, sets)
+        finally:
+            agent.stop()
+        log = agent.log.read_text()
+        assert "capabilities: dropped " in log and "(all but the kept)" in log
+        if kept:
+            assert "kept CAP_SYS_RAWIO (smart), CAP_SYS_ADMIN (smart)" in log
+        else:
+            assert "kept none" in log
+
+
 _ISSUE_AFTER_DROP = """
 import json, sys
 from exporters import caps
