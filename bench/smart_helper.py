@@ -54,7 +54,7 @@ def main() -> int:
     print(machine())
     with tempfile.TemporaryDirectory(prefix="wattbit-bench-helper-") as tmp:
         sock = Path(tmp) / "smartctl.sock"
-        act = Activator(sock, ["/usr/bin/python3", "-I", str(HELPER)], Path(tmp) / "helper.log")
+        act = Activator(sock, ["/usr/bin/python3", "-IS", str(HELPER)], Path(tmp) / "helper.log")
         direct, helper = SmartctlRunner(), HelperRunner(str(sock))
         runners: dict[str, Runner] = {"direct": direct, "helper": helper}
         rows = []

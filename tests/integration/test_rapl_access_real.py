@@ -99,7 +99,7 @@ def test_rapl_access_lets_the_group_read_energy(world_readable_tmp: Path) -> Non
     assert before == none
 
     run = subprocess.run(
-        ["/usr/bin/python3", "-I", str(PROGRAM), "--sys-root", str(sys_root), "--group", GROUP],
+        ["/usr/bin/python3", "-IS", str(PROGRAM), "--sys-root", str(sys_root), "--group", GROUP],
         capture_output=True,
         text=True,
         check=False,
@@ -125,14 +125,14 @@ def test_rapl_access_lets_the_group_read_energy(world_readable_tmp: Path) -> Non
 def test_rapl_access_without_powercap_or_group(tmp_path: Path) -> None:
     require(is_root(), "needs root")
     ok = subprocess.run(
-        ["/usr/bin/python3", "-I", str(PROGRAM), "--sys-root", str(tmp_path), "--group", GROUP],
+        ["/usr/bin/python3", "-IS", str(PROGRAM), "--sys-root", str(tmp_path), "--group", GROUP],
         capture_output=True,
         text=True,
         check=False,
     )
     assert ok.returncode == 0 and "0 files readable" in ok.stderr  # a host without RAPL
     bad = subprocess.run(
-        ["/usr/bin/python3", "-I", str(PROGRAM), "--sys-root", str(tmp_path), "--group", "nx-grp"],
+        ["/usr/bin/python3", "-IS", str(PROGRAM), "--sys-root", str(tmp_path), "--group", "nx-grp"],
         capture_output=True,
         text=True,
         check=False,

@@ -43,7 +43,7 @@ def rundir() -> Iterator[Path]:
 
 @pytest.fixture
 def helper(rundir: Path) -> Iterator[Activator]:
-    act = Activator(rundir / "smartctl.sock", [PYTHON, "-I", str(HELPER)], rundir / "helper.log")
+    act = Activator(rundir / "smartctl.sock", [PYTHON, "-IS", str(HELPER)], rundir / "helper.log")
     yield act
     act.close()
 
@@ -100,7 +100,7 @@ def test_scan_and_read_answer_what_smartctl_says(helper: Activator) -> None:
     args = ("--json=c", "--nocheck=standby", "--info", "--health", "--attributes")
     _same(
         ask(helper.path, f"read /dev/{name} auto\n".encode()),
-        direct(*args, "-d", "auto", f"/dev/{name}"),
+        direct(*args, f"/dev/{name}"),
     )
 
 
@@ -109,7 +109,10 @@ def test_a_loop_device_of_sys_block_is_read(helper: Activator) -> None:
     with loop_disks(1, size_mb=16) as (disk,):
         answer = ask(helper.path, f"read {disk.device} auto\n".encode())
         assert isinstance(answer["exit_code"], int)
-        assert json.loads(answer["output"])["smartctl"]["argv"][-3:] == ["-d", "auto", disk.device]
+        assert json.loads(answer["output"])["smartctl"]["argv"][-2:] == [
+            "--attributes",
+            disk.device,
+        ]
 
 
 REFUSED = [
@@ -185,7 +188,9 @@ def test_path_and_pythonpath_are_not_followed(rundir: Path) -> None:
     (evil / "smartctl").chmod(0o755)
     (evil / "json.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
     env = {"PATH": str(evil), "PYTHONPATH": str(evil)}
-    act = Activator(rundir / "evil.sock", [PYTHON, "-I", str(HELPER)], rundir / "evil.log", env=env)
+    act = Activator(
+        rundir / "evil.sock", [PYTHON, "-IS", str(HELPER)], rundir / "evil.log", env=env
+    )
     try:
         _same(ask(act.path, b"scan\n"), direct("--scan-open", "--json=c"))
     finally:
@@ -198,7 +203,7 @@ def test_path_and_pythonpath_are_not_followed(rundir: Path) -> None:
 
 def test_arguments_are_refused() -> None:
     require(Path(SMARTCTL).exists(), "needs smartctl")
-    out = subprocess.run([PYTHON, "-I", str(HELPER), "/dev/sda"], capture_output=True, check=False)
+    out = subprocess.run([PYTHON, "-IS", str(HELPER), "/dev/sda"], capture_output=True, check=False)
     assert out.returncode == 2 and b"takes no arguments" in out.stderr
 
 
@@ -209,7 +214,7 @@ def test_agent_without_capabilities_reads_through_the_helper(rundir: Path) -> No
     require(have("setpriv"), "needs setpriv")
     name = whole_disk()
     act = Activator(
-        rundir / "smartctl.sock", [PYTHON, "-I", str(HELPER)], rundir / "helper.log", mode=0o666
+        rundir / "smartctl.sock", [PYTHON, "-IS", str(HELPER)], rundir / "helper.log", mode=0o666
     )
     config = (
         "blockio:\n  backend: diskstats\n"
