@@ -21,6 +21,7 @@ import pytest
 
 from exporters import caps
 from exporters.blockio.core.backend import OBJECT
+from exporters.nic.exporter import NicExporter
 from tests.support.env import require
 from tests.support.realparts import (
     ROOT,
@@ -80,6 +81,28 @@ def _exact(agent: Agent, disk: LoopDisk) -> None:
     assert delta("wattbit_disk_io_latency_seconds_count") == READS
 
 
+def _queue_interfaces(s: dict) -> set[str]:
+    return {dict(k[1])["interface"] for k in s if k[0] == "wattbit_nic_queue_packets_total"}
+
+
+def _info_interfaces(s: dict) -> set[str]:
+    return {dict(k[1])["interface"] for k in s if k[0] == "wattbit_nic_info"}
+
+
+def _root_queue_interfaces() -> set[str]:
+    """The interfaces with per-queue counters read by root, in this process (the reference)."""
+    nic = NicExporter()
+    try:
+        return {
+            sm.labels["interface"]
+            for fam in nic.collect()
+            if fam.name == "wattbit_nic_queue_packets"
+            for sm in fam.samples
+        }
+    finally:
+        nic.close()
+
+
 def _task_caps(pid: int) -> dict[str, caps.CapSets]:
     """Every thread's capability sets."""
     out = {}
@@ -132,10 +155,13 @@ def test_unprivileged_uid_with_cap_bpf_and_perfmon_runs_core_then_drops(
             # A disk that appears after the drop is counted as exactly (map reads, /sys).
             with loop_disks(1, size_mb=64) as (late,):
                 _exact(agent, late)
-            # The NIC exporter's netlink and ethtool reads need no capability: eth0 is there.
+            # The NIC exporter's netlink and ethtool reads need no capability: every interface
+            # whose per-queue counters a root reader gets, the dropped agent gets too.
             s = agent.scrape()
-            assert any(k[0].startswith("wattbit_nic_") for k in s)
             assert sample(s, "wattbit_exporter_up", exporter="nic") == 1.0
+            mine = _queue_interfaces(s)
+            theirs = _root_queue_interfaces() & _info_interfaces(s)
+            assert theirs and theirs <= mine, (theirs, mine)
         finally:
             agent.stop()
         log = agent.log.read_text()
