@@ -36,7 +36,7 @@ def check_collector(cfg: CollectorConfig, profiles: list[Profile]) -> Report:
             "collector",
             "capabilities",
             "warn",
-            "holds " + ", ".join(caps.names(held.effective)) + " and needs none",
+            f"holds {len(caps.names(held.effective))} capabilities and needs none",
             "run it as an unprivileged user with no capability (the packaged unit does)",
         )
     else:

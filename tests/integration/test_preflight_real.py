@@ -109,17 +109,24 @@ def test_agent_check_without_capabilities(tmp: Path) -> None:
     assert code == 1 and doc["ok"] is False
 
 
-def test_agent_check_bad_config_exits_2(tmp: Path) -> None:
+@pytest.mark.parametrize(
+    ("command", "text", "key"),
+    [
+        ("agent", "blockio:\n  backend: ebpf-please\n", "blockio.backend"),
+        ("collector", "pdus:\n  - name: a\n    adress: x\n", "pdus[0]"),
+    ],
+)
+def test_check_bad_config_exits_2(tmp: Path, command: str, text: str, key: str) -> None:
     cfg = tmp / "bad.yml"
-    cfg.write_text("blockio:\n  backend: ebpf-please\n")
+    cfg.write_text(text)
     out = subprocess.run(
-        [sys.executable, "-m", "collector.cli", "agent", "--config", str(cfg), "--check"],
+        [sys.executable, "-m", "collector.cli", command, "--config", str(cfg), "--check"],
         capture_output=True,
         text=True,
         cwd=ROOT,
         check=False,
     )
-    assert out.returncode == 2 and "blockio.backend" in out.stderr
+    assert out.returncode == 2 and key in out.stderr and not out.stdout
 
 
 def _collector_config(tmp: Path, snmp_port: int, rf_url: str, ipmi_port: int) -> str:
