@@ -309,7 +309,7 @@ def decode_answer(raw: bytes, duration: float = 0.0) -> RunOutcome:
     """The outcome of one helper answer (pure): smartctl's output and exit code, or why not."""
     try:
         doc = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested past the stack
         return RunOutcome("error", duration=duration, detail="the helper's answer is not JSON")
     if not isinstance(doc, dict):
         return RunOutcome("error", duration=duration, detail="the helper's answer is not JSON")

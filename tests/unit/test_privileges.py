@@ -10,6 +10,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exporters import caps
 from exporters.smart.runner import RunnerChoice, choose_runner, decode_answer
@@ -77,7 +79,8 @@ def test_decode_answer() -> None:
     assert refused.result == "error" and refused.detail == "smartctl helper: not a device name"
     late = decode_answer(b'{"error": "smartctl did not finish in time"}\n')
     assert late.result == "timeout"
-    for bad in (b"", b"[]", b"{", b'{"exit_code": true, "output": ""}', b'{"exit_code": 0}'):
+    deep = b"[" * 100_000
+    for bad in (b"", b"[]", b"{", b'{"exit_code": true, "output": ""}', b'{"exit_code": 0}', deep):
         assert decode_answer(bad).result == "error", bad
 
 
@@ -147,3 +150,50 @@ def test_helper_whole_block_device_needs_the_node_numbers(tmp_path: Path) -> Non
     (dev_root / "sdz").write_text("")  # a regular file, not a block device node
     assert not H.whole_block_device("/dev/sdz", sys_root, dev_root)
     assert not H.whole_block_device("/dev/sdy", sys_root, dev_root)
+
+
+# --- property tests: any input, the documented outcome ----------------------------------------
+
+_FUZZ = settings(max_examples=300, deadline=None, derandomize=True)
+_WORDS = st.sampled_from(
+    ["scan", "read", "/dev/sda", "/dev/../x", "-d", "--", "auto", "megaraid,0", "sat", " ", "\n"]
+)
+
+
+@_FUZZ
+@given(
+    st.one_of(
+        st.binary(max_size=300), st.lists(_WORDS, max_size=6).map(lambda w: " ".join(w).encode())
+    )
+)
+def test_helper_parse_request_accepts_only_the_grammar(line: bytes) -> None:
+    """Any bytes: Refused, or a request whose device and type pass the checks smartctl's
+    argv is built from (never an option, never a traversal)."""
+    for candidate in (line, line + b"\n"):
+        try:
+            req = H.parse_request(candidate)
+        except H.Refused:
+            continue
+        assert req == ("scan",) or (
+            req[0] == "read"
+            and H.DEVICE_RE.match(req[1])
+            and ".." not in req[1]
+            and not req[1].startswith("-")
+            and H.valid_type(req[2])
+        )
+
+
+@_FUZZ
+@given(st.text(max_size=400))
+def test_parse_status_never_raises(text: str) -> None:
+    sets = caps.parse_status(text)
+    for v in (sets.effective, sets.permitted, sets.inheritable, sets.bounding, sets.ambient):
+        assert 0 <= v < 1 << 64
+
+
+@_FUZZ
+@given(st.binary(max_size=2000))
+def test_decode_answer_never_raises(raw: bytes) -> None:
+    out = decode_answer(raw)
+    assert out.result in ("done", "error", "timeout")
+    assert out.result != "done" or (out.exit_code is not None and isinstance(out.output, bytes))
