@@ -234,6 +234,43 @@ def test_root_agent_keeps_only_what_smartctl_needs(world_readable_tmp: Path) -> 
             assert "kept none" in log
 
 
+_LOAD_ANYWAY = """
+import json
+from exporters import caps
+from exporters.blockio.core import backend
+from exporters.blockio.model import BackendUnavailable
+said = caps.bpf_tracing_missing(caps.current().effective)
+backend.caps.bpf_tracing_missing = lambda *a, **k: []  # let the kernel decide
+try:
+    backend.CoreBackend([1e-3]).close()
+    loaded = True
+except BackendUnavailable as exc:
+    loaded = False
+    assert exc.reason == "bpf load failed", exc.detail
+print(json.dumps({"said": said, "loaded": loaded}))
+"""
+
+
+@pytest.mark.parametrize(
+    "held",
+    [["bpf"], ["perfmon"], ["bpf", "perfmon"], ["sys_admin"], ["bpf", "sys_admin"], []],
+    ids=lambda h: "+".join(h) or "none",
+)
+def test_the_capability_table_is_the_kernels(held: list[str]) -> None:
+    """What bpf_tracing_missing says is what this kernel does: the program loaded with the
+    check bypassed succeeds exactly when the table says nothing is missing."""
+    _need()
+    out = subprocess.run(
+        [*setpriv("65534", held), sys.executable, "-c", _LOAD_ANYWAY],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    got = json.loads(out.stdout)
+    assert got["loaded"] == (got["said"] == []), got
+
+
 _ISSUE_AFTER_DROP = """
 import json, sys
 from exporters import caps
