@@ -13,6 +13,8 @@ import os
 import socket
 import subprocess
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -250,3 +252,79 @@ def test_agent_without_capabilities_reads_through_the_helper(rundir: Path) -> No
     direct_ = {k: v for k, v in s2.items() if k[0].startswith("wattbit_disk_smart_available")}
     assert via_helper == direct_ and via_helper
     assert f"smartctl-helper: read /dev/{name} auto: exit" in (rundir / "helper.log").read_text()
+
+
+# --- the bounds of one run, on real processes standing in for a hung or chatty smartctl --------
+
+
+def _module():  # type: ignore[no-untyped-def]
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("smartctl_helper_run", str(HELPER))
+    spec = importlib.util.spec_from_loader("smartctl_helper_run", loader)
+    assert spec is not None
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+H = _module()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")  # killed (its reaper is this test process)
+
+
+def test_a_run_past_its_deadline_is_killed(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    with pytest.raises(H.Refused, match="did not finish in time"):
+        H.run(["/bin/sh", "-c", f"echo $$ > {pidfile}; exec sleep 600"], time.monotonic() + 1)
+    pid = int(pidfile.read_text())
+    wait_for(lambda: _gone(pid), 30, "the hung stand-in killed")
+
+
+def test_an_output_past_the_bound_is_refused() -> None:
+    argv = ["/bin/sh", "-c", "exec head -c 3000000 /dev/zero"]
+    with pytest.raises(H.Refused, match="output is too large"):
+        H.run(argv, time.monotonic() + 60, max_output=1 << 20)
+    code, out = H.run(argv, time.monotonic() + 60, max_output=4 << 20)
+    assert code == 0 and len(out) == 3000000
+
+
+def test_a_client_that_hangs_up_ends_the_run(tmp_path: Path) -> None:
+    """The agent gave up (its timeout is shorter than the helper's): smartctl is killed then,
+    not at the helper's own deadline; a half-close after the request is not a hang-up."""
+    pidfile = tmp_path / "pid"
+    a, b = socket.socketpair()
+    with a, b:
+        b.shutdown(socket.SHUT_WR)  # half-close: still there
+        code, out = H.run(
+            ["/bin/sh", "-c", "sleep 0.2; echo hi"], time.monotonic() + 60, client=a.fileno()
+        )
+        assert (code, out) == (0, b"hi\n")
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                H.run(
+                    ["/bin/sh", "-c", f"echo $$ > {pidfile}; exec sleep 600"],
+                    time.monotonic() + 600,
+                    client=a.fileno(),
+                )
+            except BaseException as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=run)
+        t.start()
+        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip() != "", 30, "the stand-in")
+        b.close()  # the client is gone
+        t.join(timeout=60)
+    assert not t.is_alive()
+    assert len(errors) == 1 and "the client went away" in str(errors[0])
+    pid = int(pidfile.read_text())
+    wait_for(lambda: _gone(pid), 30, "the stand-in killed")
