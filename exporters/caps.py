@@ -105,8 +105,9 @@ def parse_status(text: str) -> CapSets:
     )
 
 
-def current(proc_root: Path = Path("/proc"), pid: str = "self") -> CapSets:
-    """The capability sets of a process (default: this one)."""
+def current(proc_root: Path = Path("/proc"), pid: str = "thread-self") -> CapSets:
+    """The capability sets of a task (default: this thread: the kernel keeps them per
+    thread, and /proc/self is the process's main thread)."""
     try:
         text = (proc_root / pid / "status").read_text()
     except OSError:
@@ -115,7 +116,7 @@ def current(proc_root: Path = Path("/proc"), pid: str = "self") -> CapSets:
 
 
 def names(mask: int) -> list[str]:
-    """The capability names in a mask, lowest first ("cap_38" for one without a name here)."""
+    """The capability names in a mask, lowest first ("cap_41" for one without a name here)."""
     return [CAP_NAMES.get(b, f"cap_{b}") for b in range(64) if mask >> b & 1]
 
 
@@ -132,17 +133,29 @@ def _kernel(release: str | None) -> tuple[int, int]:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-def bpf_tracing_missing(eff: int, release: str | None = None) -> list[str]:
-    """The capabilities missing to load and attach a tracing BPF program (tp_btf, kprobes,
-    tracepoints); [] when eff suffices.
+def cap_last_cap(proc_root: Path = Path("/proc"), release: str | None = None) -> int:
+    """The highest capability this kernel knows (/proc/sys/kernel/cap_last_cap, Linux 3.2+;
+    else guessed from the release: CAP_BPF came in 5.8, CAP_CHECKPOINT_RESTORE in 5.9)."""
+    try:
+        return int((proc_root / "sys" / "kernel" / "cap_last_cap").read_text().strip())
+    except (OSError, ValueError):
+        k = _kernel(release)
+        return 40 if k >= (5, 9) else CAP_BPF if k >= (5, 8) else 37
 
-    Since Linux 5.8 (commit a17b53c4a4b5, "bpf, capability: Introduce CAP_BPF") BPF_PROG_LOAD
-    wants CAP_BPF, and for tracing program types also CAP_PERFMON (kernel/bpf/syscall.c,
-    is_perfmon_prog_type); CAP_SYS_ADMIN still implies both. Before 5.8 only CAP_SYS_ADMIN.
+
+def bpf_tracing_missing(eff: int, last_cap: int | None = None) -> list[str]:
+    """The capabilities missing to load and attach a tracing BPF program (tp_btf, kprobes,
+    tracepoints); [] when eff suffices. last_cap: cap_last_cap() (default: this kernel's).
+
+    On a kernel that knows CAP_BPF (mainline 5.8, commit a17b53c4a4b5 "bpf, capability:
+    Introduce CAP_BPF", or a distribution kernel with it backported: decided by what the
+    kernel knows, not by its version) BPF_PROG_LOAD wants CAP_BPF, and for tracing program
+    types also CAP_PERFMON (kernel/bpf/syscall.c, is_perfmon_prog_type); CAP_SYS_ADMIN still
+    implies both. A kernel without CAP_BPF wants CAP_SYS_ADMIN.
     """
     if eff >> CAP_SYS_ADMIN & 1:
         return []
-    if _kernel(release) < (5, 8):
+    if (cap_last_cap() if last_cap is None else last_cap) < CAP_BPF:
         return ["CAP_SYS_ADMIN"]
     return [CAP_NAMES[c] for c in (CAP_BPF, CAP_PERFMON) if not eff >> c & 1]
 

@@ -44,22 +44,33 @@ def test_parse_status() -> None:
 
 
 @pytest.mark.parametrize(
-    ("held", "release", "missing"),
+    ("held", "last_cap", "missing"),
     [
-        (["CAP_BPF", "CAP_PERFMON"], "5.8.0", []),
-        (["CAP_BPF", "CAP_PERFMON"], "6.18.44-fc-v857", []),
-        (["CAP_BPF"], "6.1.0-26-amd64", ["CAP_PERFMON"]),
-        (["CAP_PERFMON"], "6.1.0", ["CAP_BPF"]),
-        ([], "6.1.0", ["CAP_BPF", "CAP_PERFMON"]),
-        (["CAP_SYS_ADMIN"], "6.1.0", []),
-        (["CAP_SYS_ADMIN"], "4.19.0", []),
-        (["CAP_BPF", "CAP_PERFMON"], "5.4.0-150-generic", ["CAP_SYS_ADMIN"]),
-        ([], "4.18.0-553.el8", ["CAP_SYS_ADMIN"]),
+        (["CAP_BPF", "CAP_PERFMON"], 39, []),  # 5.8
+        (["CAP_BPF", "CAP_PERFMON"], 40, []),  # 5.9 and later (this VM's 6.18)
+        (["CAP_BPF"], 40, ["CAP_PERFMON"]),
+        (["CAP_PERFMON"], 40, ["CAP_BPF"]),
+        ([], 40, ["CAP_BPF", "CAP_PERFMON"]),
+        (["CAP_SYS_ADMIN"], 40, []),
+        (["CAP_SYS_ADMIN"], 37, []),
+        (["CAP_PERFMON"], 38, ["CAP_SYS_ADMIN"]),  # knows CAP_PERFMON, not CAP_BPF
+        ([], 37, ["CAP_SYS_ADMIN"]),  # 5.4, 4.19: before CAP_PERFMON and CAP_BPF
     ],
 )
-def test_bpf_tracing_missing(held: list[str], release: str, missing: list[str]) -> None:
+def test_bpf_tracing_missing(held: list[str], last_cap: int, missing: list[str]) -> None:
     eff = caps.mask(caps.CAP_NUMBERS[n] for n in held)
-    assert caps.bpf_tracing_missing(eff, release) == missing
+    assert caps.bpf_tracing_missing(eff, last_cap) == missing
+
+
+def test_cap_last_cap(tmp_path: Path) -> None:
+    (tmp_path / "sys" / "kernel").mkdir(parents=True)
+    (tmp_path / "sys" / "kernel" / "cap_last_cap").write_text("40\n")
+    assert caps.cap_last_cap(tmp_path) == 40
+    empty = tmp_path / "none"
+    assert caps.cap_last_cap(empty, "6.1.0-26-amd64") == 40
+    assert caps.cap_last_cap(empty, "5.8.0") == 39
+    assert caps.cap_last_cap(empty, "4.18.0-553.el8_10.x86_64") == 37
+    assert caps.cap_last_cap() == int(Path("/proc/sys/kernel/cap_last_cap").read_text())
 
 
 def test_choose_runner() -> None:
