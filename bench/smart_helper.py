@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.harness import alternate, bench_lock, machine, median, table  # noqa: E402
-from exporters.blockio.exporter import DEFAULT_EXCLUDE  # noqa: E402
+from exporters.hostfs.blockdevs import BLOCK_EXCLUDE  # noqa: E402
 from exporters.smart.exporter import device_path, list_disks  # noqa: E402
 from exporters.smart.runner import HelperRunner, Runner, RunOutcome, SmartctlRunner  # noqa: E402
 from tests.support.sockact import Activator  # noqa: E402
@@ -47,7 +47,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--repeat", type=int, default=100, help="reads of each variant per disk")
     args = ap.parse_args()
-    disks = [d for d in list_disks(Path("/sys"), DEFAULT_EXCLUDE) if not d.virtual]
+    disks = [d for d in list_disks(Path("/sys"), BLOCK_EXCLUDE) if not d.virtual]
     if not disks:
         print("no disk to read here")
         return 1

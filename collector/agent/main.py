@@ -11,11 +11,12 @@ from collector.agent.config import AgentConfig, SmartConfig
 from collector.agent.privileges import drop_after_start
 from collector.daemon.serve import ListenError, serve
 from collector.web.config import WebConfig
-from exporters import caps
 from exporters.base import Exporter
 from exporters.blockio.exporter import BlockioExporter
 from exporters.blockio.model import BackendUnavailable
 from exporters.cpu.exporter import CpuExporter
+from exporters.hostfs import caps
+from exporters.hostfs.read import PROC_ROOT, SYS_ROOT
 from exporters.nic.exporter import NicExporter, QueueReader
 from exporters.pcie.exporter import PcieExporter
 from exporters.power.exporter import PowerExporter
@@ -38,8 +39,8 @@ class StartupError(Exception):
 
 def build_exporters(
     cfg: AgentConfig,
-    sys_root: Path = Path("/sys"),
-    proc_root: Path = Path("/proc"),
+    sys_root: Path = SYS_ROOT,
+    proc_root: Path = PROC_ROOT,
     ethtool: QueueReader | None = None,
     smartctl: Runner | None = None,
     start: bool = True,

@@ -17,8 +17,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from exporters import caps
 from exporters.base import Exporter
+from exporters.hostfs import caps
 
 
 def drop_after_start(exporters: Sequence[Exporter]) -> str:

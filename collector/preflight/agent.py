@@ -14,10 +14,10 @@ from prometheus_client.metrics_core import Metric
 
 from collector.agent.config import AgentConfig
 from collector.preflight.report import Report
-from exporters import caps
 from exporters.base import Exporter
 from exporters.blockio.exporter import open_backend
 from exporters.blockio.model import BackendUnavailable
+from exporters.hostfs import caps
 from exporters.nic.exporter import NicExporter
 from exporters.pcie.exporter import PcieExporter
 from exporters.power.powercap import parse_zones, read_powercap

@@ -18,9 +18,9 @@ from collector.site.bmcs import bmc_target
 from collector.site.config import CollectorConfig, PduConfig
 from collector.site.main import holds_registry
 from collector.site.targets import pdu_target
-from exporters import caps
 from exporters.bmc.ipmi import IPMI_RAW
 from exporters.bmc.poller import BmcPoller, BmcState
+from exporters.hostfs import caps
 from exporters.pdu.poller import PduState
 from exporters.pdu.profile import Profile
 

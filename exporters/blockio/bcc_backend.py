@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import caps
+from ..hostfs import caps
 from .bpfshared import LiveDisks, fdinfo, kernel_at_least, prog_stats, sum_percpu
 from .diskstats import DiskstatsBackend
 from .layout import CLOCK_DEVICE, Layout

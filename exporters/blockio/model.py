@@ -117,5 +117,5 @@ class BackendUnavailable(Exception):
 
 def caps_reason(missing: list[str]) -> str:
     """The reason label for missing capabilities ("missing CAP_BPF+CAP_PERFMON"): bounded, as
-    the names come from exporters.caps' fixed list."""
+    the names come from exporters.hostfs.caps' fixed list."""
     return "missing " + "+".join(missing)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from exporters import caps
 from exporters.blockio.core.backend import OBJECT
+from exporters.hostfs import caps
 from tests.support.bmcs import MOCKUPS, IpmiSim, SushyStatic, sushy_static_path
 from tests.support.env import RECORDINGS, ROOT, require
 from tests.support.realparts import Collector, have, is_root, running, setpriv

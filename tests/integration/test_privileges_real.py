@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from exporters import caps
 from exporters.blockio.core.backend import OBJECT
+from exporters.hostfs import caps
 from exporters.nic.exporter import NicExporter
 from tests.support.env import require
 from tests.support.realparts import (
@@ -236,7 +236,7 @@ def test_root_agent_keeps_only_what_smartctl_needs(world_readable_tmp: Path) -> 
 
 _LOAD_ANYWAY = """
 import json
-from exporters import caps
+from exporters.hostfs import caps
 from exporters.blockio.core import backend
 from exporters.blockio.model import BackendUnavailable
 said = caps.bpf_tracing_missing(caps.current().effective)
@@ -273,7 +273,7 @@ def test_the_capability_table_is_the_kernels(held: list[str]) -> None:
 
 _ISSUE_AFTER_DROP = """
 import json, sys
-from exporters import caps
+from exporters.hostfs import caps
 from exporters.blockio.core.backend import CoreBackend
 b = CoreBackend([2**k * 1e-6 for k in range(32)], stamps=0)
 r = caps.drop_to([])

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from exporters import caps
 from exporters.blockio.core import backend as core
 from exporters.blockio.core.backend import CoreBackend
 from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, BackendUnavailable
+from exporters.hostfs import caps
 
 N = len(DEFAULT_LAT_BOUNDS_SECONDS) + 1
 

@@ -6,7 +6,7 @@ import json
 
 from collector.preflight.agent import describe
 from collector.preflight.report import Report
-from exporters import caps
+from exporters.hostfs import caps
 
 
 def _report() -> Report:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporters import caps
+from exporters.hostfs import caps
 from exporters.smart.runner import RunnerChoice, choose_runner, decode_answer
 from tests.support.env import ROOT
 

@@ -1,4 +1,4 @@
-"""What this process may do: its Linux capability sets, read and dropped.
+"""What this process may do: its Linux capability sets, read (through read.py) and dropped.
 
 Every exporter decides from its capabilities, never from ``euid == 0``: root in a container or
 under a systemd unit with ``CapabilityBoundingSet=`` may hold almost none, and the packaged
@@ -18,6 +18,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from .read import PROC_ROOT, read_proc
 
 # include/uapi/linux/capability.h, in its order (CAP_LAST_CAP is 40 since Linux 5.9).
 _ALL = (
@@ -105,14 +107,10 @@ def parse_status(text: str) -> CapSets:
     )
 
 
-def current(proc_root: Path = Path("/proc"), pid: str = "thread-self") -> CapSets:
+def current(proc_root: Path = PROC_ROOT, pid: str = "thread-self") -> CapSets:
     """The capability sets of a task (default: this thread: the kernel keeps them per
-    thread, and /proc/self is the process's main thread)."""
-    try:
-        text = (proc_root / pid / "status").read_text()
-    except OSError:
-        return CapSets()
-    return parse_status(text)
+    thread, and /proc/self is the process's main thread); empty sets when unreadable."""
+    return parse_status(read_proc(proc_root / pid / "status", 1 << 16))
 
 
 def names(mask: int) -> list[str]:
@@ -133,14 +131,14 @@ def _kernel(release: str | None) -> tuple[int, int]:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-def cap_last_cap(proc_root: Path = Path("/proc"), release: str | None = None) -> int:
+def cap_last_cap(proc_root: Path = PROC_ROOT, release: str | None = None) -> int:
     """The highest capability this kernel knows (/proc/sys/kernel/cap_last_cap, Linux 3.2+;
     else guessed from the release: CAP_BPF came in 5.8, CAP_CHECKPOINT_RESTORE in 5.9)."""
-    try:
-        return int((proc_root / "sys" / "kernel" / "cap_last_cap").read_text().strip())
-    except (OSError, ValueError):
-        k = _kernel(release)
-        return 40 if k >= (5, 9) else CAP_BPF if k >= (5, 8) else 37
+    text = read_proc(proc_root / "sys" / "kernel" / "cap_last_cap", 64).strip()
+    if text.isascii() and text.isdigit() and len(text) <= 3:
+        return int(text)
+    k = _kernel(release)
+    return 40 if k >= (5, 9) else CAP_BPF if k >= (5, 8) else 37
 
 
 def bpf_tracing_missing(eff: int, last_cap: int | None = None) -> list[str]:
