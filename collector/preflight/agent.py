@@ -5,7 +5,6 @@ exporter collects once), not by guessing from the uid."""
 from __future__ import annotations
 
 import json
-import logging
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -22,8 +21,6 @@ from exporters.nic.exporter import NicExporter
 from exporters.pcie.exporter import PcieExporter
 from exporters.power.powercap import parse_zones, read_powercap
 from exporters.smart.runner import choose_runner, decode_answer, find_smartctl, helper_present
-
-log = logging.getLogger("wattbit.preflight")
 
 GRANT = (
     "run as root, or give the agent CAP_BPF and CAP_PERFMON (the packaged unit's "
@@ -69,6 +66,9 @@ def check_agent(
         _rapl(report, sys_root)
     if cfg.smart.enabled:
         _smart(report, cfg, held, helper_timeout)
+    for name in ("nic", "pcie", "power", "smart"):
+        if not getattr(cfg, name).enabled:
+            report.add(name, "enabled", "off", f"{name}.enabled: false")
     return report
 
 
