@@ -69,7 +69,42 @@ def check_agent(
     for name in ("nic", "pcie", "power", "smart"):
         if not getattr(cfg, name).enabled:
             report.add(name, "enabled", "off", f"{name}.enabled: false")
+    _after_start(report, cfg, held)
     return report
+
+
+def _after_start(report: Report, cfg: AgentConfig, held: caps.CapSets) -> None:
+    """What the agent would keep once its programs are attached (collector/agent/privileges)."""
+    if not held.permitted:
+        report.add("agent", "after start", "ok", "holds no capability to drop")
+        return
+    if not cfg.drop_capabilities:
+        report.add(
+            "agent",
+            "after start",
+            "warn",
+            "drop_capabilities: false: keeps " + describe(held.permitted) + " throughout",
+            "drop_capabilities: true (the default)",
+        )
+        return
+    direct = False
+    if cfg.smart.enabled:
+        s = cfg.smart
+        rawio = held.has(caps.CAP_SYS_RAWIO)
+        direct = choose_runner(s.smartctl, helper_present(s.helper_socket), rawio).runner == (
+            "smartctl"
+        )
+    kept = held.permitted & caps.mask([caps.CAP_SYS_RAWIO, caps.CAP_SYS_ADMIN]) if direct else 0
+    if kept:
+        report.add(
+            "agent",
+            "after start",
+            "ok",
+            f"drops the rest; keeps {describe(kept)} permitted (never effective) for "
+            "smartctl, its child (the helper socket would let it keep none)",
+        )
+    else:
+        report.add("agent", "after start", "ok", "drops every capability once attached")
 
 
 # The capabilities an exporter may use (docs/privileges.md); the others are only counted.

@@ -83,6 +83,8 @@ def test_agent_check_as_root(tmp: Path) -> None:
         "/usr/sbin/smartctl run by the agent (has CAP_SYS_RAWIO)",
     )
     assert code == 0 and doc["ok"] is True
+    kept, detail = status(doc, "agent", "after start")
+    assert kept == "ok" and "keeps CAP_SYS_ADMIN, CAP_SYS_RAWIO permitted" in detail
     # Nothing attached is left behind: the check detached what it loaded.
     assert not any(f["status"] == "fail" for f in doc["findings"])
 
@@ -91,6 +93,7 @@ def test_agent_check_with_exactly_the_tracer_capabilities(tmp: Path) -> None:
     _need_bpf()
     code, doc = check("agent", _agent_config(tmp), "65534", ["bpf", "perfmon"])
     assert status(doc, "agent", "capabilities") == ("ok", "effective: CAP_BPF, CAP_PERFMON")
+    assert status(doc, "agent", "after start") == ("ok", "drops every capability once attached")
     assert status(doc, "blockio", "program loads and attaches")[0] == "ok"
     # No CAP_SYS_RAWIO and no helper socket here: SMART cannot run, and says how to fix it.
     smart, detail = status(doc, "smart", "smartctl")
@@ -104,6 +107,7 @@ def test_agent_check_without_capabilities(tmp: Path) -> None:
     require(is_root() and have("setpriv"), "needs root and setpriv")
     code, doc = check("agent", _agent_config(tmp, smart=False), "65534", [])
     assert status(doc, "blockio", "capabilities") == ("fail", "missing CAP_BPF and CAP_PERFMON")
+    assert status(doc, "agent", "after start") == ("ok", "holds no capability to drop")
     loaded, detail = status(doc, "blockio", "program loads and attaches")
     assert loaded == "fail" and "(missing CAP_BPF+CAP_PERFMON)" in detail
     assert code == 1 and doc["ok"] is False
