@@ -13,6 +13,7 @@ from collector.daemon.config import AGENT_PORT, Listen, ProcessConfig
 from exporters.blockio.exporter import DEFAULT_EXCLUDE
 from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, MAX_LAT_BOUNDS
 from exporters.nic.exporter import DEFAULT_EXCLUDE as NIC_EXCLUDE
+from exporters.tcp.exporter import DEFAULT_KEY as TCP_DEFAULT_KEY
 
 MAX_LINK_SPEEDS = 4096  # nic.link_speeds entries: far more interfaces than a host exports
 
@@ -114,6 +115,37 @@ class CpuConfig(Strict):
     enabled: bool = False
 
 
+TcpDimension = Literal["peer", "port", "cgroup", "process", "experiment", "activity"]
+
+
+class TcpConfig(Strict):
+    """The tcp exporter's settings (every TCP socket's tcp_info, by flow key; tuning)."""
+
+    enabled: bool = True
+    interval: Annotated[Duration, at_least(1)] = 5.0
+    key: list[TcpDimension] = Field(default_factory=lambda: list(TCP_DEFAULT_KEY))  # type: ignore[arg-type]
+    top_k: int = Field(default=20, ge=1, le=500)
+    peer_prefix_v4: int = Field(default=32, ge=0, le=32)
+    peer_prefix_v6: int = Field(default=128, ge=0, le=128)
+    process_refresh: Annotated[Duration, at_least(1)] = 30.0
+    max_sockets: int = Field(default=262_144, ge=1024, le=1 << 22)
+    destroy_events: bool = True  # follow closing sockets' last figures (CAP_NET_ADMIN)
+
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, v: float) -> float:
+        if v > 300:
+            raise ValueError("must be at most 300s")
+        return v
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("lists a dimension twice")
+        return v
+
+
 class AgentConfig(ProcessConfig):
     """`wattbit agent` configuration."""
 
@@ -126,3 +158,4 @@ class AgentConfig(ProcessConfig):
     power: PowerConfig = PowerConfig()
     pcie: PcieConfig = PcieConfig()
     cpu: CpuConfig = CpuConfig()
+    tcp: TcpConfig = TcpConfig()

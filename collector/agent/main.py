@@ -1,5 +1,5 @@
-"""`wattbit agent`: the host agent serving blockio, nic, smart, power and pcie (and opt-in cpu)
-metrics."""
+"""`wattbit agent`: the host agent serving blockio, nic, smart, power, pcie and tcp (and opt-in
+cpu) metrics."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from exporters.pcie.exporter import PcieExporter
 from exporters.power.exporter import PowerExporter
 from exporters.smart.exporter import SmartExporter
 from exporters.smart.runner import Runner
+from exporters.tcp.exporter import KeyConfig, SocketReader, TcpExporter
 
 log = logging.getLogger("wattbit.agent")
 
@@ -33,11 +34,12 @@ def build_exporters(
     proc_root: Path = Path("/proc"),
     ethtool: QueueReader | None = None,
     smartctl: Runner | None = None,
+    tcp_reader: SocketReader | None = None,
 ) -> list[Exporter]:
     """The exporters the configuration enables, reading this machine.
 
-    Another machine's captured /sys and /proc, a recorded ethtool and a recorded smartctl
-    can be given instead (tests/unit/test_agent_golden.py).
+    Another machine's captured /sys and /proc, a recorded ethtool, a recorded smartctl and
+    recorded sock_diag answers can be given instead (tests/unit/test_agent_golden.py).
     """
     exporters: list[Exporter] = []
     if cfg.blockio.enabled:
@@ -101,6 +103,21 @@ def build_exporters(
         )
     if cfg.cpu.enabled:
         exporters.append(CpuExporter(proc_root=proc_root))
+    if cfg.tcp.enabled:
+        t = cfg.tcp
+        exporters.append(
+            TcpExporter(
+                interval=t.interval,
+                key=KeyConfig(tuple(t.key), t.peer_prefix_v4, t.peer_prefix_v6),
+                top_k=t.top_k,
+                process_refresh=t.process_refresh,
+                max_sockets=t.max_sockets,
+                proc_root=proc_root,
+                sys_root=sys_root,
+                reader=tcp_reader,
+                destroy=t.destroy_events,
+            )
+        )
     return exporters
 
 
