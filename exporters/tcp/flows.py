@@ -85,7 +85,7 @@ class KeyGauges:
 class Snapshot:
     """What the exporter renders: counters and gauges of the exported keys and `other`."""
 
-    totals: dict[Key, list[float]]
+    totals: dict[Key, list[int]]  # in tcp_info's units (COUNTERS' scale gives base units)
     gauges: dict[Key, KeyGauges]
     closed: dict[tuple[Key, str], int]
     sockets: int
@@ -113,11 +113,12 @@ class FlowTable:
         self.graveyard: OrderedDict[int, None] = OrderedDict()
         self.scores: dict[Key, float] = {}
         self.exported: set[Key] = set()
-        self.totals: dict[Key, list[float]] = {other: [0.0] * _N}
+        self.totals: dict[Key, list[int]] = {other: [0] * _N}  # in tcp_info's units
         self.closed: Counter[tuple[Key, str]] = Counter()
         self.samples = 0
         self.last_time: float | None = None
         self._entering: set[Key] = set()
+        self.retired = [0] * _N  # the last totals of keys that left the top-K (for checks)
 
     def _add(self, acc: dict[Key, list[int]], key: Key, new: Values, old: Values) -> int:
         d = acc.setdefault(key, [0] * _N)
@@ -187,6 +188,13 @@ class FlowTable:
             key, old = entry
         self._add(acc, key, s.values(), old)
         self.closed[(key, "seen")] += 1
+        self._bury(s.cookie)
+
+    def _bury(self, cookie: int) -> None:
+        """Remember a closed socket's cookie, so a message for it never counts again."""
+        self.graveyard[cookie] = None
+        if len(self.graveyard) > GRAVEYARD:
+            self.graveyard.popitem(last=False)
 
     def _age_closing(self) -> None:
         for cookie in list(self.closing):
@@ -194,9 +202,7 @@ class FlowTable:
             if age + 1 >= CLOSE_LINGER_SAMPLES:
                 del self.closing[cookie]
                 self.closed[(key, "unseen")] += 1
-                self.graveyard[cookie] = None
-                if len(self.graveyard) > GRAVEYARD:
-                    self.graveyard.popitem(last=False)
+                self._bury(cookie)
             else:
                 self.closing[cookie] = (key, vals, age + 1)
 
@@ -227,9 +233,11 @@ class FlowTable:
             exported.discard(lowest)
             exported.add(key)
         for key in self.exported - exported:
-            self.totals.pop(key, None)
+            gone = self.totals.pop(key, None)  # its series ends; what it counted stays counted
+            for i, v in enumerate(gone or ()):
+                self.retired[i] += v
         for key in exported - self.exported:
-            self.totals[key] = [0.0] * _N  # born at 0; this sample's figures go to other
+            self.totals[key] = [0] * _N  # born at 0; this sample's figures go to other
         self._entering = exported - self.exported
         self.exported = exported
 
@@ -237,8 +245,8 @@ class FlowTable:
         for key, d in acc.items():
             target = key if key in self.exported and key not in self._entering else self.other
             t = self.totals[target]
-            for i, (_f, _n, scale) in enumerate(COUNTERS):
-                t[i] += d[i] * scale
+            for i in range(_N):
+                t[i] += d[i]
         closed: Counter[tuple[Key, str]] = Counter()
         for (key, final), n in self.closed.items():
             closed[(key if key in self.exported else self.other, final)] += n

@@ -242,7 +242,7 @@ def test_golden_covers_every_exporter(agent_metrics: bytes) -> None:
     # the bulk pair's later 64 MiB, counted once under its service port (its listener's)
     assert (
         'wattbit_tcp_flow_received_bytes_total{activity="",cgroup="",experiment="",'
-        'peer="127.0.0.1",port="37513",process=""} 6.7108864e+07\n'
+        'peer="127.0.0.1",port="34647",process=""} 6.7108864e+07\n'
     ) in text
 
 
