@@ -117,7 +117,6 @@ class FlowTable:
         self.closed: Counter[tuple[Key, str]] = Counter()
         self.samples = 0
         self.last_time: float | None = None
-        self._entering: set[Key] = set()
         self.retired = [0] * _N  # the last totals of keys that left the top-K (for checks)
 
     def _add(self, acc: dict[Key, list[int]], key: Key, new: Values, old: Values) -> int:
@@ -237,13 +236,12 @@ class FlowTable:
             for i, v in enumerate(gone or ()):
                 self.retired[i] += v
         for key in exported - self.exported:
-            self.totals[key] = [0] * _N  # born at 0; this sample's figures go to other
-        self._entering = exported - self.exported
+            self.totals[key] = [0] * _N  # a new series: from this sample's figures on
         self.exported = exported
 
     def _count(self, acc: dict[Key, list[int]]) -> None:
         for key, d in acc.items():
-            target = key if key in self.exported and key not in self._entering else self.other
+            target = key if key in self.exported else self.other
             t = self.totals[target]
             for i in range(_N):
                 t[i] += d[i]

@@ -239,10 +239,16 @@ def test_golden_covers_every_exporter(agent_metrics: bytes) -> None:
     assert 'wattbit_controller_cpu_interrupts_total{controller="0000:00:02.0",cpu="1"}' in text
     assert 'interface="docker0"' not in text and 'interface="lo"' not in text
     assert not re.search(r"(?m)^(# (HELP|TYPE) )?process_", text)
-    # the bulk pair's later 64 MiB, counted once under its service port (its listener's)
+    # the bulk pair, born after the baseline: its two phases of 64 MiB, once, under its
+    # service port (its listener's); the sndbuf-limited pair, born and closed between two
+    # samples: its 8 MiB from the destroy messages
     assert (
         'wattbit_tcp_flow_received_bytes_total{activity="",cgroup="",experiment="",'
-        'peer="127.0.0.1",port="34647",process=""} 6.7108864e+07\n'
+        'peer="127.0.0.1",port="34647",process=""} 1.34217728e+08\n'
+    ) in text
+    assert (
+        'wattbit_tcp_flow_received_bytes_total{activity="",cgroup="",experiment="",'
+        'peer="127.0.0.1",port="60036",process=""} 8.388608e+06\n'
     ) in text
 
 

@@ -160,14 +160,14 @@ def test_hysteresis_keeps_similar_keys_from_swapping() -> None:
     assert t.exported == {b} and a not in t.totals
 
 
-def test_a_key_enters_at_zero() -> None:
+def test_a_key_enters_with_its_sample() -> None:
     t = FlowTable(top_k=5, other=OTHER)
     a = key("10.0.0.1")
     t.sample([sock(1, a, 0)], [], now=0, tracking=True)
     t.sample([sock(1, a, 700)], [], now=1, tracking=True)
-    assert t.totals[a][0] == 0 and t.totals[OTHER][0] == 700
+    assert t.totals[a][0] == 700 and t.totals[OTHER][0] == 0
     t.sample([sock(1, a, 1000)], [], now=2, tracking=True)
-    assert t.totals[a][0] == 300
+    assert t.totals[a][0] == 1000
 
 
 def test_gauges() -> None:
