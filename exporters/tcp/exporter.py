@@ -112,15 +112,15 @@ class KeyConfig:
 
 
 def peer_label(address: str, v4: int, v6: int) -> str:
-    """The address, or its network at the configured prefix length."""
+    """The address (as inet_ntop wrote it), or its network at the configured prefix length."""
+    v6addr = ":" in address
+    bits = v6 if v6addr else v4
+    if bits >= (128 if v6addr else 32):
+        return address
     try:
-        ip = ipaddress.ip_address(address)
+        return str(ipaddress.ip_network(f"{address}/{bits}", strict=False))
     except ValueError:
         return ""
-    bits = v4 if ip.version == 4 else v6
-    if bits >= ip.max_prefixlen:
-        return str(ip)
-    return str(ipaddress.ip_network(f"{ip}/{bits}", strict=False))
 
 
 class TcpExporter(Exporter):
@@ -154,6 +154,7 @@ class TcpExporter(Exporter):
         self.processes = Processes(proc_root, process_refresh, clock)
         self.snapshot: Snapshot | None = None
         self.owners: dict[Key, tuple[str, str]] = {}
+        self._peers: dict[str, str] = {}
         self.samples = 0
         self.skipped = 0
         self.overruns = 0
@@ -166,6 +167,17 @@ class TcpExporter(Exporter):
         """How closing sockets are followed."""
         mode = "destroy messages" if self.reader.tracking else "sampling only"
         return f"tcp: every {self.interval:g}s, closes by {mode} ({self.reader.reason})"
+
+    def _peer(self, address: str) -> str:
+        """peer_label, cached (bounded: cleared when full) for prefixes."""
+        got = self._peers.get(address)
+        if got is None:
+            if len(self._peers) >= 65536:
+                self._peers.clear()
+            got = self._peers[address] = peer_label(
+                address, self.key.peer_prefix_v4, self.key.peer_prefix_v6
+            )
+        return got
 
     def _sock(self, d: netlink.DiagSocket, listening: set[int]) -> Sock | None:
         raw = d.attrs.get(netlink.INET_DIAG_INFO)
@@ -180,9 +192,7 @@ class TcpExporter(Exporter):
             owner = self.processes.owner(d.inode)
             process = owner[1] if owner else ""
         key: Key = (
-            peer_label(d.dst, self.key.peer_prefix_v4, self.key.peer_prefix_v6)
-            if "peer" in dims
-            else "",
+            self._peer(d.dst) if "peer" in dims else "",
             str(d.sport if d.sport in listening else d.dport) if "port" in dims else "",
             self.cgroups.name(netlink.parse_cgroup_id(cg)) if "cgroup" in dims and cg else "",
             process,

@@ -8,7 +8,6 @@ socket wrappers only send, receive and bound.
 from __future__ import annotations
 
 import errno
-import ipaddress
 import os
 import socket
 import struct
@@ -115,12 +114,16 @@ def parse_attrs(buf: bytes) -> dict[int, bytes]:
     return out
 
 
+_V4_MAPPED = bytes(10) + b"\xff\xff"
+
+
 def _address(family: int, raw: bytes) -> str:
+    # inet_ntop, not ipaddress: 10,000 sockets a sample (bench/tcp_sockets.py)
     if family == socket.AF_INET:
-        return str(ipaddress.IPv4Address(raw[:4]))
-    addr = ipaddress.IPv6Address(raw)
-    # a v4-mapped peer of a dual-stack socket is the v4 peer it is
-    return str(addr.ipv4_mapped) if addr.ipv4_mapped else str(addr)
+        return socket.inet_ntop(socket.AF_INET, raw[:4])
+    if raw[:12] == _V4_MAPPED:  # a dual-stack socket's v4 peer is the v4 peer it is
+        return socket.inet_ntop(socket.AF_INET, raw[12:16])
+    return socket.inet_ntop(socket.AF_INET6, raw)
 
 
 def parse_diag_msg(payload: bytes) -> DiagSocket:
