@@ -76,7 +76,7 @@ def rules_text(text: str) -> str:
         "",
         MARK.format(w=WINDOW),
         f"      # Do not edit: the {len(copies(text))} rules below are copies of the 1-minute",
-        f"      # rules the limiter reads, over {WINDOW} (docs/rules.md, \"The Wall's window\").",
+        f'      # rules the limiter reads, over {WINDOW} (docs/rules.md, "The Wall\'s window").',
     ]
     for name, expr in copies(split(text)):
         lines.append(f"      - record: {name}")

@@ -191,6 +191,8 @@ def wall(expr: str) -> str:
     for name in (LIMITER, UTIL):
         expr = expr.replace(name, name.removesuffix("1m") + "20s")
     return expr
+
+
 ANY_DISK = f"max by (host, resource) ({LIMITER})"  # every disk equally busy: which one is a tie
 
 

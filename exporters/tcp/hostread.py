@@ -1,6 +1,6 @@
-"""Plain, bounded reads of /proc and /sys through an injected root: the tcp exporter's only I/O
-on those trees, kept in one module so moving to the shared room (exporters/hostfs) is one
-import."""
+"""The tcp exporter's reads of /proc and /sys under an injected root, in one module: files
+through the shared room (exporters/hostfs/read.py: bounded, regular files only), and the
+directory listings, links and the cgroup walk it needs besides."""
 
 from __future__ import annotations
 
@@ -8,17 +8,16 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from exporters.hostfs.read import read_bytes
+
 MAX_SMALL = 64 << 10  # /proc/PID/stat, comm, a sysctl: far below this
 
 
-def read_text(root: Path, rel: str, limit: int = MAX_SMALL) -> str | None:
+def read_small(root: Path, rel: str, limit: int = MAX_SMALL) -> str | None:
     """The file's text (at most `limit` bytes; longer files give None), or None if unreadable."""
     try:
-        with open(os.path.join(root, rel), "rb") as f:
-            data = f.read(limit + 1)
-    except OSError:
-        return None
-    if len(data) > limit:
+        data = read_bytes(os.path.join(root, rel), limit)
+    except (OSError, ValueError):  # ValueError: a NUL in the path
         return None
     return data.decode("utf-8", "replace")
 

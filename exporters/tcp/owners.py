@@ -123,7 +123,7 @@ class Processes:
                 if not inode.isdigit():
                     continue
                 if comm is None:
-                    comm = (hostread.read_text(self.proc_root, f"{name}/comm") or "").strip()
+                    comm = (hostread.read_small(self.proc_root, f"{name}/comm") or "").strip()
                 out.setdefault(int(inode), (int(name), comm[:64]))
         self.by_inode = out
 
@@ -133,5 +133,5 @@ class Processes:
 
     def cpu(self, pid: int) -> int | None:
         """The CPU the process last ran on."""
-        text = hostread.read_text(self.proc_root, f"{pid}/stat")
+        text = hostread.read_small(self.proc_root, f"{pid}/stat")
         return parse_stat_cpu(text) if text else None

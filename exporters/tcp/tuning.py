@@ -51,13 +51,13 @@ def read_tuning(
     """(buffer limits {(sysctl, bound): bytes}, settings {sysctl: value}, names {sysctl: word})."""
     buffers: dict[tuple[str, str], int] = {}
     for sysctl, bounds in BUFFERS.items():
-        values = parse_ints(hostread.read_text(proc_root, _rel(sysctl)), len(bounds))
+        values = parse_ints(hostread.read_small(proc_root, _rel(sysctl)), len(bounds))
         if values is not None:
             buffers.update({(sysctl, b): v for b, v in zip(bounds, values, strict=True)})
     settings: dict[str, int] = {}
     for sysctl in SETTINGS:
-        one = parse_ints(hostread.read_text(proc_root, _rel(sysctl)), 1)
+        one = parse_ints(hostread.read_small(proc_root, _rel(sysctl)), 1)
         if one is not None:
             settings[sysctl] = one[0]
-    names = {s: parse_name(hostread.read_text(proc_root, _rel(s))) for s in NAMES}
+    names = {s: parse_name(hostread.read_small(proc_root, _rel(s))) for s in NAMES}
     return buffers, settings, names
