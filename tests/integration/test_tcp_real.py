@@ -5,6 +5,7 @@ namespace, cross-checked with `ss -tinmHe` on the same socket and with iperf3's 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -224,3 +225,35 @@ def test_series_bounded_with_ten_thousand_peers(net: TcpNet, tmp_path: Path) -> 
     finally:
         agent.stop()
         sink.kill()
+
+
+def test_process_and_its_cpu(net: TcpNet, tmp_path: Path) -> None:
+    """Keyed by process: iperf3's flow carries process="iperf3", and the key's process_info
+    names iperf3 and a CPU of this machine (the CPU it last ran on moves: only its range is
+    checked)."""
+    cfg = ONLY_TCP + "tcp:\n  interval: 1s\n  key: [peer, port, process]\n  process_refresh: 1s\n"
+    agent = Agent(cfg, tmp_path, netns=net.ns_a)
+    port = free_port()
+    srv = iperf3_server(net, port)
+    cli = None
+    try:
+        agent.wait_ready()
+        cli = net.popen(net.ns_a, "iperf3", "-c", net.addr_b, "-p", str(port), "-t", "30",
+                        stdout=subprocess.DEVNULL)  # fmt: skip
+
+        def named(s: Samples) -> bool:
+            sent = _flow_sum(s, "wattbit_tcp_flow_sent_bytes_total", peer=net.addr_b,
+                             port=str(port), process="iperf3")  # fmt: skip
+            info = [dict(k[1]) for k in s if k[0] == "wattbit_tcp_flow_process_info"]
+            return sent > 0 and any(i.get("comm") == "iperf3" for i in info)
+
+        s = agent.scrape_until("iperf3 named", named, timeout=60)
+    finally:
+        agent.stop()
+        for p in (cli, srv):
+            if p is not None:
+                p.kill()
+    info = [dict(k[1]) for k in s if k[0] == "wattbit_tcp_flow_process_info"]
+    cpus = [int(i["cpu"]) for i in info if i.get("comm") == "iperf3"]
+    ncpu = os.cpu_count() or 1
+    assert cpus and all(0 <= c < ncpu for c in cpus), cpus
