@@ -144,6 +144,16 @@ class TcpConfig(Strict):
     process_refresh: Annotated[Duration, at_least(1)] = 30.0
     max_sockets: int = Field(default=262_144, ge=1024, le=1 << 22)
     destroy_events: bool = True  # follow closing sockets' last figures (CAP_NET_ADMIN)
+    # the owning process and its CPU (a /proc fd scan): opt-in, the agent then keeps
+    # CAP_SYS_PTRACE (docs/privileges.md)
+    processes: bool = False
+
+    @field_validator("processes")
+    @classmethod
+    def _processes(cls, v: bool, info: ValidationInfo) -> bool:
+        if not v and "process" in (info.data.get("key") or []):
+            raise ValueError("must be true while tcp.key lists process")
+        return v
 
     @field_validator("interval")
     @classmethod

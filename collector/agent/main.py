@@ -132,6 +132,7 @@ def build_exporters(
                 sys_root=sys_root,
                 reader=tcp_reader,
                 destroy=t.destroy_events,
+                processes=t.processes,
             )
         )
     return exporters

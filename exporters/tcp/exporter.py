@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
+from exporters.hostfs import caps
 from exporters.tcp import netlink
 from exporters.tcp.flows import COUNTERS, KEY_LABELS, FlowTable, Key, Snapshot, Sock
 from exporters.tcp.owners import CgroupNames, Processes
@@ -27,7 +28,9 @@ log = logging.getLogger(__name__)
 
 DIMENSIONS = KEY_LABELS
 DEFAULT_KEY = ("peer", "port", "cgroup")
+PTRACE = caps.CAP_NUMBERS["CAP_SYS_PTRACE"]
 DESTROY_DRAIN_BYTES = 64 << 20  # per sample: beyond, the rest waits for the next sample
+FIRST_SAMPLE_WAIT = 10.0  # seconds the first scrape waits for the first sample
 
 
 class SocketReader(Protocol):
@@ -139,10 +142,12 @@ class TcpExporter(Exporter):
         sys_root: Path = Path("/sys"),
         reader: SocketReader | None = None,
         destroy: bool = True,
+        processes: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.interval = interval
         self.key = key
+        self.find_processes = processes or "process" in key.dims
         self.max_sockets = max_sockets
         self.proc_root = proc_root
         self.clock = clock
@@ -161,12 +166,20 @@ class TcpExporter(Exporter):
         self.duration = 0.0
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._first = threading.Event()
         self._thread: threading.Thread | None = None
 
     def startup_note(self) -> str:
         """How closing sockets are followed."""
         mode = "destroy messages" if self.reader.tracking else "sampling only"
-        return f"tcp: every {self.interval:g}s, closes by {mode} ({self.reader.reason})"
+        return f"every {self.interval:g}s, closes by {mode} ({self.reader.reason})"
+
+    def kept_capabilities(self) -> frozenset[int]:
+        """CAP_SYS_PTRACE while owners are looked up: reading another process's /proc/PID/fd
+        is a ptrace read access check (fs/proc/fd.c, proc_fd_access_allowed), which fails
+        against a process holding capabilities this one lacks (security/commoncap.c
+        cap_ptrace_access_check) unless CAP_SYS_PTRACE is held."""
+        return frozenset({PTRACE}) if self.find_processes else frozenset()
 
     def _peer(self, address: str) -> str:
         """peer_label, cached (bounded: cleared when full) for prefixes."""
@@ -238,6 +251,8 @@ class TcpExporter(Exporter):
 
     def _owners(self, snap: Snapshot) -> dict[Key, tuple[str, str]]:
         """(comm, cpu) of the busiest socket's process of every exported key."""
+        if not self.find_processes:
+            return {}
         wanted = {k: g.busiest_inode for k, g in snap.gauges.items() if k in self.table.exported}
         if any(self.processes.owner(i) is None for i in wanted.values()) and self.processes.due():
             self.processes.scan()
@@ -252,25 +267,36 @@ class TcpExporter(Exporter):
         return out
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        if self.find_processes:
+            # the agent keeps CAP_SYS_PTRACE permitted, not effective (collector/agent/
+            # privileges.py): effective in this thread only, the one that reads /proc/PID/fd
+            caps.raise_effective(PTRACE)
+        while True:
             try:
                 self.sample_once()
             except Exception:
                 log.exception("tcp: a sample failed")
+            self._first.set()
+            if self._stop.wait(self.interval):
+                return
 
     def collect(self) -> Iterator[Metric]:
         """The last sample's flow table and the host's tuning."""
-        if self.snapshot is None:
-            self.sample_once()  # the first scrape has figures (the baseline)
-        if self.background and self._thread is None:
+        if not self.background:
+            if self.snapshot is None:
+                self.sample_once()  # recorded answers: sampled when asked
+        elif self._thread is None:
+            # Started at the first scrape, after the agent dropped its capabilities (threads
+            # inherit the thread's sets); the first scrape waits for the first sample a while.
             self._thread = threading.Thread(target=self._loop, name="tcp-sample", daemon=True)
             self._thread.start()
+            self._first.wait(FIRST_SAMPLE_WAIT)
         with self._lock:
             snap, owners = self.snapshot, dict(self.owners)
             samples, duration = self.samples, self.duration
-        assert snap is not None
-        yield from render_flows(snap, owners)
-        yield from self._health(snap, samples, duration)
+        if snap is not None:
+            yield from render_flows(snap, owners)
+            yield from self._health(snap, samples, duration)
         yield from render_tuning(self.proc_root)
 
     def _health(self, snap: Snapshot, samples: int, duration: float) -> Iterator[Metric]:

@@ -228,10 +228,14 @@ def test_series_bounded_with_ten_thousand_peers(net: TcpNet, tmp_path: Path) -> 
 
 
 def test_process_and_its_cpu(net: TcpNet, tmp_path: Path) -> None:
-    """Keyed by process: iperf3's flow carries process="iperf3", and the key's process_info
+    """Keyed by process (tcp.processes: the agent keeps CAP_SYS_PTRACE, effective in the
+    sampling thread only): iperf3's flow carries process="iperf3", and the key's process_info
     names iperf3 and a CPU of this machine (the CPU it last ran on moves: only its range is
     checked)."""
-    cfg = ONLY_TCP + "tcp:\n  interval: 1s\n  key: [peer, port, process]\n  process_refresh: 1s\n"
+    cfg = ONLY_TCP + (
+        "tcp:\n  interval: 1s\n  key: [peer, port, process]\n  process_refresh: 1s\n"
+        "  processes: true\n"
+    )
     agent = Agent(cfg, tmp_path, netns=net.ns_a)
     port = free_port()
     srv = iperf3_server(net, port)

@@ -196,7 +196,7 @@ def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> bytes:
             "every 300s, timeout 30s; via smartctl (configured)",
             "rapl: no powercap zones; hwmon: 0 power, 0 energy channels",  # a VM: neither
             "",
-            "tcp: every 5s, closes by destroy messages (recorded)",
+            "every 5s, closes by destroy messages (recorded)",
         ]
         tcp_exporter = exporters[-1]
         assert isinstance(tcp_exporter, TcpExporter)

@@ -14,7 +14,7 @@ from tests.support.cli import wattbit
 def test_defaults() -> None:
     t = AgentConfig().tcp
     assert t.enabled and t.interval == 5.0 and t.key == ["peer", "port", "cgroup"]
-    assert t.top_k == 20 and t.destroy_events
+    assert t.top_k == 20 and t.destroy_events and not t.processes
 
 
 @pytest.mark.parametrize(
@@ -30,6 +30,7 @@ def test_defaults() -> None:
         ("tcp:\n  peer_prefix_v6: -1\n", "tcp.peer_prefix_v6"),
         ("tcp:\n  max_sockets: 10\n", "tcp.max_sockets"),
         ("tcp:\n  destroy_event: true\n", "tcp.destroy_event"),
+        ("tcp:\n  key: [peer, process]\n  processes: false\n", "tcp.processes"),
     ],
 )
 def test_bad_values_name_the_key(tmp_path: Path, text: str, key: str) -> None:
