@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from exporters.base import clean_text
 from exporters.tcp import hostread
 
 MAX_CGROUP_DIRS = 50_000
@@ -30,7 +31,8 @@ def cgroup_name(path: str) -> str:
     for p in reversed(parts):
         if _UNIT.match(p):
             return p[:MAX_LABEL]
-    return ("/" + "/".join(parts))[:MAX_LABEL]
+    # a directory name is anyone's text: printable, one line (exporters.base.clean_text)
+    return clean_text("/" + "/".join(parts), MAX_LABEL)
 
 
 class CgroupNames:
@@ -123,8 +125,10 @@ class Processes:
                 if not inode.isdigit():
                     continue
                 if comm is None:
-                    comm = (hostread.read_small(self.proc_root, f"{name}/comm") or "").strip()
-                out.setdefault(int(inode), (int(name), comm[:64]))
+                    # comm is the program's own choice (prctl PR_SET_NAME): any bytes
+                    text = hostread.read_small(self.proc_root, f"{name}/comm") or ""
+                    comm = clean_text(text.rstrip("\n"), 64)  # the kernel ends it with \n
+                out.setdefault(int(inode), (int(name), comm))
         self.by_inode = out
 
     def owner(self, inode: int) -> tuple[int, str] | None:

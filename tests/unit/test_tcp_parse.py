@@ -3,14 +3,16 @@ checked against `ss -tinmHe`'s reading of the same idle sockets, and on hostile 
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import struct
+from pathlib import Path
 
 import pytest
 
 from exporters.tcp import netlink, scitags
-from exporters.tcp.owners import cgroup_name, parse_stat_cpu
+from exporters.tcp.owners import Processes, cgroup_name, parse_stat_cpu
 from exporters.tcp.tcpinfo import FIELDS, KNOWN_SIZE, parse_skmeminfo, parse_tcp_info
 from exporters.tcp.tuning import parse_ints, parse_name
 from tests.support.tcpdiag import captured, message
@@ -208,6 +210,7 @@ def test_scitags_bits() -> None:
         ("kubepods/burstable/pod1/" + "cd" * 32, "container:" + "cd" * 6),
         ("process_api/worker", "/process_api/worker"),
         ("a/" * 200, ("/" + "a/" * 200)[:128]),
+        ("evil\nname\x1b[2J", "/evil\ufffdname\ufffd[2J"),
     ],
 )
 def test_cgroup_names(path: str, label: str) -> None:
@@ -229,3 +232,21 @@ def test_tuning_values() -> None:
         assert parse_ints(bad, 3) is None
     assert parse_name("bbr\n") == "bbr" and parse_name("fq_codel") == "fq_codel"
     assert parse_name("a b") == "" and parse_name(None) == "" and parse_name("x" * 40) == ""
+
+
+def test_process_scan_over_a_proc_tree(tmp_path: Path) -> None:
+    """socket inode -> (pid, comm) from /proc/PID/fd links; comm made fit for a label."""
+    for pid, comm, links in (
+        ("123", "evil\x1bname\n", {"3": "socket:[999]", "4": "pipe:[5]", "5": "socket:[x]"}),
+        ("77", "iperf3\n", {"0": "/dev/null", "9": "socket:[1000]"}),
+        ("self", "no\n", {"1": "socket:[1]"}),  # not a pid: skipped
+    ):
+        (tmp_path / pid / "fd").mkdir(parents=True)
+        (tmp_path / pid / "comm").write_text(comm)
+        for fd, target in links.items():
+            os.symlink(target, tmp_path / pid / "fd" / fd)
+    p = Processes(tmp_path, refresh=30.0, clock=lambda: 0.0)
+    assert p.due()
+    p.scan()
+    assert p.by_inode == {999: (123, "evil\ufffdname"), 1000: (77, "iperf3")}
+    assert not p.due()
