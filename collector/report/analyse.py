@@ -50,6 +50,7 @@ from .series import (
     Track,
     Window,
 )
+from .transfers import transfers
 
 ENERGY_DISAGREEMENT = 0.05  # warn when an energy counter and the watts differ by more
 MIN_IDLE_STEPS = 3  # idle phases with fewer steps with watts leave idle watts to the fit
@@ -121,6 +122,7 @@ def analyse(g: Gathered, now: float | None = None) -> Result:
         phases=phases,
         energy_view=_energy_view(site, phases),
         power=power,
+        transfers=transfers(usage, hosts, range(g.grid.n)),
     )
     return Result(doc, g.grid, timelines, disk_busy, usage)
 

@@ -45,19 +45,54 @@ class LimitedBy:
     """What limited a host over some steps (the report's ``limited_by`` object)."""
 
     resource: str  # one of RESOURCES, or "none"
-    subject: str | None  # device, PCI address, interface or CPU; None for tcp and none
+    subject: str | None  # device, PCI address, interface, CPU or flow key; None for none
     utilisation: float | None  # 0-1 over the steps that moved data; None: nothing measured
     evidence: str
     others: dict[str, float]  # every other resource's utilisation
+    cause: str | None = None  # tcp only: receive_window, send_buffer or congestion
 
     def to_json(self) -> Json:
-        """``{"resource", "subject", "utilisation", "evidence", "others"}``."""
+        """``{"resource", "subject", "cause", "utilisation", "evidence", "others"}``."""
         return {
             "resource": self.resource,
             "subject": self.subject,
+            "cause": self.cause,
             "utilisation": self.utilisation,
             "evidence": self.evidence,
             "others": dict(self.others),
+        }
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One host's flow key: its bytes, rate, limit and share of the host's active energy."""
+
+    host: str
+    key: str  # the flow key as the verdict's subject ("peer=10.1.2.0/24,port=5201")
+    name: str  # in words ("flows to 10.1.2.0/24 port 5201")
+    bytes_sent: float
+    bytes_received: float
+    gbit_per_second: float | None  # (sent + received) × 8 ÷ 10⁹ ÷ the window
+    limit: str  # receive_window, send_buffer, congestion, application, receiving or none
+    share_of_bytes: float | None  # of the host's flow keys' bytes
+    active_joules: float | None  # that share of the host's active energy
+    host_idle_joules: float | None  # the host's idle energy, attributed to no key
+    joules_per_gigabit: float | None  # active joules ÷ the key's gigabits
+
+    def to_json(self) -> Json:
+        """Every field by name."""
+        return {
+            "host": self.host,
+            "key": self.key,
+            "name": self.name,
+            "bytes_sent": self.bytes_sent,
+            "bytes_received": self.bytes_received,
+            "gbit_per_second": self.gbit_per_second,
+            "limit": self.limit,
+            "share_of_bytes": self.share_of_bytes,
+            "active_joules": self.active_joules,
+            "host_idle_joules": self.host_idle_joules,
+            "joules_per_gigabit": self.joules_per_gigabit,
         }
 
 
@@ -443,6 +478,7 @@ class Report:
     phases: list[PhaseFigures] = field(default_factory=list)  # written after ``window``
     energy_view: EnergyView | None = None  # the site's; written after ``site``
     power: dict[str, HostPower] = field(default_factory=dict)  # by host (collector/report/power)
+    transfers: list[Transfer] = field(default_factory=list)  # per host and flow key
 
     def to_json(self) -> Json:
         """The whole of ``RUN.json``."""
@@ -463,6 +499,7 @@ class Report:
             "hosts": {h: d.to_json() for h, d in self.hosts.items()},
             "components": {c: d.to_json() for c, d in self.components.items()},
             "power": {h: p.to_json() for h, p in self.power.items()},
+            "transfers": [t.to_json() for t in self.transfers],
             "outlets": [o.to_json() for o in self.outlets],
             "sources": {s: c.to_json() for s, c in self.sources.items()},
             "warnings": list(self.warnings),

@@ -31,6 +31,7 @@ from .prom import LabelKey, PromError, Prometheus, Series, duration, label_key, 
 from .series import (
     ALL,
     COUNTERS,
+    FLOW_GAUGES,
     NIC,
     PART_OF_LABEL,
     PHASE_LABEL,
@@ -54,6 +55,7 @@ from .series import (
     outlets_of,
     run_labels,
 )
+from .verdict.tcp import subject as flow_subject
 
 PROBE_SECONDS = 600.0
 _Tracks = dict[tuple[str, LabelKey], Track]  # by metric and labels
@@ -405,7 +407,9 @@ class _Gatherer:
             k: submit(B.counter_rates, prom, grid, m, sel(m, exact, **regex), self.interval, over)
             for k, (m, exact, regex) in VERDICT_COUNTERS.items()
         }
-        return _VerdictFutures(instant, seeds, capacity, counters)
+        gauges = {k: submit(B.bins, prom, grid, sel(m), "avg_over_time")
+                  for k, m in FLOW_GAUGES.items()}  # fmt: skip
+        return _VerdictFutures(instant, seeds, capacity, counters, gauges)
 
     def _verdict_sel(self, metric: str, labels: dict[str, str] | None = None, **regex: str) -> str:
         return selector(metric, {**self.opts.match, **(labels or {})}, **regex)
@@ -419,7 +423,9 @@ class _Gatherer:
         seeded = {k: v.result() for k, v in f.seeds.items()}
         capacity = {k: v.result() for k, v in f.capacity.items()}
         rates = {k: v.result() for k, v in f.counters.items()}
-        return _verdict_data(got, seeded, capacity, rates, grid.n)
+        data = _verdict_data(got, seeded, capacity, rates, grid.n)
+        _flow_data(data, got, {k: v.result() for k, v in f.gauges.items()}, grid.n)
+        return data
 
     @staticmethod
     def _set_intervals(tracks: _Tracks, probed: dict[str, list[Series]]) -> None:
@@ -452,6 +458,13 @@ _TOPOLOGY = {
     "disk_info": ("wattbit_disk_info", {"parent": ""}, "host, device, controller"),
     "nic_info": ("wattbit_nic_info", {}, "host, interface, pci"),
     "links": ("wattbit_pcie_link_info", {}, "host, pci, role, upstream, root"),
+    # the tcp exporter: each key's process and the CPUs it ran on, the buffer maxima
+    "tcp_process": (
+        "wattbit_tcp_flow_process_info",
+        {},
+        "host, peer, port, cgroup, process, experiment, activity, comm, cpu",
+    ),
+    "tcp_buffers": ("wattbit_tcp_buffer_limit_bytes", {"bound": "max"}, "host, sysctl"),
 }
 # The recording rules' "alone" values just before the window, where there are rules.
 _SEEDS = {
@@ -471,6 +484,7 @@ class _VerdictFutures:
     seeds: dict[str, Future[list[Series]]]
     capacity: dict[str, Future[B.Points]]
     counters: dict[str, Future[list[tuple[dict[str, str], Bins]]]]
+    gauges: dict[str, Future[B.Points]]
 
 
 def _verdict_data(
@@ -528,6 +542,30 @@ def _per_step(
             row.append(held)
         out[key] = row
     return out
+
+
+def _flow_data(
+    data: VerdictData, got: dict[str, list[Series]], gauges: dict[str, B.Points], n: int
+) -> None:
+    """The tcp exporter's flow gauges per step and key, each key's process, the buffers."""
+    for what, points in gauges.items():
+        by_key: dict[tuple[str, str], Bins] = {}
+        for labels, pts in points.items():
+            lab = dict(labels)
+            row = by_key.setdefault((lab.get("host", ""), flow_subject(lab)), [None] * n)
+            for k, v in pts.items():
+                if 1 <= k <= n and math.isfinite(v):
+                    row[k - 1] = (row[k - 1] or 0.0) + v
+        data.flow_gauges[what] = by_key
+    cpus: dict[tuple[str, str], tuple[str, set[str]]] = {}
+    for s in got.get("tcp_process", []):
+        key = (s.labels.get("host", ""), flow_subject(s.labels))
+        _comm, seen = cpus.setdefault(key, (s.labels.get("comm", ""), set()))
+        seen.add(s.labels.get("cpu", ""))
+    data.flow_process = {k: (c, ",".join(sorted(seen - {""}))) for k, (c, seen) in cpus.items()}
+    for s in got.get("tcp_buffers", []):
+        if (top := _last(s)) is not None:
+            data.buffers.setdefault(s.labels.get("host", ""), {})[s.labels.get("sysctl", "")] = top
 
 
 def _hd(s: Series) -> tuple[str, str]:

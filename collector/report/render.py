@@ -223,6 +223,48 @@ POWER_NOTE = (
 )
 
 
+def transfer_cells(doc: Report) -> tuple[list[str], list[list[str]]]:
+    """Per host and flow key: bytes, Gbit/s, limit, share of the host's active energy, J/Gbit."""
+    head = ["host", "flow key", "sent", "received", "Gbit/s", "limit", "share of bytes",
+            "active energy", "J/Gbit", "host idle energy (kept apart)"]  # fmt: skip
+    body = [
+        [
+            t.host,
+            t.key,
+            si(t.bytes_sent, "B"),
+            si(t.bytes_received, "B"),
+            num(t.gbit_per_second),
+            t.limit,
+            pct(t.share_of_bytes),
+            si(t.active_joules, "J") if t.active_joules is not None else "",
+            num(t.joules_per_gigabit),
+            si(t.host_idle_joules, "J") if t.host_idle_joules is not None else "",
+        ]
+        for t in doc.transfers
+    ]
+    return head, body
+
+
+TRANSFERS_NOTE = (
+    "Per flow key of the agents' tcp exporter: a host's active energy (its energy less its "
+    "idle watts × the window) is split among its keys by the bytes each moved; the idle "
+    "energy is attributed to no key. limit: what TCP recorded (receive_window, send_buffer, "
+    "congestion at 70 % or more of busy time), application (TCP sat waiting for data), "
+    "receiving (judged at the sender), none. Methods: docs/report.md#transfers."
+)
+
+
+def transfer_lines(doc: Report) -> list[str]:
+    """One summary line per flow key."""
+    return [
+        f"  transfer {t.host} {t.key}: {si(t.bytes_sent + t.bytes_received, 'B')}, "
+        f"{num(t.gbit_per_second)} Gbit/s, limit {t.limit}, {pct(t.share_of_bytes)} of the "
+        f"bytes, {si(t.active_joules, 'J') if t.active_joules is not None else '? J'} active "
+        f"({num(t.joules_per_gigabit)} J/Gbit)"
+        for t in doc.transfers
+    ]
+
+
 def power_lines(doc: Report) -> list[str]:
     """One summary line per host with more than one source, or with RAPL."""
     lines = []
@@ -433,6 +475,7 @@ def summary_lines(doc: Report) -> list[str]:
         for p in doc.phases:
             if (line := verdict_line(p.limited_by.get(h))) is not None:
                 lines.append(f"    in {p.run}: {line}")
+    lines += transfer_lines(doc)
     if (energy := energy_sentence(doc)) is not None:
         lines.append(f"  energy: {energy}")
     if doc.compare is not None:
@@ -487,6 +530,8 @@ def markdown(doc: Report, html_name: str) -> str:
     head, body = limits_cells(doc)
     if body:
         parts += ["## What limited it", "", _md_table(head, body), "", LIMITS_NOTE, ""]
+    if doc.transfers:
+        parts += ["## Transfers", "", _md_table(*transfer_cells(doc)), "", TRANSFERS_NOTE, ""]
     if (energy := energy_sentence(doc)) is not None:
         parts += ["## Energy", "", energy[0].upper() + energy[1:] + ".", ""]
     head, body = disk_cells(doc)
@@ -790,6 +835,9 @@ def html_report(result: Result, other: Result | None = None) -> str:
     if body:
         out += ["<h2>What limited it</h2>", _html_table(head, body)]
         out.append(f'<p class="note">{e(LIMITS_NOTE)}</p>')
+    if doc.transfers:
+        out += ["<h2>Transfers</h2>", _html_table(*transfer_cells(doc))]
+        out.append(f'<p class="note">{e(TRANSFERS_NOTE)}</p>')
     if (energy := energy_sentence(doc)) is not None:
         out += ["<h2>Energy</h2>", f"<p>{e(energy[0].upper() + energy[1:])}.</p>"]
     out.append('<div class="charts">')

@@ -337,6 +337,11 @@ class VerdictData:
     usable: dict[tuple[str, str], Bins] = field(default_factory=dict)  # B/s each way, per step
     alone: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # seeds
     rates: dict[str, PerSeries] = field(default_factory=dict)
+    # the tcp exporter's flow gauges per step: {gauge: {(host, flow subject): values}}
+    flow_gauges: dict[str, dict[tuple[str, str], Bins]] = field(default_factory=dict)
+    # (host, flow subject) -> (process name, the CPU it last ran on): the key's busiest socket's
+    flow_process: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    buffers: dict[str, dict[str, float]] = field(default_factory=dict)  # host -> sysctl -> max
 
 
 # The verdict's counters: {key: (metric, exact labels, regex labels)}. Gathering reads each as
@@ -354,4 +359,21 @@ VERDICT_COUNTERS: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {
     "controller_irqs": ("wattbit_controller_cpu_interrupts_total", {}, {}),
     "retransmitted": ("wattbit_tcp_retransmitted_segments_total", {}, {}),
     "segments_out": ("wattbit_tcp_segments_total", {"direction": "out"}, {}),
+    # the tcp exporter's flow keys (docs/exporters/tcp.md); verdict/tcp.py sums them per key
+    "flow_busy": ("wattbit_tcp_flow_busy_seconds_total", {}, {}),
+    "flow_rwnd": ("wattbit_tcp_flow_rwnd_limited_seconds_total", {}, {}),
+    "flow_sndbuf": ("wattbit_tcp_flow_sndbuf_limited_seconds_total", {}, {}),
+    "flow_retrans": ("wattbit_tcp_flow_retransmitted_segments_total", {}, {}),
+    "flow_segs": ("wattbit_tcp_flow_sent_segments_total", {}, {}),
+    "flow_sent": ("wattbit_tcp_flow_sent_bytes_total", {}, {}),
+    "flow_received": ("wattbit_tcp_flow_received_bytes_total", {}, {}),
+}
+# The tcp exporter's flow gauges, each step's mean: {key: metric}.
+FLOW_GAUGES = {
+    "sockets": "wattbit_tcp_flow_sockets",
+    "app_limited": "wattbit_tcp_flow_app_limited_sockets",
+    "srtt": "wattbit_tcp_flow_srtt_seconds",
+    "send_window": "wattbit_tcp_flow_send_window_bytes",
+    "send_buffer": "wattbit_tcp_flow_send_buffer_bytes",
+    "receive_buffer": "wattbit_tcp_flow_receive_buffer_bytes",
 }

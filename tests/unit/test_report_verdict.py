@@ -104,7 +104,8 @@ def test_disk_bound_42_gbit_stream() -> None:
         and "CPU 2 41 % busy (20 % softirq)" in lb.evidence
     )
     assert lb.evidence.endswith(": disk-bound")
-    assert set(lb.to_json()) == {"resource", "subject", "utilisation", "evidence", "others"}
+    keys = {"resource", "subject", "cause", "utilisation", "evidence", "others"}
+    assert set(lb.to_json()) == keys
 
 
 def test_cpu_bound_receiver_cpu0_takes_both_nics() -> None:

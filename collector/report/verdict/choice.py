@@ -37,6 +37,11 @@ _NOUN = {
     "cpu": "CPU-bound",
     "tcp": "loss-bound (TCP retransmits)",
 }
+_CAUSE_NOUN = {
+    "receive_window": "window-bound (TCP receive window)",
+    "send_buffer": "send-buffer-bound (TCP send buffer)",
+    "congestion": "loss-bound (TCP congestion)",
+}
 
 
 def verdict(u: Usage, host: str, steps: range | list[int]) -> LimitedBy:
@@ -62,16 +67,38 @@ def verdict(u: Usage, host: str, steps: range | list[int]) -> LimitedBy:
     best = max(per, key=lambda r: (rank(r), -RESOURCES.index(r)))
     util, subject = per[best]
     ordered = sorted(per.items(), key=lambda kv: -kv[1][0])
+    app = _app_limited(u, host, chosen)
     if util < LIMIT:
         others = {r: round(v, 4) for r, (v, _s) in per.items()}
-        parts = [_phrase(u, host, r, s, v, chosen) for r, (v, s) in ordered]
+        parts = [_phrase(u, host, r, s, v, chosen) for r, (v, s) in ordered] + app
         evidence = "; ".join(parts) + ": nothing reached 70 %, the workload paced itself"
         return LimitedBy("none", None, util, evidence + left_out, others)
     others = {r: round(v, 4) for r, (v, _s) in per.items() if r != best}
     parts = [_phrase(u, host, best, subject, util, chosen)]
     parts += [_phrase(u, host, r, s, v, chosen) for r, (v, s) in ordered if r != best]
-    evidence = "; ".join(parts) + f": {_NOUN[best]}" + left_out
-    return LimitedBy(best, subject or None, util, evidence, others)
+    cause = _cause(u, host, subject, chosen) if best == "tcp" else None
+    noun = _CAUSE_NOUN.get(cause or "", _NOUN[best])
+    evidence = "; ".join(parts + (app if best != "tcp" else [])) + f": {noun}" + left_out
+    return LimitedBy(best, subject or None, util, evidence, others, cause)
+
+
+def _cause(u: Usage, host: str, subject: str, chosen: list[int]) -> str:
+    """The tcp limiter's cause: its flow key's, else (host-wide retransmits) congestion."""
+    f = u.tcp_flows.get((host, subject))
+    j = tcp.judge(f, chosen, u.step_seconds) if f is not None else None
+    return (j.cause if j is not None else None) or "congestion"
+
+
+def _app_limited(u: Usage, host: str, chosen: list[int]) -> list[str]:
+    """The host's largest application-limited flow key, in words (TCP sat waiting)."""
+    found = []
+    for (h, subj), f in sorted(u.tcp_flows.items()):
+        if h == host and (j := tcp.judge(f, chosen, u.step_seconds)).app_limited:
+            found.append((j.bytes, subj, j))
+    if not found:
+        return []
+    _b, subj, j = max(found, key=lambda t: t[0])
+    return [tcp.app_note(subj, j)]
 
 
 def _means(
@@ -85,6 +112,11 @@ def _means(
     wrong: list[tuple[S.Key, float]] = []
     for key, b in sorted(series.items()):
         if key[0] == "cpu":
+            continue
+        if key[0] == "tcp" and (f := u.tcp_flows.get((host, key[1]))) is not None:
+            j = tcp.judge(f, chosen, u.step_seconds)
+            if j.utilisation is not None:  # a receiving or application-limited key is not
+                means[key] = j.utilisation
             continue
         capacity = (u.speed if key[0] == "nic" else u.usable).get((host, key[1]))
         m = S.weighted_mean(measured.get(key), capacity, chosen)
@@ -114,8 +146,32 @@ def _phrase(u: Usage, host: str, res: str, subj: str, v: float, steps: list[int]
     if res == "nic":
         return nic.phrase(u.speed.get(key), subj, v, steps)
     if res == "cpu":
-        return cpu.phrase(u.softirq.get(key), subj, v, steps)
-    return tcp.phrase(v)
+        return cpu.phrase(u.softirq.get(key), subj, v, steps) + _runs_on(u, host, subj, steps)
+    f = u.tcp_flows.get(key)
+    j = tcp.judge(f, steps, u.step_seconds) if f is not None else None
+    return tcp.phrase(subj, j, v, _link(u, host, steps), u.buffers.get(host, {}))
+
+
+def _runs_on(u: Usage, host: str, subj: str, steps: list[int]) -> str:
+    """The processes of the host's flow keys that ran on CPU ``subj``: ", where iperf3
+    (flows port 5201, receiving) runs" (the largest key by bytes)."""
+    on = []
+    for (h, key), (comm, cpus) in sorted(u.flow_process.items()):
+        if h == host and subj in cpus.split(","):
+            f = u.tcp_flows.get((h, key))
+            j = tcp.judge(f, steps, u.step_seconds) if f is not None else None
+            moved = j.bytes if j is not None else 0.0
+            role = "" if j is None else ", sending" if j.sending else ", receiving"
+            on.append((moved, f", where {comm or 'its process'} ({tcp.words(key)}{role}) runs"))
+    return max(on)[1] if on else ""
+
+
+def _link(u: Usage, host: str, steps: list[int]) -> float | None:
+    """The host's fastest NIC's speed over ``steps`` (bytes/s): the path's bandwidth for
+    the bandwidth-delay product."""
+    speeds = [m for (h, _i), b in u.speed.items() if h == host
+              if (m := S.mean(b, steps)) is not None]  # fmt: skip
+    return max(speeds) if speeds else None
 
 
 def _wrong(u: Usage, host: str, res: str, subj: str, m: float, steps: list[int]) -> str:

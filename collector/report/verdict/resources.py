@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..series import Bins, Grid, Track, VerdictData
 from . import controller, cpu, disk, nic, pcie, tcp
@@ -27,6 +27,11 @@ class Usage:
     disk_bytes: dict[S.Key, Bins]  # (host, device)
     disk_ios: dict[S.Key, Bins]  # (host, device): requests/s
     yields: dict[S.Key, Bins]  # (host, controller or bridge) -> share
+    # the tcp exporter's flow keys: (host, flow subject) -> figures; their process and CPUs
+    tcp_flows: dict[S.Key, tcp.Flow] = field(default_factory=dict)
+    flow_process: dict[S.Key, tuple[str, str]] = field(default_factory=dict)
+    buffers: dict[str, dict[str, float]] = field(default_factory=dict)  # host -> sysctl -> max
+    step_seconds: float = 1.0
 
 
 def usage(grid: Grid, tracks: Iterable[Track], data: VerdictData) -> Usage:
@@ -56,6 +61,9 @@ def usage(grid: Grid, tracks: Iterable[Track], data: VerdictData) -> Usage:
         util.setdefault(h, {})[("cpu", c)] = b
     for h, share in tcp.retransmitted(data.rates, n).items():
         util.setdefault(h, {})[("tcp", "")] = tcp.utilisation(share)
+    tcp_flows = tcp.flows(data, n)
+    for (h, subj), f in tcp_flows.items():
+        util.setdefault(h, {})[("tcp", subj)] = tcp.step_utilisation(f)
     return Usage(
         util=util,
         measured=measured,
@@ -66,6 +74,10 @@ def usage(grid: Grid, tracks: Iterable[Track], data: VerdictData) -> Usage:
         disk_bytes=flows.disk_bytes,
         disk_ios=ios,
         yields={**held.yields, **bridge_yields},
+        tcp_flows=tcp_flows,
+        flow_process=dict(data.flow_process),
+        buffers=dict(data.buffers),
+        step_seconds=grid.step,
     )
 
 
