@@ -488,6 +488,11 @@ class _Handler:
         return resp
 
     async def _respond(self, request: BaseRequest, conn: _Connection | None) -> StreamResponse:
+        # No route reads the body of a GET or HEAD (RFC 9110 9.3.1: it has no meaning). One
+        # still to come is not waited for, nor worth a route's work: a flood of them would
+        # cost a /metrics render each (issue 34). One already in whole is ignored.
+        if request.method in ("GET", "HEAD") and not request.content.is_eof():
+            return Response(status=400, text="400 Bad Request: a GET or HEAD takes no body\n")
         if self._auth is not None:
             with _working(conn):
                 ok = await self._auth.check(request.headers.get("Authorization"))
@@ -498,8 +503,6 @@ class _Handler:
                     headers={"WWW-Authenticate": f'Basic realm="{REALM}"'},
                 )
         environ = self._environ(request)
-        # No route reads the body of a GET or HEAD (RFC 9110 9.3.1: it has no meaning): the
-        # answer need not wait for one that may never come.
         if request.body_exists and request.method not in ("GET", "HEAD"):
             length = request.content_length
             if length is not None and length > self._limits.max_body:

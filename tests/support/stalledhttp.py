@@ -240,3 +240,28 @@ class KeptAliveScraper:
                 due += self.interval
             time.sleep(max(0.0, due - time.monotonic()))
         return log
+
+
+def main() -> None:
+    """A Flood in a process of its own until SIGTERM (bench/http_stall.py's attacker); its
+    counts as JSON on stdout at the end."""
+    import argparse
+    import json
+    import signal
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("port", type=int)
+    ap.add_argument("attack", choices=sorted(HEADS))
+    ap.add_argument("--rate", type=float, default=300.0)
+    ap.add_argument("--hold", type=int, default=400)
+    ap.add_argument("--cafile", help="HTTPS, trusting this certificate")
+    a = ap.parse_args()
+    tls = ssl.create_default_context(cafile=a.cafile) if a.cafile else None
+    flood = Flood("127.0.0.1", a.port, HEADS[a.attack], a.rate, a.hold, tls)
+    signal.signal(signal.SIGTERM, lambda *_: flood.halt.set())
+    flood.run()
+    print(json.dumps({"opened": flood.opened, "failed": flood.failed}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
