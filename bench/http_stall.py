@@ -98,6 +98,10 @@ def daemon(tree: Path, kind: str, tls: bool, work: Path) -> Iterator[tuple[int, 
         log.close()
 
 
+def _r(x: float | None, digits: int = 1) -> float | None:
+    return None if x is None else round(x, digits)
+
+
 def _nice() -> None:
     os.nice(10)
 
@@ -200,21 +204,22 @@ def main() -> int:
     if a.header_flood:
         head = ["tree", "RSS start MB", "max per round MB", "after rest MB", "scrapes ok"]
         rows = [
-            [n, median([x["rss_mb_start"] for x in rs]),
-             median([max(x["rss_mb_per_round"]) for x in rs]),
-             median([x["rss_mb_after_rest"] for x in rs]),
+            [n, _r(median([x["rss_mb_start"] for x in rs])),
+             _r(median([max(x["rss_mb_per_round"]) for x in rs])),
+             _r(median([x["rss_mb_after_rest"] for x in rs])),
              all(x["every_scrape_ok"] for x in rs)]
             for n, rs in results.items()
         ]  # fmt: skip
     else:
         head = ["tree", "up (median)", "up (min)", "median ms", "p99 ms", "reconnects"]
         rows = [
-            [n, median([x["up"] for x in rs]), min(x["up"] for x in rs),
-             median([x["median_ms"] for x in rs]), median([x["p99_ms"] for x in rs]),
+            [n, _r(median([x["up"] for x in rs]), 3), min(x["up"] for x in rs),
+             _r(median([x["median_ms"] for x in rs])), _r(median([x["p99_ms"] for x in rs])),
              median([x["reconnects"] for x in rs])]
             for n, rs in results.items()
         ]  # fmt: skip
-    print(f"{a.server}{' HTTPS' if a.tls else ''}, {a.attack!r}, load {load_average()}")
+    what = "98 header lines of 8 KB x 256" if a.header_flood else repr(a.attack)
+    print(f"{a.server}{' HTTPS' if a.tls else ''}, {what}, load {load_average()}")
     table(head, rows)
     if a.out:
         out = {"args": {k: str(v) for k, v in vars(a).items()}, "machine": machine()}

@@ -430,8 +430,14 @@ class _Connection(web_protocol.RequestHandler):
         self._gate.release(self)
         transport = self.transport
         if transport is not None:
+            # abort() first: asyncio's TLS transport drops its protocol on a second close()
+            # (CPython Lib/asyncio/sslproto.py, _SSLProtocolTransport.close), after which
+            # abort() raises AttributeError; aiohttp has closed it once already when the
+            # connection was ending (an answer with Connection: close, lingering), which is
+            # where eviction now looks first.
+            with contextlib.suppress(AttributeError):
+                transport.abort()
             self.force_close()
-            transport.abort()
         elif self.sock is not None:
             # Still in its TLS handshake: make the handshake fail at once; asyncio then
             # closes the socket it is watching.
