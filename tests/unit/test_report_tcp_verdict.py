@@ -207,3 +207,18 @@ def test_bandwidth_delay_arithmetic_on_real_ss_output() -> None:
     assert tcp.bdp_note(j, 1.25e9, {}) == (
         "; the receiver advertised 13.9 kB, below bandwidth × RTT = 159 MB (10 Gbit/s × 127 ms)"
     )
+
+
+def test_an_idle_control_connection_does_not_make_a_bulk_key_application_limited() -> None:
+    """iperf3's control connection shares the data stream's key, idle (app-limited): the key's
+    busy share is per socket with data to send, so the window-limited stream stays tcp."""
+    data = _data(_flow(1.0, 0.9, 0.0, 6e7))
+    data.flow_gauges["sockets"] = {(H, SUBJ): [2.0] * N}
+    data.flow_gauges["app_limited"] = {(H, SUBJ): [1.0] * N}
+    _u, lb = _verdict(data)
+    assert (lb.resource, lb.cause) == ("tcp", "receive_window")
+    data = _data(_flow(0.6, 0.5, 0.0, 6e7))  # two sockets with data, 0.3 s busy a second each
+    data.flow_gauges["sockets"] = {(H, SUBJ): [2.0] * N}
+    data.flow_gauges["app_limited"] = {(H, SUBJ): [0.0] * N}
+    _u, lb = _verdict(data)
+    assert lb.resource == "none" and "application-limited" in lb.evidence

@@ -25,7 +25,7 @@ from ..series import Bins, PerSeries, VerdictData
 from . import steps as S
 
 TCP_SATURATED = 0.01  # a 1 % retransmitted share is a TCP utilisation of 1
-APP_BUSY = 0.5  # a sending key busy less than this per socket waited on its application
+APP_BUSY = 0.5  # a sending key busy less than this per feeding socket waited on its application
 KEY_LABELS = ("experiment", "activity", "peer", "port", "cgroup", "process")
 CAUSES = ("receive_window", "send_buffer", "congestion")
 # the flow counters gathering reads (gather.VERDICT_COUNTERS), by their Flow field
@@ -155,8 +155,12 @@ def judge(f: Flow, steps: Sequence[int], step_s: float = 1.0) -> Judged:
     retrans, segs = _sum(f.retrans, steps), _sum(f.segs, steps)
     sent, received = _sum(f.sent, steps, step_s), _sum(f.received, steps, step_s)
     sending = sent > 0 and sent >= received
+    # per socket that had data to send: a key's idle sockets (iperf3's control connection, a
+    # pool's spare ones) report app-limited and would halve a bulk stream's busy share
     sockets = _sum(f.gauges.get("sockets", []), steps)
-    per_socket = busy / sockets if sockets > 0 else (busy / len(steps) if steps else None)
+    idle = _sum(f.gauges.get("app_limited", []), steps)
+    feeding = max(float(len(steps)), sockets - idle) if sockets > 0 else float(len(steps))
+    per_socket = busy / feeding if feeding > 0 else None
     shares: dict[str, float] = {}
     if busy > 0:
         shares["receive_window"] = min(1.0, rwnd / busy)
