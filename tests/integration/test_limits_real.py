@@ -306,7 +306,7 @@ def rules_agree(lab: Lab, name: str, resource: str) -> None:
 
 def limited(doc: dict[str, Any]) -> dict[str, Any]:
     lb: dict[str, Any] = doc["hosts"][HOST]["limited_by"]
-    assert set(lb) == {"resource", "subject", "utilisation", "evidence", "others"}
+    assert set(lb) == {"resource", "subject", "cause", "utilisation", "evidence", "others"}
     return lb
 
 

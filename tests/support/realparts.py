@@ -491,15 +491,19 @@ def query_api(url: str, path: str, params: dict[str, str] | None = None) -> Any:
 
 
 @contextlib.contextmanager
-def veth_into_namespace(name: str, addr_root: str, addr_ns: str) -> Iterator[tuple[str, str]]:
+def veth_into_namespace(
+    name: str, addr_root: str, addr_ns: str, link: str | None = None
+) -> Iterator[tuple[str, str]]:
     """A fresh namespace joined to the root namespace by a veth; yields (namespace, root end).
 
-    Names are `name` with this process' id, the addresses /30s given by the caller (each test
+    Names are `name` (the interfaces' `link`, default name's first four letters) with this
+    process' id, the addresses /30s given by the caller (each test
     its own, so that two tests at once never share a route). The namespace, whatever still
     runs in it, and the veth are removed afterwards, also on failure.
     """
     tag = f"{os.getpid() % 100000}"
-    ns, if_root, if_ns = f"{name}{tag}", f"{name[:4]}{tag}a", f"{name[:4]}{tag}b"
+    link = link or name[:4]  # the interfaces' prefix: with the tag, within IFNAMSIZ
+    ns, if_root, if_ns = f"{name}{tag}", f"{link}{tag}a", f"{link}{tag}b"
 
     def ip(*args: str) -> None:
         subprocess.run(["ip", *args], check=True, capture_output=True)

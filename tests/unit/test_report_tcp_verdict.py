@@ -67,7 +67,8 @@ def test_receive_window_with_its_arithmetic() -> None:
     the evidence gives the advertised window against 10 Gbit/s × 48 ms = 60 MB."""
     _u, lb = _verdict(_data(_flow(1.0, 0.93, 0.0, 6e7)))
     assert (lb.resource, lb.subject, lb.cause) == ("tcp", SUBJ, "receive_window")
-    assert lb.utilisation == pytest.approx(0.93)
+    assert lb.utilisation == 1.0  # half the busy time waiting is a utilisation of 1
+
     assert lb.evidence.startswith(
         "TCP receive window: flows to 10.1.2.0/24 port 5201 were window-limited 93 % of their "
         "busy time at 48 ms RTT; the receiver advertised 3 MB, below bandwidth × RTT = 60 MB "
@@ -75,6 +76,16 @@ def test_receive_window_with_its_arithmetic() -> None:
     )
     assert lb.evidence.endswith(": window-bound (TCP receive window)")
     assert lb.to_json()["cause"] == "receive_window"
+
+
+def test_window_share_against_half_the_busy_time() -> None:
+    """40 % of busy time window-limited is a utilisation of 0.8 (against the alert's 50 %);
+    20 % is 0.4, below the line: none."""
+    _u, lb = _verdict(_data(_flow(1.0, 0.4, 0.0, 6e7)))
+    assert (lb.resource, lb.utilisation) == ("tcp", pytest.approx(0.8))
+    assert "window-limited 40 % of their busy time" in lb.evidence
+    _u, lb = _verdict(_data(_flow(1.0, 0.2, 0.0, 6e7)))
+    assert lb.resource == "none" and lb.utilisation == pytest.approx(0.4)
 
 
 def test_send_buffer() -> None:
@@ -222,3 +233,21 @@ def test_an_idle_control_connection_does_not_make_a_bulk_key_application_limited
     data.flow_gauges["app_limited"] = {(H, SUBJ): [0.0] * N}
     _u, lb = _verdict(data)
     assert lb.resource == "none" and "application-limited" in lb.evidence
+
+
+def test_a_waiting_sender_is_tcp_not_its_busy_cpu() -> None:
+    """CPU 0 100 % busy while the sending key waited on the window 80 % of its busy time (a
+    window-limited sender on a short path spins through tiny writes): tcp. When a receiving
+    key's process runs on that CPU, the receiver could not keep up: cpu."""
+    rates = _flow(1.0, 0.8, 0.0, 6e7)
+    rates["node_cpu"] = [({"host": H, "cpu": "0", "mode": "idle"}, [0.0] * N)]
+    rates["nic_irqs"] = [({"host": H, "cpu": "0", "irq": "40"}, [1e3] * N)]
+    _u, lb = _verdict(_data(rates))
+    assert (lb.resource, lb.cause, lb.subject) == ("tcp", "receive_window", SUBJ)
+    recv = dict(KEY, peer="10.9.9.9")
+    for k, v in _flow(0.0, 0.0, 0.0, 1e4, received=6e7, labels=recv).items():
+        rates[k] += v
+    data = _data(rates, flow_process={(H, "peer=10.9.9.9,port=5201"): ("nuttcp", "0")})
+    _u, lb = _verdict(data)
+    assert (lb.resource, lb.subject) == ("cpu", "0")
+    assert "where nuttcp (flows to 10.9.9.9 port 5201, receiving) runs" in lb.evidence

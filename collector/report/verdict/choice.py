@@ -65,6 +65,8 @@ def verdict(u: Usage, host: str, steps: range | list[int]) -> LimitedBy:
         return v + (RANK_BONUS.get(res, 0.0) if v >= SATURATED else 0.0)
 
     best = max(per, key=lambda r: (rank(r), -RESOURCES.index(r)))
+    if best == "cpu" and _waiting(u, host, per, chosen):
+        best = "tcp"
     util, subject = per[best]
     ordered = sorted(per.items(), key=lambda kv: -kv[1][0])
     app = _app_limited(u, host, chosen)
@@ -89,16 +91,35 @@ def _cause(u: Usage, host: str, subject: str, chosen: list[int]) -> str:
     return (j.cause if j is not None else None) or "congestion"
 
 
+def _waiting(u: Usage, host: str, per: dict[str, tuple[float, str]], chosen: list[int]) -> bool:
+    """A sending key waited on the receiver's window or on its own send buffer at least
+    LIMIT of its busy time, and the busiest CPU is no receiving key's process's core: TCP,
+    not the CPU. A sender that waits is not held back by its own CPU (on a short path a
+    window-limited sender spins through tiny writes, its CPU busy because of the window);
+    a receiver too busy to read closes its window, and is named when it runs here."""
+    v, subj = per.get("tcp", (0.0, ""))
+    if v < LIMIT or _cause(u, host, subj, chosen) not in ("receive_window", "send_buffer"):
+        return False
+    core = per["cpu"][1]
+    for (h, key), (_comm, cpus) in u.flow_process.items():
+        f = u.tcp_flows.get((h, key))
+        mine = h == host and core in cpus.split(",") and f is not None
+        if mine and f is not None and not tcp.judge(f, chosen, u.step_seconds).sending:
+            return False
+    return True
+
+
 def _app_limited(u: Usage, host: str, chosen: list[int]) -> list[str]:
-    """The host's largest application-limited flow key, in words (TCP sat waiting)."""
-    found = []
-    for (h, subj), f in sorted(u.tcp_flows.items()):
-        if h == host and (j := tcp.judge(f, chosen, u.step_seconds)).app_limited:
-            found.append((j.bytes, subj, j))
-    if not found:
+    """The host's largest flow key by bytes, in words, when it was application-limited (TCP
+    sat waiting for data); a small key idling beside it says nothing, nor does a loopback
+    key (a scrape, a local proxy: it crosses no NIC)."""
+    judged = [(j.bytes, subj, j) for (h, subj), f in sorted(u.tcp_flows.items())
+              if h == host and not tcp.loopback(subj)
+              for j in [tcp.judge(f, chosen, u.step_seconds)]]  # fmt: skip
+    if not judged:
         return []
-    _b, subj, j = max(found, key=lambda t: t[0])
-    return [tcp.app_note(subj, j)]
+    _b, subj, j = max(judged, key=lambda t: (t[0], t[1]))
+    return [tcp.app_note(subj, j)] if j.app_limited else []
 
 
 def _means(
@@ -113,6 +134,8 @@ def _means(
     for key, b in sorted(series.items()):
         if key[0] == "cpu":
             continue
+        if key == ("tcp", "") and any(h == host for h, _k in u.tcp_flows):
+            continue  # the host's flow keys say it per key, and why
         if key[0] == "tcp" and (f := u.tcp_flows.get((host, key[1]))) is not None:
             j = tcp.judge(f, chosen, u.step_seconds)
             if j.utilisation is not None:  # a receiving or application-limited key is not

@@ -25,6 +25,13 @@ from ..series import Bins, PerSeries, VerdictData
 from . import steps as S
 
 TCP_SATURATED = 0.01  # a 1 % retransmitted share is a TCP utilisation of 1
+# Half its busy time waiting on the peer's window or on its own send buffer is a TCP
+# utilisation of 1: the line of WattbitTransferWindowLimited (alerts/wattbit-alerts.yml,
+# host_flow:wattbit_tcp_flow_rwnd_limited:ratio1m >= 0.5). Not 100 %: the rest of a waiting
+# sender's busy time is the turnaround (the ACK processed, the next segment built), which on a
+# path of microseconds is as long as the wait itself; measured on a veth with a 4-16 KiB
+# receive buffer, 42-90 % of busy time under load (tests/integration/test_tcp_limits_real.py).
+WAIT_SATURATED = 0.5
 APP_BUSY = 0.5  # a sending key busy less than this per feeding socket waited on its application
 KEY_LABELS = ("experiment", "activity", "peer", "port", "cgroup", "process")
 CAUSES = ("receive_window", "send_buffer", "congestion")
@@ -68,6 +75,12 @@ def subject(labels: dict[str, str]) -> str:
     if parts and all(p.endswith("=other") for p in parts):
         return "other"
     return ",".join(parts) or "all"
+
+
+def loopback(subj: str) -> bool:
+    """The key's peer is this host's loopback (127.0.0.0/8, ::1): its bytes cross no NIC."""
+    peer = dict(p.split("=", 1) for p in subj.split(",") if "=" in p).get("peer", "")
+    return peer.startswith("127.") or peer in ("::1", "::1/128")
 
 
 def words(subj: str) -> str:
@@ -129,9 +142,10 @@ def flows(data: VerdictData, n: int) -> dict[S.Key, Flow]:
 class Judged:
     """A flow key over some steps: what TCP recorded, and the cause it points to."""
 
-    utilisation: float | None  # the largest cause's share; None: not judged (below)
+    utilisation: float | None  # the largest cause's, 0-1; None: not judged (below)
     cause: str | None
-    shares: dict[str, float]  # per cause: receive_window, send_buffer (of busy), congestion
+    # of busy time: receive_window, send_buffer; congestion: retransmitted share against 1 %
+    shares: dict[str, float]
     retransmitted: float | None  # share of the data segments sent
     sending: bool  # this host sent more than it received: TCP's own limits are seen here
     busy_per_socket: float | None  # busy seconds per socket-second
@@ -170,8 +184,10 @@ def judge(f: Flow, steps: Sequence[int], step_s: float = 1.0) -> Judged:
     app = sending and per_socket is not None and per_socket < APP_BUSY
     util, cause = None, None
     if sending and shares and not app:
-        cause = max(shares, key=lambda c: (shares[c], -CAUSES.index(c)))
-        util = shares[cause]
+        scaled = {c: min(1.0, v / WAIT_SATURATED) if c != "congestion" else v
+                  for c, v in shares.items()}  # fmt: skip
+        cause = max(scaled, key=lambda c: (scaled[c], -CAUSES.index(c)))
+        util = scaled[cause]
     return Judged(
         utilisation=util,
         cause=cause,
@@ -200,6 +216,14 @@ def bdp(bandwidth_bytes_per_s: float, rtt_s: float) -> float:
     return bandwidth_bytes_per_s * rtt_s
 
 
+def bits(bps: float) -> str:
+    """Bits/s as a link speed: '10 Gbit/s', '1 Tbit/s', '100 Mbit/s'."""
+    for div, unit in ((1e12, "Tbit/s"), (1e9, "Gbit/s"), (1e6, "Mbit/s")):
+        if bps >= div:
+            return f"{bps / div:.3g} {unit}"
+    return f"{bps / 1e3:.3g} kbit/s"
+
+
 def mib(b: float) -> str:
     """Bytes as binary megabytes, as buffer sysctls are set: '6 MiB', '208 KiB'."""
     if b >= 2**20:
@@ -221,7 +245,7 @@ def bdp_note(j: Judged, link_bytes_per_s: float | None, buffers: dict[str, float
     if j.cause not in ("receive_window", "send_buffer") or not j.srtt or not link_bytes_per_s:
         return ""
     need = bdp(link_bytes_per_s, j.srtt)
-    gbit = f"{link_bytes_per_s * 8 / 1e9:.3g} Gbit/s"
+    gbit = bits(link_bytes_per_s * 8)
     product = f"bandwidth × RTT = {mb(need)} ({gbit} × {1000 * j.srtt:.3g} ms)"
     if j.cause == "receive_window":
         if j.send_window:
@@ -244,9 +268,11 @@ def phrase(
     rtt = f" at {1000 * j.srtt:.3g} ms RTT" if j.srtt else ""
     who = words(subj)
     if j.cause == "receive_window":
-        text = f"TCP receive window: {who} were window-limited {S.pct(v)} of their busy time{rtt}"
+        share = S.pct(j.shares.get("receive_window", 0.0))
+        text = f"TCP receive window: {who} were window-limited {share} of their busy time{rtt}"
     elif j.cause == "send_buffer":
-        text = f"TCP send buffer: {who} were send-buffer-limited {S.pct(v)} of their busy time{rtt}"
+        share = S.pct(j.shares.get("send_buffer", 0.0))
+        text = f"TCP send buffer: {who} were send-buffer-limited {share} of their busy time{rtt}"
     else:
         lost = j.retransmitted or 0.0
         cwnd = 1.0 - j.shares.get("receive_window", 0.0) - j.shares.get("send_buffer", 0.0)
