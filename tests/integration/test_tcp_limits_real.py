@@ -254,6 +254,7 @@ def report(lab: Lab, name: str) -> dict[str, Any]:
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     doc: dict[str, Any] = json.loads((out / f"tcp-{name}.json").read_text())
+    doc["_printed"] = r.stdout  # the summary, for the transfers' line
     return doc
 
 
@@ -275,7 +276,14 @@ def test_small_receive_buffer_is_the_receive_window(lab: Lab) -> None:
         "tcp", "receive_window", lab.keys["window"]
     ), lb["evidence"]  # fmt: skip
     assert lb["evidence"].startswith("TCP receive window: flows to 169.254.181.2"), lb
-    assert transfer(doc, lab.keys["window"])["limit"] == "receive_window"
+    t = transfer(doc, lab.keys["window"])
+    assert t["limit"] == "receive_window" and t["bytes_sent"] > 0, t
+    # the transfers section in every form: Markdown, HTML and the printed summary
+    out = lab.tmp / "reports"
+    key = lab.keys["window"]
+    assert "## Transfers" in (out / "tcp-window.md").read_text()
+    assert "<h2>Transfers</h2>" in (out / "tcp-window.html").read_text()
+    assert f"transfer {HOST} {key}:" in doc["_printed"], doc["_printed"]
 
 
 def test_loss_in_a_tiny_queue_is_congestion(lab: Lab) -> None:

@@ -45,11 +45,30 @@ def _result(g: Gathered, compared: bool) -> Result:
     return replace(res, doc=doc)
 
 
+def _flow_rates(n: int) -> dict[str, list[tuple[dict[str, str], list[float | None]]]]:
+    """Two flow keys of the tcp exporter (synthetic): a stream to 10.1.2.0/24 window-limited a
+    fifth of its busy time, and a SciTags-marked one whose sender sat waiting for data."""
+    keys = (
+        ({"host": "h", "peer": "10.1.2.0/24", "port": "5201"}, (1.0, 0.2, 1.5e8)),
+        ({"host": "h", "peer": "2001:db8::/48", "experiment": "2", "activity": "5"},
+         (0.1, 0.0, 5e7)),
+    )  # fmt: skip
+    out: dict[str, list[tuple[dict[str, str], list[float | None]]]] = {}
+    for lab, (busy, rwnd, sent) in keys:
+        for k, v in (("flow_busy", busy), ("flow_rwnd", rwnd), ("flow_sndbuf", 0.0),
+                     ("flow_sent", sent), ("flow_received", sent / 50),
+                     ("flow_retrans", 0.0), ("flow_segs", sent / 9000)):  # fmt: skip
+            out.setdefault(k, []).append((lab, [v] * n))
+    return out
+
+
 def phased_with_limits() -> Gathered:
     """``ph`` with a link speed for eth0 (3.2 Gbit/s), so the verdict has something to judge:
-    the full phase's 2 and 3 Gbit/s are 62.5 % and 93.75 % of it."""
+    the full phase's 2 and 3 Gbit/s are 62.5 % and 93.75 % of it; and two flow keys, so the
+    transfers section has rows."""
     g = phased_window()
-    return replace(g, verdict=VerdictData(nic_speed={("h", "eth0"): [4e8] * g.grid.n}))
+    data = VerdictData(nic_speed={("h", "eth0"): [4e8] * g.grid.n}, rates=_flow_rates(g.grid.n))
+    return replace(g, verdict=data)
 
 
 @pytest.mark.parametrize(
