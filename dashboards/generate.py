@@ -385,18 +385,25 @@ def limits_row(d: Dashboard) -> Dashboard:
 FLOW_KEY = "host, peer, port, cgroup, process, experiment, activity"
 
 
-def flow_rate(counter: str) -> str:
-    """Per flow key, the rate of one of the tcp exporter's counters over $__rate_interval."""
-    return f"sum by ({FLOW_KEY}) (rate(wattbit_tcp_flow_{counter}_total{{{H}}}{RI}))"
+def flow_rate(counter: str, window: str = RI) -> str:
+    """Per flow key, the rate of one of the tcp exporter's counters over a window
+    ($__rate_interval for what is drawn over time, $__range for the table)."""
+    return f"sum by ({FLOW_KEY}) (rate(wattbit_tcp_flow_{counter}_total{{{H}}}{window}))"
 
 
-FLOW_BITS = f"({flow_rate('sent_bytes')} + {flow_rate('received_bytes')}) * 8"
+def flow_bits(window: str = RI) -> str:
+    """Per flow key, bit/s both ways."""
+    return f"({flow_rate('sent_bytes', window)} + {flow_rate('received_bytes', window)}) * 8"
+
+
+FLOW_BITS = flow_bits()
+RANGE = "[$__range]"
 FLOW_LEGEND = "{{host}} → {{peer}}:{{port}} {{cgroup}} {{process}} {{experiment}} {{activity}}"
 
 
-def flow_share(counter: str) -> str:
+def flow_share(counter: str, window: str = RI) -> str:
     """A limited time's share of the busy time, per flow key."""
-    return f"{flow_rate(counter)} / ({flow_rate('busy_seconds')} > 0)"
+    return f"{flow_rate(counter, window)} / ({flow_rate('busy_seconds', window)} > 0)"
 
 
 def transfers_row(d: Dashboard) -> Dashboard:
@@ -406,18 +413,19 @@ def transfers_row(d: Dashboard) -> Dashboard:
         table.Panel()
         .title("Top flows")
         .description(
-            "The 10 flow keys moving the most (both directions) over $__rate_interval: bit/s, "
-            "the shares of their busy time limited by the receiver's window and by the send "
-            "buffer (the rest of it: cwnd, pacing, the network), smoothed RTT. Keys are the "
-            "agent's tcp.key; `other` sums the flows outside its top-K."
+            "The 10 flow keys that moved the most (both directions) over the time range: their "
+            "mean bit/s, the shares of their busy time limited by the receiver's window and by "
+            "the send buffer (the rest of it: cwnd, pacing, the network), and the smoothed "
+            "RTT at the range's end. Keys are the agent's tcp.key; `other` sums the flows "
+            "outside its top-K."
         )
         .datasource(DS)
         .unit("bps")
         .span(24)
         .height(8)
-        .with_target(qi(f"topk(10, {FLOW_BITS})", "A"))
-        .with_target(qi(flow_share("rwnd_limited_seconds"), "B"))
-        .with_target(qi(flow_share("sndbuf_limited_seconds"), "C"))
+        .with_target(qi(f"topk(10, {flow_bits(RANGE)})", "A"))
+        .with_target(qi(flow_share("rwnd_limited_seconds", RANGE), "B"))
+        .with_target(qi(flow_share("sndbuf_limited_seconds", RANGE), "C"))
         .with_target(qi(f"max by ({FLOW_KEY}) (wattbit_tcp_flow_srtt_seconds{{{H}}})", "D"))
         .with_transformation(DataTransformerConfig(id_val="merge", options={}))
         .with_transformation(
