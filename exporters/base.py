@@ -17,9 +17,10 @@ class Exporter(ABC):
     """A metric source, run on every scrape by ExportersCollector.
 
     Required: ``name`` (its ``exporter`` label in wattbit_exporter_up) and ``collect()``.
-    Optional, with defaults here: ``startup_note()`` and ``close()``; the process running
-    the exporters (collector/daemon/serve.py, for the agent and the site collector) logs every
-    note once serving and closes every exporter when it stops, whatever the exporter.
+    Optional, with defaults here: ``startup_note()``, ``kept_capabilities()`` and ``close()``;
+    the process running the exporters (collector/daemon/serve.py, for the agent and the site
+    collector) logs every note once serving and closes every exporter when it stops, whatever
+    the exporter; the agent drops every capability no exporter keeps once all have started.
     """
 
     name: str
@@ -31,6 +32,10 @@ class Exporter(ABC):
     def startup_note(self) -> str:
         """One line for the log at start: how this exporter runs here ("": nothing to say)."""
         return ""
+
+    def kept_capabilities(self) -> frozenset[int]:
+        """Capabilities this exporter still needs once started (the agent drops the rest)."""
+        return frozenset()
 
     def close(self) -> None:  # noqa: B027 (optional: a no-op unless overridden)
         """Release what the exporter holds (sockets, BPF programs); by default nothing."""
