@@ -15,6 +15,7 @@ import fcntl
 import os
 import platform
 import resource
+import shlex
 import signal
 import socket
 import statistics
@@ -199,11 +200,20 @@ def interruptible() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    """A port on 127.0.0.1 free a moment ago."""
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
+def free_port(kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1") -> int:
+    """A TCP (or, with kind=socket.SOCK_DGRAM, UDP) port on host free a moment ago."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, kind) as s:
+        s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def free_ports(n: int, kind: int = socket.SOCK_STREAM) -> list[int]:
+    """n distinct ports on 127.0.0.1, all bound at once while they are chosen."""
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket(socket.AF_INET, kind)) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
 
 
 @contextlib.contextmanager
@@ -253,6 +263,28 @@ def alternate(items: Sequence[T], rounds: int) -> Iterator[tuple[int, T]]:
 def median(values: Sequence[float]) -> float | None:
     """The median, None of nothing."""
     return statistics.median(values) if values else None
+
+
+def ratio(num: float | None, den: float | None) -> float | None:
+    """num / den, None when either is missing or den is 0."""
+    return None if num is None or den is None or den == 0 else num / den
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """The command that reproduces this run: the interpreter (relative to the checkout when it
+    is the project's .venv) and its arguments as given (``-m bench.NAME`` or ``bench/NAME.py``,
+    then the options)."""
+    exe = Path(sys.executable)
+    with contextlib.suppress(ValueError):
+        exe = exe.relative_to(ROOT)
+    return shlex.join([str(exe), *(sys.orig_argv[1:] if argv is None else argv)])
+
+
+def print_command(out: Any = None) -> str:
+    """Print the reproducing command under the results (docs/benchmarks.md quotes it)."""
+    cmd = command_line()
+    print(f"reproduce: {cmd}", file=out or sys.stdout, flush=True)
+    return cmd
 
 
 def table(head: Sequence[str], rows: Sequence[Sequence[object]], out: Any = None) -> str:

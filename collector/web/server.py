@@ -279,7 +279,7 @@ class _Gate:
         if len(self.conns) >= self.cap:
             # First the oldest not yet through its TLS handshake (no transport yet): the
             # cheapest to drop, and where a flood of stalled clients sits; a scraper's
-            # kept-alive connection, idle between scrapes, only after them (bench/soak.py:
+            # kept-alive connection, idle between scrapes, only after them (bench/soak/:
             # 1,000 stalled clients a round had the agent's scrape connection evicted
             # before 454 of 810 scrapes).
             victim = next((c for c in self.conns if not c.busy and c.handshaking), None)
