@@ -32,6 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.harness import print_command  # noqa: E402
 from exporters.blockio.bpfshared import sum_percpu  # noqa: E402
 from exporters.blockio.core.backend import WORDS, CoreBackend  # noqa: E402
 from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS  # noqa: E402
@@ -167,6 +168,7 @@ def main() -> int:
     print(f"| per-CPU sums at {args.cpus} CPUs (synthetic buffer) | {_ms(sum_t)} |")
     print(f"| the kernel's extra copying at {args.cpus} CPUs (2 x memcpy) | {_ms(copy_t)} |")
     print(f"| **estimated read() at {args.cpus} CPUs** | {est * 1e3:.1f} ms |")
+    print_command()
     return 0
 
 
