@@ -3,7 +3,7 @@
 Run: sudo .venv/bin/python bench/smart_read.py [--repeat 50]
 
 For every disk the smart exporter would read here (blockio's whole disks that are not virtual),
-alternately (ABAB...): (a) smartctl with the exporter's argv (`--nocheck=standby`, which asks
+alternately (AB BA AB ...): (a) smartctl with the exporter's argv (`--nocheck=standby`, which asks
 the drive's power mode first) and (b) the same without `--nocheck=standby`. Medians of the
 wall time per run and of smartctl's CPU time (user + system, from the children's rusage),
 then the median of one whole exporter cycle (every disk, through the real runner and parser,
@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import in_turn, print_command  # noqa: E402
 from exporters.hostfs.blockdevs import BLOCK_EXCLUDE  # noqa: E402
 from exporters.smart.exporter import SmartExporter, device_path, list_disks  # noqa: E402
 from exporters.smart.parse import parse_smartctl  # noqa: E402
@@ -60,26 +61,25 @@ def main() -> int:
     print(f"{args.repeat} alternating runs per variant and disk, medians:")
     for d in disks:
         dev = device_path(d.name)
-        a_wall: list[float] = []
-        a_cpu: list[float] = []
-        b_wall: list[float] = []
-        b_cpu: list[float] = []
+        argvs = {"with": [smartctl, *SMARTCTL_ARGS, dev], "without": [smartctl, *without, dev]}
+        walls: dict[str, list[float]] = {k: [] for k in argvs}
+        cpus: dict[str, list[float]] = {k: [] for k in argvs}
         out, code = b"", 0
-        for _ in range(args.repeat):
-            w, c, out, code = run_once([smartctl, *SMARTCTL_ARGS, dev])
-            a_wall.append(w)
-            a_cpu.append(c)
-            w, c, _, _ = run_once([smartctl, *without, dev])
-            b_wall.append(w)
-            b_cpu.append(c)
+        for r in range(args.repeat):
+            for k in in_turn(list(argvs), r):
+                w, c, got, status = run_once(argvs[k])
+                walls[k].append(w)
+                cpus[k].append(c)
+                if k == "with":  # what the exporter reads
+                    out, code = got, status
         reading = parse_smartctl(out, code)
         size = len(out)
         print(f"  {dev}: smartctl exit {code}, {size} bytes of JSON, read as {reading.status}")
         if reading.detail:
             print(f"    ({reading.detail})")
         for label, wall, cpu in (
-            ("with --nocheck=standby   ", a_wall, a_cpu),
-            ("without --nocheck=standby", b_wall, b_cpu),
+            ("with --nocheck=standby   ", walls["with"], cpus["with"]),
+            ("without --nocheck=standby", walls["without"], cpus["without"]),
         ):
             print(
                 f"    {label}: wall {statistics.median(wall) * 1e3:7.2f} ms,"
@@ -101,6 +101,7 @@ def main() -> int:
         f"one exporter cycle over {len(disks)} disk(s) (runner + parser + publish),"
         f" median of {args.cycles}: {statistics.median(cycle) * 1e3:.2f} ms"
     )
+    print_command()
     return 0
 
 
