@@ -136,8 +136,8 @@ def main() -> None:
         med = statistics.median(ts) * 1e3
         p90 = statistics.quantiles(ts, n=10)[-1] * 1e3
         print(f"{name:16s} render median={med:6.2f} ms p90={p90:6.2f} ms over {args.repeat} runs")
-    med = {name: statistics.median(ts) for name, ts in times.items()}
-    speedup = ratio(med["generate_latest"], med["wattbit"])
+    meds = {name: statistics.median(ts) for name, ts in times.items()}
+    speedup = ratio(meds["generate_latest"], meds["wattbit"])
     print(f"speed-up {speedup or float('nan'):.1f}x; goal: wattbit median <= 30 ms")
     print_command()
 

@@ -31,6 +31,7 @@ from bench.harness import (
     cpu_seconds,
     interruptible,
     machine,
+    print_command,
     proc_status,
     table,
 )
@@ -103,6 +104,7 @@ def main() -> int:
         for n in (int(x) for x in args.bmcs.split(",")):
             rows.append(run(n, args.seconds, args.size, Path(d)))
     table(["hostile BMCs", "peak RSS MB", "CPU %", "p50 ms", "p99 ms", "healthy up"], rows)
+    print_command()
     return 0
 
 
