@@ -36,7 +36,7 @@ from bench.blockio_overhead.common import (
     foreign_block_progs,
     log,
 )
-from bench.blockio_overhead.host import bench_lock, bpf_stats_off, loop_device
+from bench.blockio_overhead.host import bpf_stats_off, loop_device, measuring_lock
 from bench.blockio_overhead.iops import Run, run_iops, summarise_iops
 from bench.blockio_overhead.latency import LatRun, run_latency, summarise_latency
 from bench.blockio_overhead.report import goals, report, warnings
@@ -54,7 +54,7 @@ from exporters.blockio.core.backend import OBJECT
 # --- driver ------------------------------------------------------------------------------
 
 
-def machine() -> dict[str, Any]:
+def measured_on() -> dict[str, Any]:
     """What the numbers were measured on."""
     cpu = cpu_model() or "?"
     return {
@@ -113,7 +113,7 @@ def _sigterm(*_: object) -> None:
 def bench(args: argparse.Namespace) -> int:
     """Run the parts, print the report, write the JSON."""
     preflight(args)
-    info = machine()
+    info = measured_on()
     log(f"machine: {info['nproc']} CPUs, kernel {info['kernel']}, {info['cpu']}")
     foreign = foreign_block_progs(set())
     if foreign:
@@ -122,7 +122,7 @@ def bench(args: argparse.Namespace) -> int:
     starts: list[Start] = []
     lat: list[LatRun] = []
     with (
-        bench_lock(args.lock_timeout),
+        measuring_lock(args.lock_timeout),
         tempfile.TemporaryDirectory(prefix="wattbit-bench-") as tmp,
         bpf_stats_off(),
         loop_device() as dev,

@@ -81,7 +81,7 @@ def bpf_stats_on() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def bench_lock(timeout: float) -> Iterator[None]:
+def measuring_lock(timeout: float) -> Iterator[None]:
     """The machine's benchmark lock (bench/harness.py) for the measuring part."""
     with contextlib.ExitStack() as held:
         try:

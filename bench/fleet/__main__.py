@@ -51,7 +51,7 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
     return my - b * mx, b
 
 
-def machine() -> dict[str, Any]:
+def measured_on() -> dict[str, Any]:
     """What the numbers were measured on."""
     model = cpu_model()
     mem = int(Path("/proc/meminfo").read_text().split()[1]) * 1024
@@ -297,7 +297,7 @@ def summarise(
     print()
     print_command()
     return {
-        "machine": machine(),
+        "machine": measured_on(),
         "args": {k: v for k, v in vars(args).items() if k not in ("serve",)},
         "series_per_host": per_host,
         "phases": results,

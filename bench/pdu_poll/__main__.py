@@ -31,7 +31,7 @@ from bench.pdu_poll.common import (
 )
 from bench.pdu_poll.poll import Bench, Pdu, Poll
 from bench.pdu_poll.procs import Exporter
-from bench.pdu_poll.report import machine, profile_wattbit, report
+from bench.pdu_poll.report import measured_on, profile_wattbit, report
 from tests.support.synthetic_pdu import (
     SOURCE,
     read_snmprec,
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     assert not profile.scalar_oids(), "the bench assumes walks only"
 
-    info = machine()
+    info = measured_on()
     print(
         f"PDU poll bench: {args.pdus} SIMULATED APC rPDU2 PDUs ({args.pdus - args.pdus // 2} x 24"
         f" outlets, {args.pdus // 2} x 48), {args.rounds} rounds, concurrency {args.concurrency}"

@@ -20,7 +20,7 @@ from tests.support.synthetic_pdu import (
 # --- report ------------------------------------------------------------------------------------
 
 
-def machine() -> dict[str, Any]:
+def measured_on() -> dict[str, Any]:
     """What the numbers were measured on."""
     return harness_machine(
         packages=("pysnmp", "snmpsim"),
