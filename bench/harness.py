@@ -1,10 +1,12 @@
 """What the benchmarks share: the machine's one benchmark lock, child processes that die with
-the bench, what a process has used (CPU, memory), the machine's busy time, alternation, medians
-and tables. Each bench/*.py file is its own measurement and imports the rest from here; its
-own numbers and their meaning stay in that file and in docs/benchmarks.md.
+the bench, free ports, what a process has used (CPU, memory), the machine's busy time,
+alternation, medians, ratios, tables and the command that reproduces a run. Each bench is its
+own measurement (bench/NAME.py, or a package bench/NAME/ split by phase) and imports the rest
+from here, never from another bench; its own numbers and their meaning stay in it and in
+docs/benchmarks.md.
 
-Run as ``python bench/NAME.py``: each file puts the repository on sys.path first, then imports
-``bench.harness`` like the product's packages.
+Run as ``python bench/NAME.py`` (each file puts the repository on sys.path first, then imports
+``bench.harness`` like the product's packages) or ``python -m bench.NAME`` from the checkout.
 """
 
 from __future__ import annotations
