@@ -9,6 +9,7 @@ from typing import Any
 
 from bench.harness import machine as harness_machine
 from bench.harness import (
+    ratio,
     table,
 )
 from bench.pdu_poll.common import CPU_GOAL_US, ROOT, SNMP_EXPORTER, SNMPBULKWALK
@@ -69,12 +70,16 @@ def report(polls: dict[str, list[Poll]], total_values: int, ncpu: int) -> dict[s
             f" {mid.agent_cpu / mid.wall:4.2f}, other users {mid.others_cpu / mid.wall:4.2f}"
         )
     w, e = summary["wattbit"], summary["snmp_exporter"]
-    wall_ratio = w["wall_s_median"] / e["wall_s_median"]
-    cpu_ratio = w["cpu_us_per_value_median"] / e["cpu_us_per_value_median"]
+    # None when the denominator is 0 (a tiny --pdus run can use less CPU than one clock tick)
+    wall_ratio = ratio(w["wall_s_median"], e["wall_s_median"])
+    cpu_ratio = ratio(w["cpu_us_per_value_median"], e["cpu_us_per_value_median"])
     cpu_ok = w["cpu_us_per_value_median"] <= CPU_GOAL_US
     wall_ok = w["wall_s_median"] <= e["wall_s_median"]
     print()
-    print(f"wattbit / snmp_exporter:  wall {wall_ratio:.2f}x   CPU per value {cpu_ratio:.2f}x")
+    print(
+        f"wattbit / snmp_exporter:  wall {wall_ratio or float('nan'):.2f}x"
+        f"   CPU per value {cpu_ratio or float('nan'):.2f}x"
+    )
     print(
         f"goal: wattbit CPU <= {CPU_GOAL_US:g} us/value: {w['cpu_us_per_value_median']:.1f}"
         f" -> {'met' if cpu_ok else 'MISSED'}"

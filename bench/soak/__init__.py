@@ -28,7 +28,9 @@ Phases: a warm-up (every PDU read twice; not measured), an idle phase (--idle-mi
 * an attacker process (`attack.py`, niced: at a site the attackers have CPUs of their own) keeps
   --slow-clients slowloris connections (half on each server, all on the collector when the
   agent serves HTTPS, below: request headers trickled a byte
-  a second, reconnecting when dropped) and --idle-clients connections that never send a byte,
+  a second, reconnecting when dropped), --idle-clients connections that never send a byte,
+  --body-clients requests that announce a body and never send it (GET /metrics and, on the
+  collector, POST /api/v1/runs; shared out the same way; issue 34), reconnecting when answered,
   and floods the collector's SNMP socket (found through /proc/PID/fd and /proc/PID/net/udp)
   with --flood-pps SNMP datagrams, half from a port of its own and half, as root (raw socket),
   spoofed from the good PDUs' addresses.

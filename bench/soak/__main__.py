@@ -60,6 +60,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--pdus", type=int, default=100, help="simulated PDUs, a fifth hostile")
     ap.add_argument("--slow-clients", type=int, default=200, help="slowloris, half per server")
     ap.add_argument("--idle-clients", type=int, default=40, help="silent, half per server")
+    ap.add_argument(
+        "--body-clients", type=int, default=0, help="announce a body, never send it; half each"
+    )
     ap.add_argument("--flood-pps", type=float, default=2000.0, help="SNMP datagrams a second")
     ap.add_argument("--interval", type=float, default=15.0, help="the collector's poll interval")
     ap.add_argument("--concurrency", type=int, default=32, help="the collector's, PDUs at once")
@@ -248,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             half = {
                 "slow": args.slow_clients // len(attacked),
                 "idle": args.idle_clients // len(attacked),
+                "body": args.body_clients // len(attacked),
             }
             attack_spec = work / "attack.json"
             attack_spec.write_text(
@@ -261,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
                                 + (args.slow_clients % len(attacked) if i == 0 else 0),
                                 "idle": half["idle"]
                                 + (args.idle_clients % len(attacked) if i == 0 else 0),
+                                "body": half["body"]
+                                + (args.body_clients % len(attacked) if i == 0 else 0),
                             }
                             for i, (n, port) in enumerate(attacked.items())
                         ],
@@ -283,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                 churn.start()
             print(
                 f"attack phase: {args.attack_s:.0f} s ({args.slow_clients} slow, "
-                f"{args.idle_clients} idle clients, {args.flood_pps:g} datagrams/s,"
+                f"{args.idle_clients} idle, {args.body_clients} body clients, "
+                f"{args.flood_pps:g} datagrams/s,"
                 f" {sum(p.kind != 'good' for p in pdus)} hostile PDUs)",
                 flush=True,
             )

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.soak.common import (
+    BODY_HEADS,
     LOOPBACK,
     OUTLET_POWER,
     SCRAPE_TIMEOUT_S,
@@ -77,6 +78,9 @@ async def hang(
         start = time.monotonic()
         eof = asyncio.ensure_future(reader.read(4096))
         try:
+            if kind == "body":  # the run API only on the collector
+                post = target == "collector" and rnd.random() < 0.5
+                writer.write(BODY_HEADS["post" if post else "get"])
             if kind == "slow":
                 writer.write(SLOW_PREFIX)
                 i = 0
@@ -96,7 +100,9 @@ async def hang(
             writer.close()
         stats.dropped_by_server[key] += 1
         stats.lifetimes[key].append(time.monotonic() - start)
-        await asyncio.sleep(rnd.uniform(0.1, 0.5))
+        # Answered at once when the server does not wait for a body: a second apart, so that
+        # 300 of them open ~300 connections a second (the figure), not a thousand.
+        await asyncio.sleep(rnd.uniform(0.5, 1.5) if kind == "body" else rnd.uniform(0.1, 0.5))
 
 
 def flood_datagrams(communities: list[str], rnd: random.Random) -> list[bytes]:
@@ -186,12 +192,12 @@ async def _attack(spec_path: Path) -> None:
     out = Path(spec["stats"])
     tasks = [asyncio.ensure_future(flood(spec, stats))]
     for t in spec["targets"]:
-        for kind in ("slow", "idle"):
+        for kind in ("slow", "idle", "body"):
             tasks += [
                 asyncio.ensure_future(
                     hang(t["name"], t["port"], kind, spec["trickle_s"], stats, rnd)
                 )
-                for _ in range(t[kind])
+                for _ in range(t.get(kind, 0))
             ]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

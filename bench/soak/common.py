@@ -36,6 +36,11 @@ LATENCY_RATIO_GOAL = 2.0
 SCRAPE_TIMEOUT_S = 10.0  # Prometheus' default scrape timeout
 SLOW_PREFIX = b"GET /metrics HTTP/1.1\r\nHost: soak\r\n"
 SLOW_TRICKLE = b"X-Soak: " + b"a" * 8000  # never complete at a byte a second
+# Requests announcing a body they never send (issue 34), unauthenticated.
+BODY_HEADS = {
+    "get": b"GET /metrics HTTP/1.1\r\nHost: soak\r\nContent-Length: 1000\r\n\r\n",
+    "post": b"POST /api/v1/runs HTTP/1.1\r\nHost: soak\r\nContent-Length: 1000\r\n\r\n",
+}
 AFTER_S = 5.0  # from the attacker's exit to the sample of what it left behind
 STAGGER_S = 10.0  # hostile clients start spread over this, as connections from many hosts do
 LOOPBACK = socket.inet_aton("127.0.0.1")
