@@ -184,6 +184,55 @@ def stop(
         proc.wait()
 
 
+class Children:
+    """A bench's named children, each started from the checkout (PYTHONPATH too) by spawn()
+    with its output in logdir/NAME.log, and stopped newest first."""
+
+    def __init__(self, logdir: Path) -> None:
+        self.logdir = logdir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
+        """Start cmd with its output in logdir/NAME.log."""
+        with (self.logdir / f"{name}.log").open("ab") as log:
+            p = spawn(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            )
+        self.procs[name] = p
+        return p
+
+    def alive(self, *names: str) -> Callable[[], None]:
+        """A check for wait_for: raise with the log's tail when one of `names` has exited."""
+
+        def check() -> None:
+            for n in names:
+                p = self.procs[n]
+                if p.poll() is not None:
+                    tail = (self.logdir / f"{n}.log").read_text(errors="replace")[-3000:]
+                    raise RuntimeError(f"{n} exited {p.returncode}:\n{tail}")
+
+        return check
+
+    def stop(self, *names: str, timeout: float = 30.0) -> None:
+        """SIGTERM these (all: none given), newest first; SIGKILL after ``timeout`` s."""
+        chosen = [n for n in reversed(self.procs) if not names or n in names]
+        for n in chosen:
+            if self.procs[n].poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self.procs[n].terminate()
+        for n in chosen:
+            p = self.procs.pop(n)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 

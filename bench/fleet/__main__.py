@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import bench.fleet as package
-from bench.fleet.common import RECORDING, STORES, TOOLS, Procs, scrape, total
+from bench.fleet.common import RECORDING, STORES, TOOLS, scrape, total
 from bench.fleet.sim import serve
 from bench.fleet.store import Fleet, phase
 from bench.harness import (
+    Children,
     bench_lock,
     cpu_model,
     free_port,
@@ -111,7 +112,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def start_fleet(
-    procs: Procs, work: Path, hosts: int, sim: dict[str, Any], args: argparse.Namespace
+    procs: Children, work: Path, hosts: int, sim: dict[str, Any], args: argparse.Namespace
 ) -> Fleet:
     """The collector for `hosts` hosts (its PDUs polled once), beside the running simulator."""
     pdus = math.ceil(hosts / args.hosts_per_pdu)
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     work = args.keep or Path(tempfile.mkdtemp(prefix="wattbit-fleet-"))
     work.mkdir(parents=True, exist_ok=True)
-    procs = Procs(work)
+    procs = Children(work)
 
     def interrupted(*_: object) -> None:
         raise KeyboardInterrupt

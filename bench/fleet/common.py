@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
 import re
-import subprocess
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.harness import (
-    die_with_parent,
-)
 from tests.support.synthetic import (
     TOKEN,
 )
@@ -35,57 +28,6 @@ KEPT_UP = 0.9
 
 
 # --- processes --------------------------------------------------------------------------------
-
-
-class Procs:
-    """The bench's children: a log each, stopped newest first."""
-
-    def __init__(self, logdir: Path) -> None:
-        self.logdir = logdir
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
-        """Start cmd with its output in logdir/NAME.log."""
-        with (self.logdir / f"{name}.log").open("ab") as log:
-            p = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=ROOT,
-                env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                start_new_session=True,
-                preexec_fn=die_with_parent,
-            )
-        self.procs[name] = p
-        return p
-
-    def alive(self, *names: str) -> Callable[[], None]:
-        """A check for wait_for: raise with the log's tail when one of `names` has exited."""
-
-        def check() -> None:
-            for n in names:
-                p = self.procs[n]
-                if p.poll() is not None:
-                    tail = (self.logdir / f"{n}.log").read_text(errors="replace")[-3000:]
-                    raise RuntimeError(f"{n} exited {p.returncode}:\n{tail}")
-
-        return check
-
-    def stop(self, *names: str) -> None:
-        """SIGTERM these (all: none given), newest first; SIGKILL after 30 s."""
-        chosen = [n for n in reversed(self.procs) if not names or n in names]
-        for n in chosen:
-            if self.procs[n].poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    self.procs[n].terminate()
-        for n in chosen:
-            p = self.procs.pop(n)
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
 
 
 def get(url: str, timeout: float = 10.0) -> bytes:

@@ -20,7 +20,6 @@ from bench.fleet.common import (
     REPORT_GUARD_S,
     ROOT,
     SAMPLE_EVERY_S,
-    Procs,
     by_label,
     get,
     post,
@@ -30,6 +29,7 @@ from bench.fleet.common import (
     total,
 )
 from bench.harness import (
+    Children,
     cpu_seconds,
     free_port,
     machine_busy_seconds,
@@ -61,7 +61,7 @@ class Store:
 
 
 def start_prometheus(
-    procs: Procs, d: Path, ports: list[int], collector: int, interval: float
+    procs: Children, d: Path, ports: list[int], collector: int, interval: float
 ) -> Store:
     """Prometheus 2.42 with the rules, an empty TSDB in d."""
     (d / "prometheus.yml").write_text(prometheus_yml(ports, collector, interval))
@@ -81,7 +81,7 @@ def start_prometheus(
 
 
 def start_victoriametrics(
-    procs: Procs, d: Path, ports: list[int], collector: int, interval: float, sink: int
+    procs: Children, d: Path, ports: list[int], collector: int, interval: float, sink: int
 ) -> Store:
     """VictoriaMetrics 1.79 single node, vmagent scraping into it, vmalert with the rules."""
     (d / "scrape.yml").write_text(
@@ -183,7 +183,7 @@ class Fleet:
 
 
 def phase(
-    store_name: str, fleet: Fleet, procs: Procs, work: Path, args: argparse.Namespace
+    store_name: str, fleet: Fleet, procs: Children, work: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
     """Start a store over the fleet, measure it, report a run from it, stop it."""
     d = work / f"{store_name}-{fleet.hosts}"
