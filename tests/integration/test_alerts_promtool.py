@@ -55,6 +55,7 @@ NAMES = {
     "WattbitNvmeCriticalWarning",
     "WattbitNvmeSpareLow",
     "WattbitNvmeMediaErrors",
+    "WattbitDiskUncorrectedErrors",
     "WattbitPowerSourcesDisagree",
     "WattbitPcieLinkDowngraded",
 }
