@@ -460,7 +460,11 @@ _KEYS = st.sampled_from(
         "name", "raw", "value", "temperature", "current", "power_on_time", "hours", "minutes",
         "nvme_smart_health_information_log", "critical_warning", "media_errors",
         "num_err_log_entries", "percentage_used", "available_spare",
-        "available_spare_threshold", "scsi_grown_defect_list",
+        "available_spare_threshold", "scsi_grown_defect_list", "scsi_error_counter_log",
+        "read", "write", "verify", "total_errors_corrected", "total_uncorrected_errors",
+        "power_cycle_count", "data_units_read", "ata_smart_self_test_log", "standard",
+        "status", "scsi_self_test_0", "result", "nvme_self_test_log", "self_test_result",
+        "devices", "type",
     ]
 )  # fmt: skip
 _JSON = st.recursive(
@@ -490,3 +494,12 @@ def test_parser_never_raises(data: bytes, exit_code: int | None) -> None:
     if r.attributes and any(a.id == 188 for a in r.attributes):
         assert next(a.raw for a in r.attributes if a.id == 188) <= 0xFFFF
     assert len(r.detail) <= 200 and r.detail.isprintable()
+
+
+@BOUNDED
+@given(st.one_of(st.binary(max_size=512), _JSON.map(_dump)))
+def test_scan_parser_never_raises(data: bytes) -> None:
+    got = parse_scan(data)
+    for m in got or ():
+        assert m.path.startswith("/dev/") and ".." not in m.path
+        assert m.dtype.endswith(f"{m.controller},{m.slot}")
