@@ -56,6 +56,7 @@ NAMES = {
     "WattbitNvmeSpareLow",
     "WattbitNvmeMediaErrors",
     "WattbitDiskUncorrectedErrors",
+    "WattbitDiskCommandTimeouts",
     "WattbitPowerSourcesDisagree",
     "WattbitPcieLinkDowngraded",
 }
