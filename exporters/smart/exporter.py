@@ -7,6 +7,12 @@ smartctl (runner.py) and publishing its device's result the moment it has it. A 
 renders the last results: it never waits for a drive, and one drive's hang holds one worker
 for at most ``timeout`` while the others publish on their own.
 
+After the kernel's disks have started, the cycle runs ``smartctl --scan-open`` (bounded like a
+read) and reads each disk it finds behind a RAID controller (``-d megaraid,N /dev/bus/0`` ...)
+the same way, labelled ``PATH:CONTROLLER,SLOT``; a member the scan stops listing leaves, a
+scan that fails keeps the last members (docs/exporters/smart.md "Disks behind RAID
+controllers").
+
 Per device, the last good reading is kept while the drive sleeps (``-n standby``: never woken),
 times out or errors, with ``wattbit_disk_smart_last_read_timestamp_seconds`` saying how old it
 is; it is dropped when the device goes away or another disk takes its name (a different
