@@ -370,14 +370,39 @@ def _text(value: object, limit: int) -> str:
 
 _N = r"(?:0|[1-9][0-9]{0,3})"  # a small decimal number, no sign, no leading zeros
 # The RAID device types of smartctl(8) -d (the same table as the root helper's TYPES,
-# packaging/libexec/smartctl-helper), and the controller and slot in each: the slot is what
-# follows the name ("megaraid,N": the disk's device id; "cciss,N" and "3ware,N": the port;
+# packaging/libexec/smartctl-helper): controller -> the pattern of its slot, what follows the
+# name ("megaraid,N": the disk's device id; "cciss,N" and "3ware,N": the port;
 # "aacraid,H,L,ID": host, LUN, id; "areca,N[/E]": port and enclosure; "hpt,L/M[/N]":
-# controller, channel, pmport). A SATA disk behind one is written "sat+TYPE" once opened.
-RAID_TYPE = re.compile(
-    rf"^(?:sat\+)?(?P<controller>megaraid|cciss|3ware|areca|aacraid|hpt),"
-    rf"(?P<slot>{_N}|{_N},{_N},{_N}|{_N}/{_N}(?:/{_N})?)$"
-)
+# controller, channel, pmport; "sssraid,E,S": enclosure, slot). A SATA disk behind one is
+# written "sat+TYPE" once opened. On Linux smartctl's scan lists only megaraid and sssraid
+# members (lib/os_linux.cpp scan_smart_devices: get_dev_megasas, get_dev_sssraid); the other
+# types are taken when a scan lists them, never guessed.
+RAID_SLOTS = {
+    name: re.compile(rf"^{pattern}$")
+    for name, pattern in (
+        ("megaraid", _N),
+        ("cciss", _N),
+        ("3ware", _N),
+        ("aacraid", rf"{_N},{_N},{_N}"),
+        ("areca", rf"{_N}(?:/{_N})?"),
+        ("hpt", rf"{_N}/{_N}(?:/{_N})?"),
+        ("sssraid", rf"{_N},{_N}"),
+    )
+}
+_RAID_TYPE = re.compile(r"^(?:sat\+)?(?P<controller>[a-z0-9]{1,16}),(?P<slot>[0-9,/]{1,32})$")
+
+
+def raid_type(dtype: str) -> tuple[str, str] | None:
+    """(controller, slot) of a RAID -d type ("sat+megaraid,3" -> ("megaraid", "3")), else None."""
+    m = _RAID_TYPE.match(dtype)
+    if m is None:
+        return None
+    slot = RAID_SLOTS.get(m["controller"])
+    if slot is None or not slot.match(m["slot"]):
+        return None
+    return m["controller"], m["slot"]
+
+
 # The device path a scan names (/dev/bus/0, /dev/sda, /dev/twa0, /dev/sg2, /dev/cciss/c0d0).
 SCAN_PATH = re.compile(r"^/dev/(?:[a-z][a-z0-9_-]{0,31}/){0,2}[A-Za-z0-9][A-Za-z0-9_.:+-]{0,63}$")
 MAX_SCANNED = 512  # RAID members kept from one scan (a 4-controller, 128-bay host at most)
@@ -413,10 +438,10 @@ def parse_scan(data: bytes) -> tuple[RaidMember, ...] | None:
         path, dtype = _dict(entry).get("name"), _dict(entry).get("type")
         if not isinstance(path, str) or not isinstance(dtype, str) or ".." in path:
             continue
-        m = RAID_TYPE.match(dtype)
-        if m is None or not SCAN_PATH.match(path) or (path, dtype) in seen:
+        kind = raid_type(dtype)
+        if kind is None or not SCAN_PATH.match(path) or (path, dtype) in seen:
             continue
-        seen[(path, dtype)] = RaidMember(path, dtype, m["controller"], m["slot"])
+        seen[(path, dtype)] = RaidMember(path, dtype, *kind)
         if len(seen) >= MAX_SCANNED:
             break
     return tuple(seen.values())

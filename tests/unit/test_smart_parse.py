@@ -280,6 +280,11 @@ def test_scan_keeps_raid_types_only_and_bounds_them() -> None:
         {"name": "/dev/sdb", "type": "aacraid,0,0,4"},
         {"name": "/dev/sg2", "type": "areca,1/2"},
         {"name": "/dev/sdc", "type": "hpt,1/2/3"},
+        {"name": "/dev/bus/1", "type": "sssraid,0,7"},
+        {"name": "/dev/bus/1", "type": "sssraid,7"},  # wants E,S
+        {"name": "/dev/sda", "type": "cciss,1,2"},  # one number
+        {"name": "/dev/sda", "type": "hpt,1"},  # L/M at least
+        {"name": "/dev/sda", "type": "usbjmicron,0"},  # not a RAID type
         {"name": "/dev/bus/0", "type": "megaraid,3"},
         {"name": "/dev/bus/0", "type": "megaraid,3"},  # twice: once
         {"name": "/dev/../etc/passwd", "type": "megaraid,4"},
@@ -297,6 +302,7 @@ def test_scan_keeps_raid_types_only_and_bounds_them() -> None:
         ("/dev/sdb", "aacraid,0,0,4", "aacraid", "0,0,4"),
         ("/dev/sg2", "areca,1/2", "areca", "1/2"),
         ("/dev/sdc", "hpt,1/2/3", "hpt", "1/2/3"),
+        ("/dev/bus/1", "sssraid,0,7", "sssraid", "0,7"),
         ("/dev/bus/0", "megaraid,3", "megaraid", "3"),
     ]
     many = [{"name": "/dev/bus/0", "type": f"megaraid,{i}"} for i in range(2000)]
