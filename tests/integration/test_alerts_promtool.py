@@ -55,6 +55,8 @@ NAMES = {
     "WattbitNvmeCriticalWarning",
     "WattbitNvmeSpareLow",
     "WattbitNvmeMediaErrors",
+    "WattbitDiskUncorrectedErrors",
+    "WattbitDiskCommandTimeouts",
     "WattbitPowerSourcesDisagree",
     "WattbitPcieLinkDowngraded",
 }
