@@ -47,6 +47,7 @@ NAMES = {
     "WattbitBlockioFallback",
     "WattbitBlockioMapFull",
     "WattbitNicDrops",
+    "WattbitTransferWindowLimited",
     "WattbitTcpRetransmits",
     "WattbitOutletPowerHigh",
     "WattbitEnergyCounterReset",
