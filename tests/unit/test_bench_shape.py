@@ -1,6 +1,7 @@
 """bench/ on its harness (issue 33): every file under 800 lines, every bench (a file, or a
-package split by phase) imports bench/harness.py, and no bench defines again at module level a
-helper the harness has (free_port, median, alternate, table, ...: they live there once).
+package split by phase) imports bench/harness.py and prints the command that reproduces it
+(harness.print_command, or harness.command_line in its JSON), and no bench defines again at
+module level a helper the harness has (free_port, median, alternate, table, ...: once there).
 
 Read from the source (ast), never imported: a bench is a measurement, not a library
 (tests/unit/test_layout.py keeps tests from importing one and benches from importing each other).
@@ -51,6 +52,16 @@ def imports_harness(tree: ast.AST) -> bool:
     return False
 
 
+def names_used(tree: ast.AST) -> set[str]:
+    """Every name the module loads or imports (enough to see a call of a harness helper)."""
+    out = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    out |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and n.module == "bench.harness":
+            out |= {a.asname or a.name for a in n.names}
+    return out
+
+
 def harness_helpers() -> set[str]:
     """The public functions bench/harness.py defines."""
     tree = ast.parse(HARNESS.read_text(), str(HARNESS))
@@ -94,6 +105,19 @@ def test_every_bench_imports_the_harness() -> None:
     assert not without, "benches not on bench/harness.py: " + ", ".join(without)
 
 
+def test_every_bench_prints_its_reproducing_command() -> None:
+    # docs/benchmarks.md quotes the command under each table: the bench says it itself
+    silent = [
+        name
+        for name, files in sorted(benches().items())
+        if not any(
+            {"print_command", "command_line"} & names_used(ast.parse(f.read_text(), str(f)))
+            for f in files
+        )
+    ]
+    assert not silent, "benches that do not print harness.print_command(): " + ", ".join(silent)
+
+
 def test_no_bench_redefines_a_harness_helper() -> None:
     helpers = harness_helpers()
     assert {"free_port", "free_ports", "median", "alternate", "table", "print_command"} <= helpers
@@ -114,3 +138,6 @@ def test_the_checks_see_what_they_look_for() -> None:
     assert not imports_harness(ast.parse("from collector.demo.procs import free_port\n"))
     planted = ast.parse("def free_port():\n    pass\nclass C:\n    def table(self): ...\n")
     assert redefined(planted, {"free_port", "table"}) == [("free_port", 1)]
+    assert "print_command" in names_used(ast.parse("def f():\n    print_command()\n"))
+    assert "command_line" in names_used(ast.parse("import bench.harness as h\nh.command_line()"))
+    assert "print_command" not in names_used(ast.parse("print('reproduce: ...')\n"))
