@@ -13,6 +13,22 @@ from prometheus_client.metrics_core import Metric
 log = logging.getLogger(__name__)
 
 
+def clean_text(value: object, limit: int = 128) -> str:
+    """A string from outside (a BMC, an agent's output) made fit for a label and a log line.
+
+    Printable and on one line (a lone surrogate, valid in JSON as "\\ud800", cannot be
+    encoded as UTF-8 and once made every scrape fail; an ESC sequence or a newline in a log
+    line can rewrite a terminal or forge a line): each such character becomes U+FFFD, so one
+    bad value costs its own label's text at most (issue 34). "" for anything not a string.
+    """
+    if not isinstance(value, str):
+        return ""
+    text = value[: limit * 2]
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else "\ufffd" for c in text)
+    return text.strip()[:limit]
+
+
 class Exporter(ABC):
     """A metric source, run on every scrape by ExportersCollector.
 
