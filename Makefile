@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: all bootstrap test test-unit lint demo bench clean
+.PHONY: all bootstrap test test-unit lint demo bench clean package
 
 all: test
 
@@ -30,4 +30,8 @@ bench: bootstrap
 	$(PY) bench/blockio_overhead.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache
+
+# dist/: the wheel, the Debian 12 package and the EL9 RPM (docs/install.md)
+package: bootstrap
+	@bash packaging/build.sh
