@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from exporters.blockio.exporter import DEFAULT_EXCLUDE  # noqa: E402
+from exporters.hostfs.blockdevs import BLOCK_EXCLUDE  # noqa: E402
 from exporters.smart.exporter import SmartExporter, device_path, list_disks  # noqa: E402
 from exporters.smart.parse import parse_smartctl  # noqa: E402
 from exporters.smart.runner import CHILD_ENV, SMARTCTL_ARGS, find_smartctl  # noqa: E402
@@ -52,7 +52,7 @@ def main() -> int:
         return 1
     version = subprocess.run([smartctl, "--version"], capture_output=True, text=True, check=False)
     print(version.stdout.splitlines()[0] if version.stdout else smartctl)
-    disks = [d for d in list_disks(Path("/sys"), DEFAULT_EXCLUDE) if not d.virtual]
+    disks = [d for d in list_disks(Path("/sys"), BLOCK_EXCLUDE) if not d.virtual]
     if not disks:
         print("no disk to read here")
         return 1

@@ -1,1 +1,2 @@
-"""wattbit: the CLI, configuration, HTTP endpoint and processes (agent, collector)."""
+"""wattbit: the CLI, the one config loader, and the processes and jobs (agent, site collector,
+runs, report, demo, pdu tools) with the HTTP endpoint they share."""

@@ -1,1 +1,2 @@
-"""`wattbit agent`: the host agent (blockio and nic exporters) and its configuration."""
+"""`wattbit agent`: the host agent (blockio, nic, smart, power, pcie and the opt-in cpu exporter)
+and its configuration."""

@@ -10,9 +10,9 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from collector.config import Duration, Regex, Strict, at_least
 from collector.daemon.config import AGENT_PORT, Listen, ProcessConfig
-from exporters.blockio.exporter import DEFAULT_EXCLUDE
 from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, MAX_LAT_BOUNDS
-from exporters.nic.exporter import DEFAULT_EXCLUDE as NIC_EXCLUDE
+from exporters.hostfs.blockdevs import BLOCK_EXCLUDE
+from exporters.hostfs.netdevs import NIC_EXCLUDE
 
 MAX_LINK_SPEEDS = 4096  # nic.link_speeds entries: far more interfaces than a host exports
 
@@ -22,7 +22,7 @@ class BlockioConfig(Strict):
 
     enabled: bool = True
     backend: Literal["auto", "core", "bcc", "diskstats"] = "auto"
-    exclude: Regex = DEFAULT_EXCLUDE
+    exclude: Regex = BLOCK_EXCLUDE
     max_inflight: int = Field(default=65536, ge=1024, le=1 << 22)
     topology_refresh: Duration = 60.0
     # Latency histogram bounds in seconds (the series budget: docs/exporters/blockio.md).

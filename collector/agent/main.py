@@ -14,6 +14,7 @@ from exporters.base import Exporter
 from exporters.blockio.exporter import BlockioExporter
 from exporters.blockio.model import BackendUnavailable
 from exporters.cpu.exporter import CpuExporter
+from exporters.hostfs.read import PROC_ROOT, SYS_ROOT
 from exporters.nic.exporter import NicExporter, QueueReader
 from exporters.pcie.exporter import PcieExporter
 from exporters.power.exporter import PowerExporter
@@ -29,8 +30,8 @@ class StartupError(Exception):
 
 def build_exporters(
     cfg: AgentConfig,
-    sys_root: Path = Path("/sys"),
-    proc_root: Path = Path("/proc"),
+    sys_root: Path = SYS_ROOT,
+    proc_root: Path = PROC_ROOT,
     ethtool: QueueReader | None = None,
     smartctl: Runner | None = None,
 ) -> list[Exporter]:

@@ -1,1 +1,2 @@
-"""`wattbit collector`: the site collector (PDU poller, run registry) and its configuration."""
+"""`wattbit collector`: the site collector (PDU and BMC pollers, run registry) and its
+configuration."""

@@ -50,13 +50,21 @@ def build_poller(cfg: CollectorConfig, profiles: list[Profile], client: SnmpClie
 
 def build_exporters(
     cfg: CollectorConfig, profiles: list[Profile], client: SnmpClient, runs: RunRegistry
-) -> tuple[PduPoller, list[Exporter]]:
-    """The PDU poller and the exporters /metrics runs: the PDUs', and the run registry where
-    this collector holds it (tests/unit/test_site_golden.py builds them the same way)."""
+) -> tuple[PduPoller, BmcPoller, list[Exporter]]:
+    """The PDU and BMC pollers and the exporters /metrics runs: the PDUs', the BMCs' where any
+    is configured, and the run registry where this collector holds it
+    (tests/unit/test_site_golden.py builds them the same way)."""
     poller = build_poller(cfg, profiles, client)
-    pdus = PduExporter(poller, shard=(cfg.shard.k, cfg.shard.n), configured=len(cfg.pdus))
+    bmc_poller = build_bmc_poller(cfg)
+    exporters: list[Exporter] = [
+        PduExporter(poller, shard=(cfg.shard.k, cfg.shard.n), configured=len(cfg.pdus))
+    ]
+    if cfg.bmcs:  # beside the PDUs' exporter (docs/exporters/bmc.md)
+        exporters.append(BmcExporter(bmc_poller))
     # Only the registry's holder exports wattbit_exporter_up{exporter="runs"}: one per site.
-    return poller, [pdus, runs] if holds_registry(cfg) else [pdus]
+    if holds_registry(cfg):
+        exporters.append(runs)
+    return poller, bmc_poller, exporters
 
 
 def holds_registry(cfg: CollectorConfig) -> bool:
@@ -110,10 +118,7 @@ def run(
     """Poll PDUs and BMCs and serve /metrics until SIGINT/SIGTERM (or stop is set)."""
     profiles = profiles_for(cfg, source)
     runs = open_runs(cfg)
-    poller, exporters = build_exporters(cfg, profiles, SnmpClient(), runs)
-    bmc_poller = build_bmc_poller(cfg)
-    if cfg.bmcs:  # beside the PDUs' exporter (docs/exporters/bmc.md)
-        exporters.insert(1, BmcExporter(bmc_poller))
+    poller, bmc_poller, exporters = build_exporters(cfg, profiles, SnmpClient(), runs)
     read_only = None if holds_registry(cfg) else SHARD_READ_ONLY_MESSAGE
 
     async def work(done: asyncio.Event) -> None:

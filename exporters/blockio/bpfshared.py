@@ -9,8 +9,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from exporters.hostfs.blockdevs import devt_names
+
 from . import devt
-from .topology import devt_names
 
 _U64 = (1 << 64) - 1
 BPF_STATS_SYSCTL = Path("/proc/sys/kernel/bpf_stats_enabled")

@@ -10,6 +10,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporters.hostfs.read import PROC_MAX, read_bytes
+
 from .model import DeviceStats, OpStats
 
 log = logging.getLogger(__name__)
@@ -100,7 +102,8 @@ class DiskstatsBackend:
 
     def read(self) -> dict[str, DeviceStats]:
         """Counters of every device the kernel lists, by kernel name."""
-        rows = parse_diskstats(self.path.read_text())
+        # bounded; a missing or refused file raises, and the scrape says so (exporter up 0)
+        rows = parse_diskstats(read_bytes(self.path, PROC_MAX).decode("utf-8", "replace"))
         return {name: device_stats(row) for name, row in rows.items()}
 
     def missed_events(self) -> dict[str, int] | None:

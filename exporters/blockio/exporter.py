@@ -19,7 +19,10 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from exporters.base import Exporter
+from exporters.hostfs.blockdevs import BLOCK_EXCLUDE, DiskInfo, excluded, read_topology
+from exporters.hostfs.read import PROC_ROOT, SYS_ROOT
 
+from .diskinfo import disk_info_metric
 from .diskstats import DiskstatsBackend
 from .model import (
     DEFAULT_LAT_BOUNDS_SECONDS,
@@ -29,13 +32,8 @@ from .model import (
     BackendUnavailable,
     DeviceStats,
 )
-from .topology import DiskInfo, disk_info_metric, read_topology
 
 log = logging.getLogger(__name__)
-
-# ram/zram are memory, fd/sr are floppies and optical drives: never the disks a data mover
-# streams from, and their idle series only cost.
-DEFAULT_EXCLUDE = r"^(ram|zram|fd|sr)\d+$"
 
 _SIZE_LE = (*(floatToGoString(b) for b in SIZE_BOUNDS_BYTES), "+Inf")
 
@@ -138,11 +136,11 @@ class BlockioExporter(Exporter):
     def __init__(
         self,
         backend: str = "auto",
-        exclude: str = DEFAULT_EXCLUDE,
+        exclude: str = BLOCK_EXCLUDE,
         max_inflight: int = 65536,
         topology_refresh: float = 60.0,
-        sys_root: Path = Path("/sys"),
-        proc_root: Path = Path("/proc"),
+        sys_root: Path = SYS_ROOT,
+        proc_root: Path = PROC_ROOT,
         clock: Callable[[], float] = time.monotonic,
         latency_buckets: Sequence[float] = DEFAULT_LAT_BOUNDS_SECONDS,
         size_histogram: bool = False,
@@ -194,10 +192,8 @@ class BlockioExporter(Exporter):
         )
         yield disk_info_metric(
             info
-            for name, info in infos.items()
-            if info.size_bytes > 0
-            and not self.exclude.search(name)
-            and not (info.parent and self.exclude.search(info.parent))
+            for info in infos.values()
+            if info.size_bytes > 0 and not excluded(self.exclude, info)
         )
 
 
@@ -305,6 +301,17 @@ def render(
         yield clock
     if untimed.samples:
         yield untimed
+    yield from _bpf_families(prog_stats, missed, map_full)
+    if io_time.samples:
+        yield io_time
+
+
+def _bpf_families(
+    prog_stats: dict[str, tuple[int, int]] | None,
+    missed: dict[str, int] | None,
+    map_full: dict[str, int] | None,
+) -> Iterator[Metric]:
+    """The BPF program's own cost and losses, where the backend has them (None: no family)."""
     if prog_stats is not None:
         run_time = CounterMetricFamily(
             "wattbit_blockio_bpf_run_seconds",
@@ -338,5 +345,3 @@ def render(
             "map",
             map_full,
         )
-    if io_time.samples:
-        yield io_time

@@ -1,1 +1,2 @@
-"""BMC poller: servers' input power from their BMCs over Redfish or IPMI DCMI."""
+"""Servers' input power from their BMCs over Redfish or IPMI DCMI: the clients and parsers of
+both protocols, the poller and the exporter."""

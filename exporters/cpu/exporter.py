@@ -10,7 +10,6 @@ backwards (the kernel's can, on NO_HZ accounting; node_exporter keeps the last v
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,8 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
-from exporters.nic.procfs import note_malformed, parse_u64
+from exporters.hostfs.numbers import note_malformed, parse_u64
+from exporters.hostfs.read import PROC_ROOT, read_proc
 
 # /proc/stat "cpuN" columns in order (Documentation/filesystems/proc.rst, "1.7 Miscellaneous
 # kernel statistics in /proc/stat"); older kernels print fewer (steal: 2.6.11).
@@ -27,7 +27,6 @@ _MONOTONIC = ("idle", "iowait")
 # procfs fixes USER_HZ at 100, as the kernel does for every architecture's /proc/stat
 # (include/asm-generic/param.h USER_HZ); sysconf(_SC_CLK_TCK) says the same where asked.
 USER_HZ = 100
-_MAX_STAT = 16 << 20  # ~150 bytes per CPU: 16 MiB is far beyond any host
 
 
 def parse_proc_stat(text: str) -> dict[int, dict[str, float]]:
@@ -51,16 +50,12 @@ class CpuExporter(Exporter):
 
     name = "cpu"
 
-    def __init__(self, proc_root: Path = Path("/proc")) -> None:
+    def __init__(self, proc_root: Path = PROC_ROOT) -> None:
         self.proc_root = proc_root
         self._last: dict[int, dict[str, float]] = {}
 
     def _text(self) -> str:
-        try:
-            with open(os.path.join(self.proc_root, "stat"), "rb") as f:
-                return f.read(_MAX_STAT).decode("ascii", "replace")
-        except OSError:
-            return ""
+        return read_proc(self.proc_root / "stat")  # ~150 bytes per CPU
 
     def collect(self) -> Iterator[Metric]:
         """One series per online CPU and mode."""

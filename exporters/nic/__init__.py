@@ -1,1 +1,2 @@
-"""Per-interface, per-queue, IRQ/CPU and TCP network telemetry."""
+"""Network telemetry: per-interface and per-queue counters (sysfs, netlink queue stats, ethtool),
+queue IRQ -> CPU placement, softirqs and softnet per CPU, and TCP counters."""

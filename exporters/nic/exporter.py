@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -16,26 +16,17 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
+from exporters.hostfs.interrupts import Interrupts, cpu_interrupts, irq_affinity, parse_interrupts
+from exporters.hostfs.netdevs import NIC_EXCLUDE, wanted_interfaces
+from exporters.hostfs.read import PROC_ROOT, SYS_ROOT, read_proc
 
 from .ethtool import Ethtool, QueueStat, queue_stats
-from .links import LinkStats, interface_names, is_loopback, read_link
-from .procfs import (
-    Interrupts,
-    SoftnetRow,
-    irq_queue,
-    parse_interrupts,
-    parse_snmp,
-    parse_softirqs,
-    parse_softnet_stat,
-)
+from .links import LinkStats, read_link
+from .procfs import SoftnetRow, irq_queue, parse_snmp, parse_softirqs, parse_softnet_stat
 from .qstats import NetdevQstats, QstatsUnavailable
-from .sysfs import NicInfo, irq_affinity, nic_info
+from .sysfs import NicInfo, nic_info
 
 log = logging.getLogger(__name__)
-
-# Container and VM plumbing: one veth per container would blow the series budget, and their
-# traffic is already counted on the physical NIC. Loopback is always left out.
-DEFAULT_EXCLUDE = r"^(veth|docker|br-|virbr|vnet|cali|flannel|cni|lxc|tap|tun|ifb)"
 
 
 class QueueReader(Protocol):
@@ -154,24 +145,17 @@ def _add(family: CounterMetricFamily, labels: list[str], *counters: int | None) 
         family.add_metric(labels, float(sum(known)))
 
 
-def cpu_interrupts(
-    name: str, documentation: str, label: str, irqs: Iterable[tuple[str, Mapping[int, int]]]
-) -> CounterMetricFamily:
-    """Interrupts per (owner, CPU), summed over the owner's vectors; CPUs that took none are
-    left out (the nic and pcie exporters' per-CPU families: one series per CPU is the budget)."""
-    per_cpu: dict[tuple[str, int], int] = {}
-    for owner, counts in irqs:
-        for cpu, c in counts.items():
-            per_cpu[(owner, cpu)] = per_cpu.get((owner, cpu), 0) + c
-    family = CounterMetricFamily(name, documentation, labels=[label, "cpu"])
-    for (owner, cpu), c in sorted(per_cpu.items()):
-        if c:
-            family.add_metric([owner, str(cpu)], float(c))
-    return family
-
-
 def render(snap: NicSnapshot) -> Iterator[Metric]:
     """The nic metric families of one snapshot (pure)."""
+    yield from _interface_families(snap)
+    yield from _queue_families(snap)
+    yield from _irq_families(snap)
+    yield from _softnet_families(snap)
+    yield from _tcp_families(snap)
+
+
+def _interface_families(snap: NicSnapshot) -> Iterator[Metric]:
+    """Per-interface counters, link speed and wattbit_nic_info."""
     lab = ["interface", "direction"]
     fams = {
         "bytes": CounterMetricFamily(
@@ -227,6 +211,9 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
     yield from fams.values()
     yield from (missed, speed, info)
 
+
+def _queue_families(snap: NicSnapshot) -> Iterator[Metric]:
+    """Per-queue bytes and packets."""
     qlab = ["interface", "queue", "direction"]
     qfams = {
         "bytes": CounterMetricFamily(
@@ -245,6 +232,9 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
             qfams[q.kind].add_metric([ifname, str(q.queue), q.direction], float(q.value))
     yield from qfams.values()
 
+
+def _irq_families(snap: NicSnapshot) -> Iterator[Metric]:
+    """The queue interrupts: their affinities, totals and per-CPU counts."""
     irq_info = GaugeMetricFamily(
         "wattbit_nic_irq_info",
         "A NIC queue interrupt: the CPUs it may run on (affinity) and does (effective).",
@@ -267,6 +257,9 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
     )
     yield from (irq_info, irq_total, cpu_irqs)
 
+
+def _softnet_families(snap: NicSnapshot) -> Iterator[Metric]:
+    """Network softirqs and the softnet backlog counters per CPU."""
     softirq = CounterMetricFamily(
         "wattbit_cpu_softirqs", "Network softirqs run on each CPU.", labels=["cpu", "type"]
     )
@@ -296,6 +289,9 @@ def render(snap: NicSnapshot) -> Iterator[Metric]:
             fam.add_metric([str(row.cpu)], float(getattr(row, attr)))
     yield from sn.values()
 
+
+def _tcp_families(snap: NicSnapshot) -> Iterator[Metric]:
+    """The TCP counters of /proc/net/snmp and netstat this kernel has."""
     for metric, (doc, labels, sources) in _TCP.items():
         fam = CounterMetricFamily(metric, doc, labels=labels)
         for section, key, values in sources:
@@ -313,12 +309,12 @@ class NicExporter(Exporter):
 
     def __init__(
         self,
-        exclude: str = DEFAULT_EXCLUDE,
+        exclude: str = NIC_EXCLUDE,
         queues: bool = True,
         info_refresh: float = 60.0,
         link_speeds: dict[str, float] | None = None,
-        sys_root: Path = Path("/sys"),
-        proc_root: Path = Path("/proc"),
+        sys_root: Path = SYS_ROOT,
+        proc_root: Path = PROC_ROOT,
         ethtool: QueueReader | None = None,
         qstats: QstatsReader | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -326,7 +322,7 @@ class NicExporter(Exporter):
         self.exclude = re.compile(exclude) if exclude else None
         self.ethtool = ethtool or Ethtool()
         # netlink speaks for the running kernel: its ifindexes only match the live /sys
-        if qstats is None and sys_root == Path("/sys"):
+        if qstats is None and sys_root == SYS_ROOT:
             qstats = NetdevQstats()
         self.qstats = qstats
         self._qstats_unavailable = ""
@@ -345,14 +341,6 @@ class NicExporter(Exporter):
         self.ethtool.close()
         if self.qstats is not None:
             self.qstats.close()
-
-    def _wanted(self) -> list[str]:
-        return [
-            name
-            for name in interface_names(self.sys_root)
-            if not (self.exclude and self.exclude.search(name))
-            and not is_loopback(self.sys_root, name)
-        ]
 
     def _info(self, name: str, now: float) -> NicInfo:
         cached = self._infos.get(name)
@@ -398,15 +386,16 @@ class NicExporter(Exporter):
             return []
 
     def _text(self, rel: str) -> str:
-        try:
-            return (self.proc_root / rel).read_text()
-        except OSError:
-            return ""
+        return read_proc(self.proc_root / rel)
 
     def snapshot(self) -> NicSnapshot:
         """Read every source once."""
         now = self._clock()
-        links = [link for n in self._wanted() if (link := read_link(self.sys_root, n))]
+        links = [
+            link
+            for n in wanted_interfaces(self.sys_root, self.exclude)
+            if (link := read_link(self.sys_root, n))
+        ]
         names = {link.name for link in links}
         self._infos = {n: v for n, v in self._infos.items() if n in names}  # gone: forget
         self._no_queue_stats = {n: t for n, t in self._no_queue_stats.items() if n in names}
@@ -435,4 +424,4 @@ class NicExporter(Exporter):
         yield from render(self.snapshot())
 
 
-__all__: Sequence[str] = ("DEFAULT_EXCLUDE", "NicExporter", "NicSnapshot", "render")
+__all__: Sequence[str] = ("NicExporter", "NicSnapshot", "render")

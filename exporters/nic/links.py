@@ -5,21 +5,22 @@ Chosen over an rtnetlink dump (RTM_GETLINK with pyroute2) and /proc/net/dev by m
 (10 ms with 44 links, most of them container veths the exclude pattern then drops), while
 /sys costs only for the interfaces we export, and offers every rtnl_link_stats64 field
 (include/uapi/linux/if_link.h) as its own 64-bit file — /proc/net/dev, the cheapest, folds
-rx_missed_errors into drops and has no MTU or state. Root injected for tests.
+rx_missed_errors into drops and has no MTU or state. Root injected for tests; every file is
+read bounded (exporters/hostfs).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .procfs import parse_u64
+from exporters.hostfs.netdevs import is_loopback
+from exporters.hostfs.numbers import parse_u64
+from exporters.hostfs.read import read_attr
 
 log = logging.getLogger(__name__)
 
-IFF_LOOPBACK = 0x8  # include/uapi/linux/if.h
 # The rtnl_link_stats64 fields we export; each is /sys/class/net/IF/statistics/NAME.
 COUNTERS = (
     "rx_bytes",
@@ -53,13 +54,6 @@ class LinkStats:
         return self.stats.get(key)
 
 
-def _read(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except (OSError, ValueError):
-        return ""
-
-
 _noted: set[tuple[str, tuple[str, ...]]] = set()
 
 
@@ -70,26 +64,13 @@ def _int(text: str, base: int = 10) -> int:
         return 0
 
 
-def interface_names(sys_root: Path = Path("/sys")) -> list[str]:
-    """Every interface of the network namespace whose /sys this is."""
-    try:
-        return sorted(os.listdir(sys_root / "class" / "net"))
-    except OSError:
-        return []
-
-
-def is_loopback(sys_root: Path, name: str) -> bool:
-    """IFF_LOOPBACK in the interface's flags."""
-    return bool(_int(_read(sys_root / "class" / "net" / name / "flags"), 16) & IFF_LOOPBACK)
-
-
 def read_link(sys_root: Path, name: str) -> LinkStats | None:
     """One interface's counters, MTU and operstate; None if it vanished meanwhile."""
     d = sys_root / "class" / "net" / name
     stats: dict[str, int] = {}
     malformed = []
     for counter in COUNTERS:
-        text = _read(d / "statistics" / counter)
+        text = read_attr(d / "statistics" / counter)
         if not text:
             continue
         value = parse_u64(text)
@@ -104,9 +85,9 @@ def read_link(sys_root: Path, name: str) -> LinkStats | None:
         return None
     return LinkStats(
         name=name,
-        index=_int(_read(d / "ifindex")),
-        mtu=_int(_read(d / "mtu")),
-        operstate=_read(d / "operstate") or "unknown",
+        index=_int(read_attr(d / "ifindex")),
+        mtu=_int(read_attr(d / "mtu")),
+        operstate=read_attr(d / "operstate") or "unknown",
         kind="",
         stats=stats,
         loopback=is_loopback(sys_root, name),

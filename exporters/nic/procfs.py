@@ -1,221 +1,32 @@
 """Pure parsers for the /proc files behind the NIC exporter (text in, dataclasses out).
 
-Covers /proc/interrupts, /proc/softirqs, /proc/net/softnet_stat, /proc/net/snmp and
-/proc/net/netstat. No function here touches the filesystem, and none raises on odd input:
-a line that does not fit the layout is skipped, so one unexpected kernel row never costs the
-rest of a scrape. A number beyond what the kernel can print (a counter of 2^64 or more, or
-digits past int()'s 4300-digit limit) makes its line malformed too; each kind of skipped line
-is logged once (debug) per process, never turned into a 0.
+Covers /proc/softirqs, /proc/net/softnet_stat, /proc/net/snmp and /proc/net/netstat, and the
+queue of a NIC IRQ from its name (/proc/interrupts itself is parsed in exporters/hostfs, which
+the pcie exporter reads it with too). No function here touches the filesystem, and none raises
+on odd input: a line that does not fit the layout is skipped, so one unexpected kernel row never
+costs the rest of a scrape. A number beyond what the kernel can print (a counter of 2^64 or
+more, or digits past int()'s 4300-digit limit) makes its line malformed too; each kind of
+skipped line is logged once (debug) per process, never turned into a 0.
 """
 
 from __future__ import annotations
 
-import logging
 import re
-from collections.abc import Container, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from exporters.hostfs.interrupts import cpu_table
+from exporters.hostfs.numbers import is_uint, note_malformed, parse_u32, parse_u64
+
 __all__ = [
-    "U64",
-    "Interrupts",
-    "IrqRow",
     "SoftnetRow",
     "irq_queue",
-    "parse_interrupts",
     "parse_snmp",
     "parse_softirqs",
     "parse_softnet_stat",
-    "parse_u64",
 ]
 
-log = logging.getLogger(__name__)
-
-U64 = 1 << 64  # every kernel counter here is at most a u64
-_MAX_DIGITS = 20  # len(str(2**64 - 1)); a longer hex number is >= 2^64 anyway
-_DEC_DIGITS = frozenset("0123456789")
-_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
-_noted: set[str] = set()
-
-
-def parse_u64(token: str, base: int = 10) -> int | None:
-    """An unsigned kernel counter (ASCII digits, < 2^64), or None for anything else."""
-    token = token.strip()
-    if base == 10 and len(token) < _MAX_DIGITS and token.isascii() and token.isdigit():
-        return int(token)  # the common case: at most 19 digits is always below 2^64
-    digits = _DEC_DIGITS if base == 10 else _HEX_DIGITS
-    significant = token.lstrip("0")
-    if not token or len(significant) > _MAX_DIGITS or not set(token) <= digits:
-        return None  # also keeps int() from its 4300-digit ValueError
-    value = int(significant or "0", base)
-    return value if value < U64 else None
-
-
-def note_malformed(what: str) -> None:
-    """Log (once per process and kind) that a malformed line or field was skipped."""
-    if what not in _noted:
-        _noted.add(what)
-        log.debug("skipped a malformed %s (logged once)", what)
-
-
-# ---------------------------------------------------------------------------------------------
-# /proc/interrupts
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class IrqRow:
-    """One /proc/interrupts row: per-CPU counts, the irq chip, hwirq/trigger and action names."""
-
-    irq: str  # "45", or an arch row label such as "NMI", "LOC", "ERR"
-    # One count per CPU, aligned with Interrupts.cpus. Arch rows that keep a single global
-    # counter (x86 ERR and MIS) print one column only, so theirs is a 1-tuple.
-    counts: tuple[int, ...]
-    chip: str  # "IR-PCI-MSI", "PCI-MSIX-0000:00:03.0", "IO-APIC"; 3.10 style "PCI-MSI-edge"
-    hwirq: str  # hwirq + trigger as printed ("524289-edge"), "" when the kernel prints none
-    # Action name(s), "a, b" for a shared IRQ; for arch rows the description text
-    # ("Local timer interrupts").
-    name: str
-
-
-@dataclass(frozen=True)
-class Interrupts:
-    """Parsed /proc/interrupts: the online CPUs of the header and every row by its label."""
-
-    cpus: tuple[int, ...]  # from "CPU0 CPU1 ... CPUn": online CPUs only, so there may be holes
-    rows: dict[str, IrqRow]  # by label ("45", "NMI", ...)
-
-
-_CPU_HEADER = re.compile(r"CPU(\d+)")
-_TOKEN = re.compile(r"\S+")
-# The flow-handler name (desc->name, from irq_set_chip_and_handler_name(): "edge", "fasteoi",
-# "level"; Xen uses "percpu", "ipi", "virq") is glued with "-" onto the hwirq: "1572865-edge".
-# An IRQ without an irq domain prints a blank hwirq, leaving just "-edge".
-_HWIRQ_FLOW = re.compile(r"^[0-9]*-[a-z_]+$")
-# 3.10-era kernels have no hwirq column, so the flow name is glued onto the chip instead:
-# "PCI-MSI-edge", "IO-APIC-fasteoi". Only well-known names, so "IR-PCI-MSI" is not split.
-_CHIP_FLOW = re.compile(r"^.+-(?:edge|level|fasteoi|simple|percpu|ipi|virq)$")
-# CONFIG_GENERIC_IRQ_SHOW_LEVEL (arm/arm64/riscv) prints the trigger as its own word.
-_LEVEL_WORD = frozenset({"Level", "Edge"})
 _HEX = re.compile(r"[0-9a-fA-F]+")
-
-
-def _is_uint(token: str) -> bool:
-    """True for a plain ASCII decimal (str.isdigit alone accepts "²", which int() rejects)."""
-    return token.isascii() and token.isdigit()
-
-
-def _cpu_header(line: str) -> tuple[int, ...] | None:
-    """CPU numbers if line is a "CPU0 CPU1 ..." header, else None."""
-    tokens = line.split()
-    if not tokens:
-        return None
-    cpus = []
-    for token in tokens:
-        match = _CPU_HEADER.fullmatch(token)
-        cpu = _u32(match.group(1)) if match is not None else None
-        if cpu is None:
-            return None
-        cpus.append(cpu)
-    return tuple(cpus)
-
-
-def _split_irq_tail(tail: str) -> tuple[str, str, str]:
-    """Split what follows the counts of a numeric IRQ row into (chip, hwirq, name).
-
-    kernel/irq/proc.c show_interrupts() prints " %8s" chip name (or the chip's own
-    irq_print_chip()), then " %*lu" hwirq when the IRQ has an irq domain (blank otherwise; 3.10
-    has no such column at all), " %-8s" Level/Edge on CONFIG_GENERIC_IRQ_SHOW_LEVEL arches,
-    "-%-8s" desc->name, and finally "  %s" the action names joined with ", ".
-    https://git.kernel.org/pub/scm/linux/kernel/git/torvalds/linux.git/tree/kernel/irq/proc.c
-    """
-    tokens = list(_TOKEN.finditer(tail))
-    if not tokens:
-        return "", "", ""
-    chip = tokens[0].group()
-    end = tokens[0].end()
-    hwirq = ""
-    rest = tokens[1:]
-    if not _CHIP_FLOW.match(chip) and rest:
-        first = rest[0].group()
-        if _HWIRQ_FLOW.match(first):
-            hwirq, end = first, rest[0].end()
-        elif _is_uint(first) or first in _LEVEL_WORD:
-            # arm/arm64: "GICv3  27 Level     arch_timer", "ITS-MSI 524288 Edge      eth0-0"
-            hwirq, end = first, rest[0].end()
-            if _is_uint(first) and len(rest) > 1 and rest[1].group() in _LEVEL_WORD:
-                hwirq, end = f"{first} {rest[1].group()}", rest[1].end()
-    return chip, hwirq, tail[end:].strip()
-
-
-def _cpu_table(text: str) -> tuple[tuple[int, ...], list[tuple[str, str]]]:
-    """The CPU header of a per-CPU table (/proc/interrupts, /proc/softirqs) and its
-    "LABEL: rest" rows; rows without a one-word label are dropped."""
-    lines = text.splitlines()
-    cpus: tuple[int, ...] | None = None
-    rows: list[tuple[str, str]] = []
-    for line in lines:
-        if cpus is None:
-            cpus = _cpu_header(line)
-            continue
-        label, sep, tail = line.partition(":")
-        label = label.strip()
-        if sep and label and " " not in label:
-            rows.append((label, tail))
-    return cpus or (), rows
-
-
-def parse_interrupts(text: str, only: Container[str] | None = None) -> Interrupts:
-    """Parse /proc/interrupts text; rows that do not fit the layout are skipped.
-
-    only: the row labels wanted (IRQ numbers); the others are not parsed at all, which is
-    most of the file on a large host for a reader that wants a few devices' IRQs.
-    """
-    # The header lists online CPUs only (for_each_online_cpu), so an offline CPU leaves a hole:
-    # "CPU0 CPU1 CPU2 CPU4". Counts below follow the same order.
-    cpus, labelled = _cpu_table(text)
-    rows: dict[str, IrqRow] = {}
-    for label, tail in labelled:
-        if only is not None and label not in only:
-            continue
-        if _is_uint(label):
-            # A device IRQ row has exactly one count per CPU, then chip, hwirq and name:
-            # split them off at once (the rows are most of the file on a large host).
-            parts = tail.split(None, len(cpus))
-            head = parts[: len(cpus)]
-            if len(head) != len(cpus) or not all(_is_uint(t) for t in head):
-                continue  # truncated or garbled: counts could not be attributed to CPUs
-            values = [parse_u64(t) for t in head]
-            if None in values:
-                note_malformed("/proc/interrupts row (a count of 2^64 or more)")
-                continue
-            chip, hwirq, name = _split_irq_tail(parts[len(cpus)] if len(parts) > len(cpus) else "")
-            rows[label] = IrqRow(
-                label, tuple(v for v in values if v is not None), chip, hwirq, name
-            )
-            continue
-        # Counts are the first len(cpus) integer columns; x86 ERR/MIS print a single column
-        # (arch/x86/kernel/irq.c arch_show_interrupts), so stop at the first non-number.
-        tokens = list(_TOKEN.finditer(tail))
-        counts: list[int] = []
-        end = 0
-        absurd = False
-        for token in tokens[: len(cpus)]:
-            if not _is_uint(token.group()):
-                break
-            value = parse_u64(token.group())
-            if value is None:
-                absurd = True
-                break
-            counts.append(value)
-            end = token.end()
-        if absurd:
-            note_malformed("/proc/interrupts row (a count of 2^64 or more)")
-            continue
-        if not counts:
-            continue
-        # Arch rows (NMI, LOC, IPI0, ...) carry a description instead of chip/action.
-        rows[label] = IrqRow(label, tuple(counts), "", "", tail[end:].strip())
-    return Interrupts(cpus, rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,14 +60,8 @@ _SPLIT = re.compile(r".+[-_](rx|tx)[-_]?(\d+)", re.IGNORECASE)
 _DASH_NUMBER = re.compile(r"[A-Za-z][\w.:-]*-(\d+)")
 
 
-def _u32(digits: str) -> int | None:
-    """A CPU or queue number: a u64 below 2^32 (the kernel's own types), else None."""
-    value = parse_u64(digits)
-    return value if value is not None and value < 1 << 32 else None
-
-
 def _queue(kind: str, digits: str) -> tuple[str, int] | None:
-    number = _u32(digits)
+    number = parse_u32(digits)
     return None if number is None else (kind, number)
 
 
@@ -299,12 +104,12 @@ def parse_softirqs(text: str) -> dict[str, dict[int, int]]:
     # fs/proc/softirqs.c show_softirqs() walks for_each_possible_cpu(), unlike /proc/interrupts:
     # offline CPUs keep a column here (their counts just stop moving).
     # https://git.kernel.org/pub/scm/linux/kernel/git/torvalds/linux.git/tree/fs/proc/softirqs.c
-    cpus, labelled = _cpu_table(text)
+    cpus, labelled = cpu_table(text)
     out: dict[str, dict[int, int]] = {}
     for label, tail in labelled:
         values: dict[int, int] = {}
         for cpu, token in zip(cpus, tail.split(), strict=False):
-            if not _is_uint(token):
+            if not is_uint(token):
                 break
             value = parse_u64(token)
             if value is None:

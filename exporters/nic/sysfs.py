@@ -1,25 +1,18 @@
 """Where a NIC sits (driver, PCI address, NUMA node, link speed) and which IRQs are its own.
 
-Pure over an injected /sys and /proc root, so it is tested on captured trees.
+Pure over an injected /sys root, so it is tested on captured trees; the PCI address pattern,
+the MSI vectors and the bounded reads are exporters/hostfs'.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .procfs import parse_u64
-
-_PCI = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except (OSError, ValueError):
-        return ""
+from exporters.hostfs.numbers import parse_u64
+from exporters.hostfs.pci import PCI_ADDR, msi_irqs
+from exporters.hostfs.read import read_attr
 
 
 @dataclass(frozen=True)
@@ -56,30 +49,13 @@ def nic_info(sys_root: Path, name: str) -> NicInfo:
         # virtio-net's device is the virtio bus device; its parent is the PCI function that
         # owns the interrupts. Walk up to the nearest PCI address.
         d: Path | None = dev
-        while d is not None and d != d.parent and not _PCI.match(d.name):
+        while d is not None and d != d.parent and not PCI_ADDR.match(d.name):
             d = d.parent
-        if d is not None and _PCI.match(d.name):
+        if d is not None and PCI_ADDR.match(d.name):
             pci = d.name
-            numa = _read(d / "numa_node") or "-1"
+            numa = read_attr(d / "numa_node") or "-1"
             irqs = msi_irqs(d)
     # Mb/s; -1 (SPEED_UNKNOWN) or anything not a plain positive number: unknown
-    mbps = parse_u64(_read(net / "speed"))
+    mbps = parse_u64(read_attr(net / "speed"))
     speed_bytes = mbps * 1e6 / 8 if mbps else None
     return NicInfo(name, driver, pci, numa, speed_bytes, irqs)
-
-
-def msi_irqs(pci_dir: Path) -> tuple[str, ...]:
-    """The IRQ numbers of a PCI function's MSI/MSI-X vectors (its msi_irqs/), in numeric order."""
-    try:
-        names = os.listdir(pci_dir / "msi_irqs")
-    except OSError:  # no MSI (legacy INTx, virtual) or the device left
-        return ()
-    return tuple(
-        sorted((n for n in names if n.isascii() and n.isdigit()), key=lambda s: (len(s), s))
-    )
-
-
-def irq_affinity(proc_root: Path, irq: str) -> tuple[str, str]:
-    """(allowed CPUs, effective CPUs) of an IRQ as cpu lists like "0-3,8"; "" if unknown."""
-    d = proc_root / "irq" / irq
-    return _read(d / "smp_affinity_list"), _read(d / "effective_affinity_list")

@@ -24,9 +24,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporters.blockio.topology import list_entries, resolve_in
-
-from .links import read_small
+from exporters.hostfs.read import read_attr
+from exporters.hostfs.tree import entries_in, resolve_in
 
 _ATA_PORT = re.compile(r"^ata[0-9]+$")
 _ATA_LINK = re.compile(r"^link[0-9]+(\.[0-9]+)?$")
@@ -64,7 +63,7 @@ def disk_link(sys_root: Path, device: str, path: tuple[str, ...]) -> DiskLink | 
     for i in range(len(path) - 1, 0, -1):
         if _END_DEVICE.match(path[i]) and _SAS_PORT.match(path[i - 1]):
             port = path[:i]
-            phys = sorted(p for p in list_entries(sys_root, port) if _SAS_PHY.match(p))
+            phys = sorted(p for p in entries_in(sys_root, port) if _SAS_PHY.match(p))
             files = _resolved(
                 sys_root,
                 [(phy, "sas_phy", phy, "negotiated_linkrate") for phy in phys[:_MAX_PHYS]],
@@ -73,7 +72,7 @@ def disk_link(sys_root: Path, device: str, path: tuple[str, ...]) -> DiskLink | 
             return DiskLink(device, "sas", files) if files else None
         if _ATA_PORT.match(path[i]):
             port = path[: i + 1]
-            links = [n for n in list_entries(sys_root, port) if _ATA_LINK.match(n)]
+            links = [n for n in entries_in(sys_root, port) if _ATA_LINK.match(n)]
             if len(links) != 1 or "." in links[0]:
                 return None  # none, or a port multiplier's: not this disk's alone
             link = links[0]
@@ -97,6 +96,6 @@ def _resolved(
 def read_rate(link: DiskLink) -> float | None:
     """The disk's link rate in bits/s now (a wide port's phys summed); None when unknown."""
     parse = parse_sas if link.transport == "sas" else parse_sata
-    rates = [parse(read_small(f)) for f in link.files]
+    rates = [parse(read_attr(f, follow=False)) for f in link.files]
     known = [r for r in rates if r is not None]
     return sum(known) if known else None

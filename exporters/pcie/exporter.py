@@ -2,11 +2,11 @@
 disks' SATA/SAS link rates, and which CPUs take the storage controllers' interrupts.
 
 docs/exporters/pcie.md is the contract. Which devices: the controllers of the disks blockio
-exports and the PCI functions of the interfaces the nic exporter exports, found with those
-exporters' own readers (exporters.blockio.topology, exporters.nic.sysfs and .procfs) and the
-same exclude patterns. The chains, the files to read and the IRQ affinities are cached until
-the topology changes or pcie.refresh passes; current link state, link rates and the
-controllers' rows of /proc/interrupts are read every scrape.
+exports and the PCI functions of the interfaces the nic exporter exports, found with the same
+readers of the host as those exporters (exporters/hostfs: the disks' topology, the interfaces,
+/proc/interrupts) and the same exclude patterns. The chains, the files to read and the IRQ
+affinities are cached until the topology changes or pcie.refresh passes; current link state,
+link rates and the controllers' rows of /proc/interrupts are read every scrape.
 """
 
 from __future__ import annotations
@@ -21,20 +21,15 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
-from exporters.blockio.exporter import DEFAULT_EXCLUDE as BLOCK_EXCLUDE
-from exporters.blockio.topology import last_pci, read_attr, read_topology, resolve_in
-from exporters.nic.exporter import DEFAULT_EXCLUDE as NIC_EXCLUDE
-from exporters.nic.exporter import cpu_interrupts
-from exporters.nic.links import interface_names, is_loopback
-from exporters.nic.procfs import Interrupts, parse_interrupts
-from exporters.nic.sysfs import irq_affinity, msi_irqs
+from exporters.hostfs.blockdevs import BLOCK_EXCLUDE, excluded, read_topology
+from exporters.hostfs.interrupts import Interrupts, cpu_interrupts, irq_affinity, parse_interrupts
+from exporters.hostfs.netdevs import NIC_EXCLUDE, wanted_interfaces
+from exporters.hostfs.pci import last_pci, msi_irqs
+from exporters.hostfs.read import PROC_ROOT, SYS_ROOT, read_proc
+from exporters.hostfs.tree import attr_in, resolve_in
 
 from .disklinks import DiskLink, disk_link, read_rate
 from .links import Link, Node, read_chains, read_links, topology_names
-
-# /proc/interrupts is about 100 bytes per IRQ per 10 CPUs: 1 MiB on a large host. Beyond
-# 32 MiB it is not a file the kernel wrote.
-_MAX_PROC = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -191,8 +186,8 @@ class PcieExporter(Exporter):
         nic_exclude: str = NIC_EXCLUDE,
         refresh: float = 60.0,
         controller_irqs: bool = True,
-        sys_root: Path = Path("/sys"),
-        proc_root: Path = Path("/proc"),
+        sys_root: Path = SYS_ROOT,
+        proc_root: Path = PROC_ROOT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.block_exclude = re.compile(block_exclude)
@@ -210,9 +205,7 @@ class PcieExporter(Exporter):
         paths: dict[str, tuple[str, ...]] = {}
         disk_links: list[DiskLink] = []
         for name, disk in read_topology(self.sys_root).items():
-            if self.block_exclude.search(name) or (
-                disk.parent and self.block_exclude.search(disk.parent)
-            ):
+            if excluded(self.block_exclude, disk):
                 continue
             path = resolve_in(self.sys_root, ("class", "block", name))
             if disk.controller:
@@ -224,11 +217,7 @@ class PcieExporter(Exporter):
                 link = disk_link(self.sys_root, name, path)
                 if link is not None:
                     disk_links.append(link)
-        for name in interface_names(self.sys_root):
-            if (self.nic_exclude and self.nic_exclude.search(name)) or is_loopback(
-                self.sys_root, name
-            ):
-                continue
+        for name in wanted_interfaces(self.sys_root, self.nic_exclude):
             # The PCI function nearest above the interface's device (virtio-net's device is
             # the virtio device under it), as nic_info finds it, but resolved inside the tree.
             hint = last_pci(resolve_in(self.sys_root, ("class", "net", name, "device")))
@@ -248,18 +237,11 @@ class PcieExporter(Exporter):
             if not vectors:
                 # legacy INTx: the function's one interrupt line ("0": none assigned); a line
                 # shared with other devices counts their interrupts too
-                line = read_attr(self.sys_root, node.path, "irq")
+                line = attr_in(self.sys_root, node.path, "irq")
                 if line.isascii() and line.isdigit() and line.lstrip("0"):
                     vectors = (line.lstrip("0"),)
             irqs[pci] = vectors
         return _Topology(names, now, nodes, disk_links, irqs)
-
-    def _proc(self, rel: str) -> str:
-        try:
-            with open(self.proc_root / rel, "rb") as f:
-                return f.read(_MAX_PROC).decode("ascii", "replace")
-        except OSError:
-            return ""
 
     def _affinity(self, topo: _Topology, irq: str) -> tuple[str, str]:
         cached = topo.affinities.get(irq)
@@ -282,7 +264,7 @@ class PcieExporter(Exporter):
         irqs: list[ControllerIrq] = []
         if any(topo.controller_irqs.values()):
             wanted = {irq for irqs in topo.controller_irqs.values() for irq in irqs}
-            interrupts = parse_interrupts(self._proc("interrupts"), only=wanted)
+            interrupts = parse_interrupts(read_proc(self.proc_root / "interrupts"), only=wanted)
             irqs = controller_irqs(
                 interrupts,
                 topo.controller_irqs,

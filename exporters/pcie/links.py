@@ -1,7 +1,7 @@
 """PCIe links from a /sys tree: each device's chain of bridges up to the root bus, its link's
 speed and width, the usable bandwidth that follows, and whether it trained below its maximum.
 
-Pure over an injected sys_root; symlinks are resolved inside it (exporters.blockio.topology's
+Pure over an injected sys_root; symlinks are resolved inside it (exporters/hostfs/tree.py's
 confined walk, at most 40 links: a looping tree ends there), every read is bounded. What the
 kernel prints, drivers/pci/pci-sysfs.c and drivers/pci/probe.c pci_speed_string():
   current_link_speed, max_link_speed  "8.0 GT/s PCIe" (since 4.17; before: "8 GT/s",
@@ -19,14 +19,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exporters.blockio.topology import read_attr, resolve_in
+from exporters.hostfs.pci import PCI_ADDR, ROOT_BUS
+from exporters.hostfs.read import read_attr
+from exporters.hostfs.tree import attr_in, resolve_in
 
-PCI_ADDR = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-_ROOT_BUS = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
 _SPEED = re.compile(r"^([0-9]{1,3}(?:\.[0-9]{1,2})?) GT/s(?: PCIe)?$")
 _WIDTH = re.compile(r"^x?([0-9]{1,2})$")
 _MAX_CHAIN = 32  # bridges above a device; PCIe allows far fewer (bus numbers are 8 bits)
-_MAX_ATTR = 4096  # a sysfs attribute is at most a page
 
 # Payload bytes per transfer per lane after the line encoding (PCIe Base Specification 6.0,
 # 4.2: 8b/10b up to 5.0 GT/s, 128b/130b for 8.0-32.0 GT/s; 64.0 GT/s runs in Flit Mode, PAM4
@@ -113,7 +112,7 @@ def _chain(
     while i >= 0 and PCI_ADDR.match(path[i]) and len(out) < _MAX_CHAIN:
         out.append((path[i], path[: i + 1]))
         i -= 1
-    if i >= 0 and _ROOT_BUS.match(path[i]):
+    if i >= 0 and ROOT_BUS.match(path[i]):
         out.append((path[i], ()))
     out.reverse()
     return out
@@ -170,8 +169,8 @@ def read_chains(
                     root=root,
                     driver=_driver(sys_root, path),
                     faces_down=down,
-                    max_speed=parse_speed(read_attr(sys_root, path, "max_link_speed")),
-                    max_width=parse_width(read_attr(sys_root, path, "max_link_width")),
+                    max_speed=parse_speed(attr_in(sys_root, path, "max_link_speed")),
+                    max_width=parse_width(attr_in(sys_root, path, "max_link_width")),
                 )
                 nodes[address] = node
             elif role == "controller" and node.role == "nic":
@@ -182,33 +181,14 @@ def read_chains(
     return nodes
 
 
-def read_small(path: str) -> str:
-    """An attribute file's stripped text, read bounded; "" when missing, odd or a symlink.
-
-    For the files read every scrape, at paths resolved (inside sys_root) when the chains were
-    read: O_NOFOLLOW keeps a file replaced by a link meanwhile from leading anywhere.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except (OSError, ValueError):
-        return ""
-    try:
-        data = os.read(fd, _MAX_ATTR)
-    except OSError:  # EIO from an attribute's show(), a directory
-        return ""
-    finally:
-        os.close(fd)
-    return data.decode("utf-8", "replace").strip(" \t\r\n\x00")
-
-
 def read_links(sys_root: Path, nodes: dict[str, Node]) -> dict[str, Link]:
     """Each node's current link, with the usable bandwidth and the downgraded flag."""
     current: dict[str, tuple[float | None, int | None]] = {}
     for address, node in nodes.items():
         base = os.path.join(sys_root, *node.path)
         current[address] = (
-            parse_speed(read_small(os.path.join(base, "current_link_speed"))),
-            parse_width(read_small(os.path.join(base, "current_link_width"))),
+            parse_speed(read_attr(os.path.join(base, "current_link_speed"), follow=False)),
+            parse_width(read_attr(os.path.join(base, "current_link_width"), follow=False)),
         )
     links = {}
     for address, node in nodes.items():

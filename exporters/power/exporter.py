@@ -20,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
+from exporters.hostfs.read import SYS_ROOT
 
 from .hwmon import EnergySensor, PowerSensor, read_hwmon
 from .powercap import RaplZone, ZoneAttrs, parse_zones, read_powercap
@@ -60,7 +61,7 @@ class PowerExporter(Exporter):
 
     def __init__(
         self,
-        sys_root: Path = Path("/sys"),
+        sys_root: Path = SYS_ROOT,
         rapl: bool = True,
         hwmon: bool = True,
         read_zones: Callable[[Path], dict[str, ZoneAttrs]] = read_powercap,

@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporters.hostfs.read import SYS_ROOT
+
 from .sysread import Unreadable, parse_uint, read_attr
 
 _ATTR = re.compile(
@@ -104,7 +106,7 @@ def _device_id(hdir: Path, fallback: str) -> str:
 
 
 def read_hwmon(
-    sys_root: Path = Path("/sys"), read: Callable[[Path], str | None] = read_attr
+    sys_root: Path = SYS_ROOT, read: Callable[[Path], str | None] = read_attr
 ) -> tuple[list[PowerSensor], list[EnergySensor]]:
     """Every chip's power and energy channels under SYS/class/hwmon (the only I/O here)."""
     base = sys_root / "class" / "hwmon"

@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporters.hostfs.read import SYS_ROOT
+
 from .sysread import Unreadable, parse_uint, read_attr
 
 # "intel-rapl:0", "intel-rapl:0:2", "intel-rapl-mmio:0" ... (the control type, then the zone's
@@ -131,7 +133,7 @@ def parse_zones(attrs: Mapping[str, ZoneAttrs]) -> list[RaplZone]:
 MAX_ZONES = 256
 
 
-def read_powercap(sys_root: Path = Path("/sys")) -> dict[str, ZoneAttrs]:
+def read_powercap(sys_root: Path = SYS_ROOT) -> dict[str, ZoneAttrs]:
     """The attribute texts of every zone under SYS/class/powercap (the only I/O here)."""
     base = sys_root / "class" / "powercap"
     try:

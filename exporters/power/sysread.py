@@ -1,10 +1,11 @@
-"""Bounded reads of small sysfs attribute files, shared by the powercap and hwmon readers."""
+"""The powercap and hwmon readers' view of a sysfs attribute: a number's text or None, and a
+permission error told apart (energy_uj is root-only). The bounded read is exporters/hostfs'."""
 
 from __future__ import annotations
 
-import errno
-import os
 from pathlib import Path
+
+from exporters.hostfs.read import read_bytes
 
 # sysfs attributes are at most a page; the numbers read here are at most 20 digits. A larger
 # file is not a sysfs attribute (a mistaken root, a FUSE file system): read no more than this.
@@ -21,21 +22,12 @@ def read_attr(path: Path) -> str | None:
     Raises Unreadable on a permission error, so callers can say why a zone has no value.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        if exc.errno in (errno.EACCES, errno.EPERM):
-            raise Unreadable(str(path)) from None
-        return None
-    try:
-        data = os.read(fd, MAX_ATTR_BYTES + 1)
-    except OSError as exc:
-        # Some drivers answer a read with ENODATA or EIO (a channel without a reading).
-        if exc.errno in (errno.EACCES, errno.EPERM):
-            raise Unreadable(str(path)) from None
-        return None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_ATTR_BYTES:
+        data = read_bytes(path, MAX_ATTR_BYTES)
+    except PermissionError:  # EACCES/EPERM
+        raise Unreadable(str(path)) from None
+    except OSError:
+        # absent, a directory, too large, or a driver answering ENODATA or EIO (a channel
+        # without a reading)
         return None
     try:
         return data.decode("ascii").strip()

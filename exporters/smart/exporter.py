@@ -1,11 +1,11 @@
 """The smart exporter: drive health from smartctl, read off the scrape path.
 
 A background thread wakes every ``interval``, lists the disks (the blockio exporter's set:
-whole disks under /sys/class/block, its exclude pattern applied) and hands each one not
-already being read to a bounded pool of workers, each running one smartctl (runner.py) and
-publishing its device's result the moment it has it. A scrape only renders the last results:
-it never waits for a drive, and one drive's hang holds one worker for at most ``timeout``
-while the others publish on their own.
+whole disks under /sys/class/block, its exclude pattern applied, read by exporters/hostfs)
+and hands each one not already being read to a bounded pool of workers, each running one
+smartctl (runner.py) and publishing its device's result the moment it has it. A scrape only
+renders the last results: it never waits for a drive, and one drive's hang holds one worker
+for at most ``timeout`` while the others publish on their own.
 
 Per device, the last good reading is kept while the drive sleeps (``-n standby``: never woken),
 times out or errors, with ``wattbit_disk_smart_last_read_timestamp_seconds`` saying how old it
@@ -30,8 +30,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
-from exporters.blockio.exporter import DEFAULT_EXCLUDE
-from exporters.blockio.topology import is_virtual_block, read_topology
+from exporters.hostfs.blockdevs import BLOCK_EXCLUDE, excluded, is_virtual_block, read_topology
+from exporters.hostfs.read import SYS_ROOT
 
 from .parse import NVME_CRITICAL_WARNING_BITS, SmartReading, parse_smartctl
 from .runner import Runner, RunOutcome, SmartctlRunner
@@ -83,7 +83,7 @@ def list_disks(sys_root: Path, exclude: str, devices: str = "auto") -> list[Disk
     only = None if devices == "auto" else re.compile(devices)
     out = []
     for name, info in read_topology(sys_root).items():
-        if info.parent or info.size_bytes <= 0 or excl.search(name):
+        if info.parent or info.size_bytes <= 0 or excluded(excl, info):
             continue  # partitions, unbound loop devices, ram/zram/fd/sr by default
         if only is not None and not only.search(name):
             continue
@@ -109,9 +109,9 @@ class SmartExporter(Exporter):
         interval: float = 300.0,
         timeout: float = 30.0,
         devices: str = "auto",
-        exclude: str = DEFAULT_EXCLUDE,
+        exclude: str = BLOCK_EXCLUDE,
         concurrency: int = 4,
-        sys_root: Path = Path("/sys"),
+        sys_root: Path = SYS_ROOT,
         runner: Runner | None = None,
         wall_clock: Callable[[], float] = time.time,
         autostart: bool = True,
@@ -292,8 +292,8 @@ class SmartExporter(Exporter):
         yield from render(self.states())
 
 
-def render(states: Mapping[str, DeviceState]) -> Iterator[Metric]:
-    """The smart metric families of a set of device states (pure)."""
+def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
+    """The smart families, empty, in the order they are exposed."""
     dev = ["device"]
     available = GaugeMetricFamily(
         "wattbit_disk_smart_available",
@@ -367,57 +367,70 @@ def render(states: Mapping[str, DeviceState]) -> Iterator[Metric]:
         "smartctl runs on the drive by result (ok, standby, timeout, error).",
         labels=["device", "result"],
     )
+    return {
+        "available": available,
+        "healthy": healthy,
+        "attribute": attribute,
+        "temperature": temperature,
+        "power_on": power_on,
+        "warning": warning,
+        "media_errors": media_errors,
+        "error_log": error_log,
+        "used": used,
+        "spare": spare,
+        "spare_threshold": spare_threshold,
+        "grown": grown,
+        "last_read": last_read,
+        "duration": duration,
+        "reads": reads,
+    }
+
+
+def render(states: Mapping[str, DeviceState]) -> Iterator[Metric]:
+    """The smart metric families of a set of device states (pure)."""
+    f = _families()
     for name in sorted(states):
         st = states[name]
-        available.add_metric([name, st.reason], 0.0 if st.reason else 1.0)
+        f["available"].add_metric([name, st.reason], 0.0 if st.reason else 1.0)
         if st.reason in _SILENT:
             continue
         for result in READ_RESULTS:
-            reads.add_metric([name, result], float(st.reads.get(result, 0)))
+            f["reads"].add_metric([name, result], float(st.reads.get(result, 0)))
         if st.duration is not None:
-            duration.add_metric([name], st.duration)
+            f["duration"].add_metric([name], st.duration)
         if st.last_ok is not None:
-            last_read.add_metric([name], st.last_ok)
-        r = st.reading
-        if r is None:
-            continue
-        if r.healthy is not None:
-            healthy.add_metric([name], 1.0 if r.healthy else 0.0)
-        for a in r.attributes:
-            attribute.add_metric([name, str(a.id), a.name], float(a.raw))
-        if r.temperature_celsius is not None:
-            temperature.add_metric([name], float(r.temperature_celsius))
-        if r.power_on_seconds is not None:
-            power_on.add_metric([name], float(r.power_on_seconds))
-        if r.grown_defects is not None:
-            grown.add_metric([name], float(r.grown_defects))
-        n = r.nvme
-        if n is None:
-            continue
-        if n.critical_warning is not None:
-            for bit, label in NVME_CRITICAL_WARNING_BITS:
-                warning.add_metric([name, label], float(n.critical_warning >> bit & 1))
-        for family, value, scale in (
-            (media_errors, n.media_errors, 1),
-            (error_log, n.error_log_entries, 1),
-            (used, n.percentage_used, 100),
-            (spare, n.available_spare, 100),
-            (spare_threshold, n.available_spare_threshold, 100),
-        ):
-            if value is not None:
-                family.add_metric([name], float(value) / scale)
-    yield available
-    yield healthy
-    yield attribute
-    yield temperature
-    yield power_on
-    yield warning
-    yield media_errors
-    yield error_log
-    yield used
-    yield spare
-    yield spare_threshold
-    yield grown
-    yield last_read
-    yield duration
-    yield reads
+            f["last_read"].add_metric([name], st.last_ok)
+        if st.reading is not None:
+            _add_reading(f, name, st.reading)
+    yield from f.values()
+
+
+def _add_reading(
+    f: dict[str, GaugeMetricFamily | CounterMetricFamily], name: str, r: SmartReading
+) -> None:
+    """One device's last good reading into the families."""
+    if r.healthy is not None:
+        f["healthy"].add_metric([name], 1.0 if r.healthy else 0.0)
+    for a in r.attributes:
+        f["attribute"].add_metric([name, str(a.id), a.name], float(a.raw))
+    if r.temperature_celsius is not None:
+        f["temperature"].add_metric([name], float(r.temperature_celsius))
+    if r.power_on_seconds is not None:
+        f["power_on"].add_metric([name], float(r.power_on_seconds))
+    if r.grown_defects is not None:
+        f["grown"].add_metric([name], float(r.grown_defects))
+    n = r.nvme
+    if n is None:
+        return
+    if n.critical_warning is not None:
+        for bit, label in NVME_CRITICAL_WARNING_BITS:
+            f["warning"].add_metric([name, label], float(n.critical_warning >> bit & 1))
+    for key, value, scale in (
+        ("media_errors", n.media_errors, 1),
+        ("error_log", n.error_log_entries, 1),
+        ("used", n.percentage_used, 100),
+        ("spare", n.available_spare, 100),
+        ("spare_threshold", n.available_spare_threshold, 100),
+    ):
+        if value is not None:
+            f[key].add_metric([name], float(value) / scale)

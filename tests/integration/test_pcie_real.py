@@ -17,7 +17,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.blockio.topology import read_topology
+from exporters.hostfs.blockdevs import read_topology
 from exporters.pcie.exporter import PcieExporter
 from tests.support.env import ROOT, require
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
+from exporters.blockio.diskinfo import disk_info_metric
 from exporters.blockio.exporter import render
 from exporters.blockio.model import (
     DEFAULT_LAT_BOUNDS_SECONDS,
@@ -28,7 +29,7 @@ from exporters.blockio.model import (
     DeviceStats,
     OpStats,
 )
-from exporters.blockio.topology import DiskInfo, disk_info_metric
+from exporters.hostfs.blockdevs import DiskInfo
 from exporters.nic.ethtool import QueueStat
 from exporters.nic.exporter import NicIrq, NicSnapshot
 from exporters.nic.exporter import render as render_nic

@@ -219,3 +219,108 @@ def test_each_daemon_port_is_written_once() -> None:
     assert found == ["collector/daemon/config.py:16", "collector/daemon/config.py:17"], found
     planted = ast.parse('"""on :9731"""\nPORT = 9731\nURL = f"http://h:9732/x"\n')
     assert _ports_in(planted) == [2, 3]
+
+
+# Modules of exporters/ that are shared rooms, not metric sources: any exporter may import them.
+# hostfs is the one room for reading the host (bounded reads, the /sys tree, PCI addresses,
+# /proc/interrupts, the block devices and interfaces exported and their filters); snmp is the
+# SNMP client the pdu exporter polls with.
+SHARED_ROOMS = frozenset(
+    {
+        "exporters.base",
+        "exporters.polling",
+        "exporters.strict",
+        "exporters.hostfs",
+        "exporters.snmp",
+    }
+)
+
+
+def cross_exporter_imports(edges: Edges) -> list[str]:
+    """Edges from one exporter to another exporter's modules (not to a shared room)."""
+    return [
+        f"{src} -> {dst} ({', '.join(where)})"
+        for src, dsts in sorted(edges.items())
+        if src.startswith("exporters.") and src not in SHARED_ROOMS
+        for dst, where in sorted(dsts.items())
+        if dst.startswith("exporters.") and dst not in SHARED_ROOMS
+    ]
+
+
+def test_no_exporter_imports_another_exporter() -> None:
+    # what two exporters share (device filters, the interrupts parser, bounded reads, the PCI
+    # address pattern) lives in exporters/hostfs, not in one of them (issue 33)
+    bad = cross_exporter_imports(import_graph())
+    assert not bad, "an exporter imports another exporter's module (use exporters/hostfs):\n" + (
+        "\n".join(bad)
+    )
+    planted: Edges = {"exporters.pcie": {"exporters.nic": ["exporters/pcie/x.py:3"]}}
+    assert cross_exporter_imports(planted) == [
+        "exporters.pcie -> exporters.nic (exporters/pcie/x.py:3)"
+    ]
+    assert cross_exporter_imports({"exporters.pcie": {"exporters.hostfs": ["f:1"]}}) == []
+
+
+def test_hostfs_imports_no_exporter() -> None:
+    # the shared room depends on no metric source, or it would be the cycle it removed
+    bad = [
+        f"{dst} ({', '.join(where)})"
+        for dst, where in import_graph().get("exporters.hostfs", {}).items()
+        if dst.startswith("exporters.")
+    ]
+    assert not bad, "exporters/hostfs imports an exporter:\n" + "\n".join(bad)
+
+
+# Reads of files by exporters outside hostfs, each with why it is not hostfs' (path -> reason).
+# Everything an exporter reads of /sys and /proc goes through exporters/hostfs/read.py, bounded.
+OWN_READS = {
+    # the BPF backends' shared code, left for the merge of helper `privilege` (which edits the
+    # backends at the same time); bounded or of the agent's own fds, to move to hostfs after
+    "exporters/blockio/bpfshared.py": "fdinfo of its own BPF fds, the bpf_stats sysctl, diskseq",
+    "exporters/blockio/layout.py": "the BPF counter header in the source tree (make check)",
+    "exporters/snmp/udp.py": "a UDP transport's open(), not a file",
+}
+
+
+def _file_reads(tree: ast.AST) -> list[int]:
+    """Lines calling open(), os.open(), or .read_text()/.read_bytes()/.open() on something."""
+    return [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and (
+            (isinstance(n.func, ast.Name) and n.func.id == "open")
+            or (
+                isinstance(n.func, ast.Attribute)
+                and n.func.attr in ("open", "read_text", "read_bytes")
+            )
+        )
+    ]
+
+
+def test_exporters_read_files_through_hostfs() -> None:
+    found = {
+        f.relative_to(ROOT).as_posix(): lines
+        for f in sorted((ROOT / "exporters").rglob("*.py"))
+        if "hostfs" not in f.relative_to(ROOT).parts
+        and (lines := _file_reads(ast.parse(f.read_text(), str(f))))
+    }
+    bad = [f"{path}:{lines[0]}" for path, lines in found.items() if path not in OWN_READS]
+    assert not bad, "an exporter reads a file itself (use exporters.hostfs.read):\n" + "\n".join(
+        bad
+    )
+    assert sorted(set(OWN_READS) - set(found)) == [], "reads no file any more: drop from OWN_READS"
+    assert _file_reads(ast.parse("Path('/proc/x').read_text()\nwith open(p): pass\n")) == [1, 2]
+
+
+def test_the_pci_address_pattern_is_written_once() -> None:
+    # exporters/hostfs/pci.py's PCI_ADDR (with the wide-domain reason); everything else takes it
+    needle = r"[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
+    found = [
+        f"{f.relative_to(ROOT)}:{n.lineno}"
+        for top in TOPS
+        for f in sorted((ROOT / top).rglob("*.py"))
+        for n in ast.walk(ast.parse(f.read_text(), str(f)))
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and needle in n.value
+    ]
+    assert [w.rpartition(":")[0] for w in found] == ["exporters/hostfs/pci.py"], found

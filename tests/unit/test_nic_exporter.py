@@ -9,11 +9,13 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporters.base import ExportersCollector
+from exporters.hostfs.interrupts import parse_interrupts
+from exporters.hostfs.netdevs import is_loopback
 from exporters.nic import links
 from exporters.nic.ethtool import QueueStat
 from exporters.nic.exporter import NicExporter, NicSnapshot, nic_irqs, render
-from exporters.nic.links import COUNTERS, LinkStats, is_loopback, read_link
-from exporters.nic.procfs import parse_interrupts, parse_snmp, parse_softnet_stat
+from exporters.nic.links import COUNTERS, LinkStats, read_link
+from exporters.nic.procfs import parse_snmp, parse_softnet_stat
 from exporters.nic.qstats import QstatsUnavailable, queue_stats_by_ifindex
 from exporters.nic.sysfs import NicInfo
 from tests.support.realparts import parse_samples, sample

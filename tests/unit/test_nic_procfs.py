@@ -8,12 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from exporters.hostfs.interrupts import Interrupts, IrqRow, parse_interrupts
 from exporters.nic.procfs import (
-    Interrupts,
-    IrqRow,
     SoftnetRow,
     irq_queue,
-    parse_interrupts,
     parse_snmp,
     parse_softirqs,
     parse_softnet_stat,

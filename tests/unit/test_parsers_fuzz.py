@@ -16,16 +16,16 @@ from collector.agent.config import AgentConfig
 from collector.config import ConfigError, load_model
 from collector.site.config import CollectorConfig
 from exporters.blockio.diskstats import device_stats, parse_diskstats
-from exporters.blockio.topology import devt_names, read_topology
+from exporters.hostfs.blockdevs import devt_names, read_topology
+from exporters.hostfs.interrupts import irq_affinity, parse_interrupts
 from exporters.nic.links import read_link
 from exporters.nic.procfs import (
     irq_queue,
-    parse_interrupts,
     parse_snmp,
     parse_softirqs,
     parse_softnet_stat,
 )
-from exporters.nic.sysfs import irq_affinity, nic_info
+from exporters.nic.sysfs import nic_info
 
 U64 = 1 << 64
 BOUNDED = settings(

@@ -35,11 +35,9 @@ from collector.daemon.serve import build_registry
 from collector.pdu.responder import Responder
 from collector.pdu.snmprec import read_recording
 from collector.runs.registry import RunRegistry
-from collector.site.bmcs import build_bmc_poller
 from collector.site.config import CollectorConfig
 from collector.site.main import build_exporters, profiles_for
 from collector.web.exposition import metrics_app
-from exporters.bmc.exporter import BmcExporter
 from exporters.snmp.client import SnmpClient
 from tests.support.bmcs import MOCKUPS
 from tests.support.env import FIXTURES, ROOT
@@ -166,9 +164,7 @@ def site_metrics(tmp_path_factory: pytest.TempPathFactory) -> bytes:
             # the SNMP sockets belong to this loop: everything, closing too, happens on it
             bmc, bmc_port = await _serve_mockup(MOCKUPS / BMC_MOCKUP)
             cfg = _config(demo.port, raritan.port, silent.getsockname()[1], bmc_port, tmp)
-            poller, exporters = build_exporters(cfg, profiles_for(cfg), SnmpClient(), runs)
-            bmcs = build_bmc_poller(cfg)
-            exporters.insert(1, BmcExporter(bmcs))  # as `wattbit collector` does
+            poller, bmcs, exporters = build_exporters(cfg, profiles_for(cfg), SnmpClient(), runs)
             try:
                 await poller.poll_all()
                 await bmcs.poll_all()

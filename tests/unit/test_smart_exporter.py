@@ -14,8 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.blockio.exporter import DEFAULT_EXCLUDE
-from exporters.blockio.topology import read_topology
+from exporters.hostfs.blockdevs import BLOCK_EXCLUDE, read_topology
 from exporters.smart.exporter import SmartExporter, device_path, list_disks
 from exporters.smart.runner import RunOutcome
 from tests.support.env import FIXTURES
@@ -156,7 +155,7 @@ def test_the_disks_are_blockios_whole_disks(
     tmp_path: Path, tree: str, disks: list[str], virtual: list[str]
 ) -> None:
     sys_root = machine(tmp_path, tree)
-    got = list_disks(sys_root, DEFAULT_EXCLUDE)
+    got = list_disks(sys_root, BLOCK_EXCLUDE)
     assert [d.name for d in got] == disks
     assert [d.name for d in got if d.virtual] == virtual
     # every one is a whole disk of wattbit_disk_info: the join on `device` always finds it
@@ -166,7 +165,7 @@ def test_the_disks_are_blockios_whole_disks(
 
 def test_devices_narrows_by_name(tmp_path: Path) -> None:
     sys_root = machine(tmp_path, "dm_md")
-    assert [d.name for d in list_disks(sys_root, DEFAULT_EXCLUDE, r"^sd")] == ["sda", "sdb"]
+    assert [d.name for d in list_disks(sys_root, BLOCK_EXCLUDE, r"^sd")] == ["sda", "sdb"]
     assert [d.name for d in list_disks(sys_root, r"^(dm|md)", "auto")] == ["sda", "sdb"]
 
 

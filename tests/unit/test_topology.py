@@ -23,13 +23,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 
-from exporters.blockio.topology import (
-    INFO_LABELS,
-    DiskInfo,
-    devt_names,
-    disk_info_metric,
-    read_topology,
-)
+from exporters.blockio.diskinfo import INFO_LABELS, disk_info_metric
+from exporters.hostfs.blockdevs import DiskInfo, devt_names, read_topology
 
 SYS_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sys"
 

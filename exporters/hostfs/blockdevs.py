@@ -1,12 +1,10 @@
-"""Block-device topology from a /sys tree: model, serial, host controller and its NUMA node.
+"""Block devices in a /sys tree: model, serial, host controller and its NUMA node, and which of
+them the agent exports (blockio's disks, whose health smart reads and whose controllers pcie
+follows).
 
 Everything here is a pure function of the tree under ``sys_root`` (no global state, no caching),
-so it is tested on captured and reconstructed trees under tests/fixtures/sys/.
-
-Symlinks are resolved *inside* ``sys_root`` by :func:`_resolve` rather than by the OS: a captured
-tree must never lead the parser into the real /sys of the machine running the tests. sysfs only
-creates relative links (fs/sysfs/symlink.c via kernfs), so an absolute link, or one climbing
-above ``sys_root``, means a foreign or broken tree and is treated as missing.
+so it is tested on captured and reconstructed trees under tests/fixtures/sys/. Symlinks are
+resolved *inside* ``sys_root`` (tree.py): a captured tree never leads into the real /sys.
 
 Kernel references:
   Documentation/ABI/stable/sysfs-block      dev, size, partition, hidden, queue/rotational
@@ -18,28 +16,22 @@ Kernel references:
 
 from __future__ import annotations
 
-import errno
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client.core import GaugeMetricFamily
+from .pci import last_pci
+from .read import SYS_ROOT
+from .tree import Rel, attr_in, bytes_in, entries_in, is_file_in, resolve_in
 
-# Kernel PCI device names are "%04x:%02x:%02x.%d" (domain:bus:device.function). The domain is
-# printed with %04x, so it can be wider than four digits: Intel VMD puts the NVMe drives behind
-# it in domains 10000 and up. Matching only four digits would blame the VMD endpoint instead.
-_PCI_ADDR = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+# What the agent leaves out by default: RAM disks, compressed RAM swap, floppies and optical
+# drives carry no data-mover traffic. Partitions follow their disk.
+BLOCK_EXCLUDE = r"^(ram|zram|fd|sr)\d+$"
+
 _NVME_CTRL = re.compile(r"^nvme\d+$")
-_MAX_SYMLINKS = 40  # the same bound as the kernel's own path walk (MAXSYMLINKS)
-_MAX_READ = 1 << 16  # attribute files are at most a page; vpd pages are < 64 KiB by spec
 _STRIP = " \t\r\n\x00"
-
-INFO_METRIC = "wattbit_disk_info"
-INFO_LABELS = ("device", "model", "serial", "controller", "numa_node", "rotational", "parent")
-
-_Rel = tuple[str, ...]  # a path relative to sys_root, one component per item
 
 
 @dataclass(frozen=True)
@@ -58,21 +50,21 @@ class DiskInfo:
     size_bytes: int  # size * 512
 
 
-def read_topology(sys_root: Path = Path("/sys")) -> dict[str, DiskInfo]:
+def read_topology(sys_root: Path = SYS_ROOT) -> dict[str, DiskInfo]:
     """Describe every block device under sys_root/class/block, keyed and sorted by kernel name."""
     root = Path(sys_root)
     out: dict[str, DiskInfo] = {}
     for name, path in _block_entries(root):
-        devt = _parse_devt(_read_text(root, path, "dev"))
+        devt = _parse_devt(attr_in(root, path, "dev"))
         # No dev_t: the device vanished during the scan, or it is a hidden NVMe path device
         # (nvmeXcYnZ) which the kernel registers without one. Older kernels gave hidden disks a
         # dev_t, hence the explicit "hidden" check too: they cannot be opened, and the head
         # node nvmeXnY already stands for them.
-        if devt is None or _read_text(root, path, "hidden") == "1":
+        if devt is None or attr_in(root, path, "hidden") == "1":
             continue
         # A partition is a child directory of its disk and has a "partition" file; it has no
         # device link and no queue/ of its own, so everything physical comes from the disk.
-        is_partition = len(path) >= 2 and _is_file(root, path, "partition")
+        is_partition = len(path) >= 2 and is_file_in(root, path, "partition")
         disk = path[:-1] if is_partition else path
         model, serial, controller, numa_node, rotational = _disk_attrs(root, disk)
         out[name] = DiskInfo(
@@ -85,17 +77,17 @@ def read_topology(sys_root: Path = Path("/sys")) -> dict[str, DiskInfo]:
             numa_node=numa_node,
             rotational=rotational,
             parent=disk[-1] if is_partition else "",
-            size_bytes=_parse_int(_read_text(root, path, "size")) * 512,  # always 512 B units
+            size_bytes=_parse_int(attr_in(root, path, "size")) * 512,  # always 512 B units
         )
     return out
 
 
-def devt_names(sys_root: Path = Path("/sys")) -> dict[tuple[int, int], str]:
+def devt_names(sys_root: Path = SYS_ROOT) -> dict[tuple[int, int], str]:
     """Map (major, minor) to the kernel name, from sys_root/class/block/*/dev."""
     root = Path(sys_root)
     out: dict[tuple[int, int], str] = {}
     for name, path in _block_entries(root):
-        devt = _parse_devt(_read_text(root, path, "dev"))
+        devt = _parse_devt(attr_in(root, path, "dev"))
         if devt is not None:
             out[devt] = name
     return out
@@ -111,42 +103,22 @@ def is_virtual_block(sys_root: Path, name: str) -> bool:
     if "/" in name or name in ("", ".", ".."):
         return False  # not one entry of class/block
     root = Path(sys_root)
-    cls = _resolve(root, ("class", "block"))
-    path = None if cls is None else _resolve(root, (name,), cls)
+    cls = resolve_in(root, ("class", "block"))
+    path = None if cls is None else resolve_in(root, (name,), cls)
     return path is not None and path[:3] == ("devices", "virtual", "block")
 
 
-def disk_info_metric(infos: Iterable[DiskInfo]) -> GaugeMetricFamily:
-    """The wattbit_disk_info family (value 1), one series per device, sorted by device name."""
-    # A gauge named *_info rather than InfoMetricFamily("wattbit_disk"): the family name is the
-    # series name, and both text formats render the same "wattbit_disk_info{...} 1.0".
-    family = GaugeMetricFamily(
-        INFO_METRIC,
-        "Block device topology: model, serial, host controller PCI address and its NUMA node.",
-        labels=list(INFO_LABELS),
-    )
-    for info in sorted(infos, key=lambda i: i.device):
-        family.add_metric(
-            [
-                info.device,
-                info.model,
-                info.serial,
-                info.controller,
-                info.numa_node,
-                info.rotational,
-                info.parent,
-            ],
-            1.0,
-        )
-    return family
+def excluded(exclude: re.Pattern[str], info: DiskInfo) -> bool:
+    """True when exclude matches the device or, for a partition, the disk it is part of."""
+    return bool(exclude.search(info.device) or (info.parent and exclude.search(info.parent)))
 
 
 # --- the tree -------------------------------------------------------------------------------
 
 
-def _block_entries(root: Path) -> Iterator[tuple[str, _Rel]]:
+def _block_entries(root: Path) -> Iterator[tuple[str, Rel]]:
     """(kernel name, resolved device directory) of each sys_root/class/block entry, by name."""
-    cls = _resolve(root, ("class", "block"))
+    cls = resolve_in(root, ("class", "block"))
     if cls is None:
         return
     try:
@@ -154,84 +126,19 @@ def _block_entries(root: Path) -> Iterator[tuple[str, _Rel]]:
     except OSError:
         return
     for name in names:
-        path = _resolve(root, (name,), cls)
+        path = resolve_in(root, (name,), cls)
         if path is not None:
             yield name, path
-
-
-def _resolve(root: Path, rel: Sequence[str], base: _Rel = ()) -> _Rel | None:
-    """Resolve base/rel inside root like realpath(3) under chroot; None if missing or escaping.
-
-    base must already be resolved. Every component of the result exists and is not a symlink.
-    """
-    current = list(base)
-    pending = list(reversed(rel))
-    links = 0
-    while pending:
-        part = pending.pop()
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if not current:
-                return None  # climbing above sys_root
-            current.pop()
-            continue
-        candidate = root.joinpath(*current, part)
-        try:
-            target = os.readlink(candidate)
-        except OSError as exc:
-            if exc.errno == errno.EINVAL:  # exists and is not a symlink
-                current.append(part)
-                continue
-            return None  # missing, not a directory, unreadable
-        links += 1
-        if links > _MAX_SYMLINKS or os.path.isabs(target):
-            return None
-        pending.extend(reversed(target.split("/")))
-    return tuple(current)
-
-
-def _read_bytes(root: Path, base: _Rel, *rel: str) -> bytes | None:
-    """The content of base/rel, None when it is missing or unreadable."""
-    path = _resolve(root, rel, base)
-    if path is None:
-        return None
-    try:
-        with open(root.joinpath(*path), "rb") as f:
-            return f.read(_MAX_READ)
-    except OSError:  # missing, a directory, EACCES, or EIO from an attribute's show()
-        return None
-
-
-def _read_text(root: Path, base: _Rel, *rel: str) -> str:
-    """The stripped text of base/rel, "" when it is missing or unreadable."""
-    data = _read_bytes(root, base, *rel)
-    return "" if data is None else data.decode("utf-8", "replace").strip(_STRIP)
-
-
-def _is_file(root: Path, base: _Rel, *rel: str) -> bool:
-    path = _resolve(root, rel, base)
-    return path is not None and root.joinpath(*path).is_file()
-
-
-def _listdir(root: Path, base: _Rel, *rel: str) -> list[str]:
-    path = _resolve(root, rel, base)
-    if path is None:
-        return []
-    try:
-        return os.listdir(root.joinpath(*path))
-    except OSError:
-        return []
 
 
 # --- attributes -----------------------------------------------------------------------------
 
 
-def _disk_attrs(root: Path, disk: _Rel) -> tuple[str, str, str, str, str]:
+def _disk_attrs(root: Path, disk: Rel) -> tuple[str, str, str, str, str]:
     """(model, serial, controller, numa_node, rotational) of the whole disk at disk."""
     # device/model: SCSI/ATA (16 space-padded bytes, truncated ATA model), NVMe controller or
     # subsystem. dm's dm/name and md's md/ are names of volumes, not models: never read them.
-    model = _read_text(root, disk, "device", "model")
+    model = attr_in(root, disk, "device", "model")
     controller = ""
     numa_node = ""
     pci = _controller_dir(root, disk)
@@ -240,24 +147,24 @@ def _disk_attrs(root: Path, disk: _Rel) -> tuple[str, str, str, str, str]:
         # numa_node is -1 when the firmware gave no affinity; a kernel without CONFIG_NUMA has
         # no such file at all, which is just as unknown.
         numa_node = (
-            _read_text(root, pci, "numa_node")
-            or _read_text(root, ("bus", "pci", "devices", controller), "numa_node")
+            attr_in(root, pci, "numa_node")
+            or attr_in(root, ("bus", "pci", "devices", controller), "numa_node")
             or "-1"
         )
-    rotational = _read_text(root, disk, "queue", "rotational")
+    rotational = attr_in(root, disk, "queue", "rotational")
     return model, _serial(root, disk), controller, numa_node, rotational
 
 
-def _serial(root: Path, disk: _Rel) -> str:
+def _serial(root: Path, disk: Rel) -> str:
     """The serial number: NVMe device/serial, virtio serial, SCSI VPD page 0x80, else wwid."""
     for rel in (("device", "serial"), ("serial",)):
-        value = _read_text(root, disk, *rel)
+        value = attr_in(root, disk, *rel)
         if value:
             return value
     # VPD page 0x80 (Unit Serial Number, SPC-4 7.8.15): byte 1 is the page code, bytes 2-3 the
     # big-endian length of the ASCII serial that follows. libata emulates it from IDENTIFY,
     # whose serial is space-padded on either side depending on the vendor.
-    page = _read_bytes(root, disk, "device", "vpd_pg80")
+    page = bytes_in(root, disk, "device", "vpd_pg80")
     if page is not None and len(page) > 4 and page[1] == 0x80:
         length = int.from_bytes(page[2:4], "big")
         value = page[4 : 4 + length].decode("ascii", "replace").strip(_STRIP)
@@ -265,10 +172,10 @@ def _serial(root: Path, disk: _Rel) -> str:
             return value
     # wwid (from VPD page 0x83) names the unit uniquely: the best stand-in on older kernels
     # without the vpd_pg80 attribute, or devices that do not implement page 0x80.
-    return _read_text(root, disk, "device", "wwid")
+    return attr_in(root, disk, "device", "wwid")
 
 
-def _controller_dir(root: Path, disk: _Rel) -> _Rel | None:
+def _controller_dir(root: Path, disk: Rel) -> Rel | None:
     """The resolved directory of the PCI function the disk hangs off, None for virtual disks."""
     own = last_pci(disk)
     if own is not None:
@@ -279,29 +186,17 @@ def _controller_dir(root: Path, disk: _Rel) -> _Rel | None:
     #  1. <head>/multipath/nvmeXcYnZ links to the path devices (recent kernels, live paths only),
     #  2. else nvmeN links in the subsystem directory (<head>/device) to its controllers.
     # Paths over fabrics (devices/virtual/nvme-fabrics/) have no PCI function and are skipped.
-    for name in sorted(_listdir(root, disk, "multipath"), key=_natural):
-        found = last_pci(_resolve(root, ("multipath", name), disk))
+    for name in sorted(entries_in(root, disk, "multipath"), key=_natural):
+        found = last_pci(resolve_in(root, ("multipath", name), disk))
         if found is not None:
             return found
-    subsystem = _resolve(root, ("device",), disk)
+    subsystem = resolve_in(root, ("device",), disk)
     if subsystem is None or len(subsystem) < 2 or subsystem[-2] != "nvme-subsystem":
         return None  # dm, md, loop, zram ...: deliberately no controller (slaves not followed)
-    for name in sorted(filter(_NVME_CTRL.match, _listdir(root, subsystem)), key=_natural):
-        found = last_pci(_resolve(root, (name,), subsystem))
+    for name in sorted(filter(_NVME_CTRL.match, entries_in(root, subsystem)), key=_natural):
+        found = last_pci(resolve_in(root, (name,), subsystem))
         if found is not None:
             return found
-    return None
-
-
-def last_pci(path: _Rel | None) -> _Rel | None:
-    """path cut after its last PCI-address component (the endpoint, not bridges above it).
-
-    None when path is None or has no PCI address (also the pcie exporter's, for NICs)."""
-    if path is None:
-        return None
-    for i in range(len(path) - 1, -1, -1):
-        if _PCI_ADDR.match(path[i]):
-            return path[: i + 1]
     return None
 
 
@@ -332,21 +227,3 @@ def _parse_int(text: str) -> int:
 def _natural(name: str) -> list[str | int]:
     """Sort key putting nvme2 before nvme10."""
     return [int(tok) if tok.isdigit() else tok for tok in re.split(r"(\d+)", name)]
-
-
-# --- for other exporters reading the same tree (exporters/pcie) -----------------------------
-
-
-def resolve_in(root: Path, rel: Sequence[str], base: tuple[str, ...] = ()) -> _Rel | None:
-    """base/rel resolved inside root (symlinks confined, at most 40), or None: see _resolve."""
-    return _resolve(Path(root), rel, base)
-
-
-def read_attr(root: Path, base: tuple[str, ...], *rel: str) -> str:
-    """The stripped text of an attribute file (bounded read), "" when missing or unreadable."""
-    return _read_text(Path(root), base, *rel)
-
-
-def list_entries(root: Path, base: tuple[str, ...], *rel: str) -> list[str]:
-    """The entries of a directory inside root, [] when missing or unreadable."""
-    return _listdir(Path(root), base, *rel)

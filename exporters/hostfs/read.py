@@ -1,0 +1,141 @@
+"""Bounded reads of /sys attribute files and /proc pseudo-files, and the roots they are read
+under.
+
+Every exporter reads the host through these, so each read is bounded the same way: a file is
+opened non-blocking (a FIFO planted in a tree must not hang a scrape), must be a regular file
+(sysfs attributes and procfs files are; a device node or a FIFO is refused), and is read up to a
+cap (a file longer than the cap is refused whole, never parsed cut short). The roots are
+arguments of every reader, never read from a global, so the parsers run on captured trees
+(tests/fixtures/sys, tests/fixtures/proc) as on the live host.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SYS_ROOT = Path("/sys")
+PROC_ROOT = Path("/proc")
+
+# A sysfs attribute holds at most a page (PAGE_SIZE: 4 KiB on x86, up to 64 KiB on arm64 and
+# ppc64le; fs/sysfs/file.c sysfs_kf_seq_show); binary attributes read here, SCSI VPD pages, are
+# below 64 KiB by SPC-4 (a 16-bit page length).
+ATTR_MAX = 1 << 16
+# /proc/interrupts is about 100 bytes per IRQ per 10 CPUs (1 MiB on a large host), /proc/stat
+# about 150 bytes per CPU; beyond 32 MiB a file is not one the kernel wrote.
+PROC_MAX = 32 << 20
+_CHUNK = 1 << 20  # one read() asks for at most this much
+
+_STRIP = " \t\r\n\x00"
+_noted: set[tuple[str, str]] = set()
+_MAX_NOTED = 256  # paths said once; past that, at debug (the set must not grow without end)
+
+
+class TooLarge(OSError):
+    """The file holds more than the cap allows (EFBIG): refused whole."""
+
+    def __init__(self, path: str | os.PathLike[str], limit: int) -> None:
+        super().__init__(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
+
+
+class NotAFile(OSError):
+    """The path is a directory, FIFO, socket or device, not a regular file (EINVAL)."""
+
+    def __init__(self, path: str | os.PathLike[str], kind: str) -> None:
+        super().__init__(errno.EINVAL, f"not a regular file but a {kind}", os.fspath(path))
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "special file"
+
+
+def read_bytes(path: str | os.PathLike[str], limit: int, *, follow: bool = True) -> bytes:
+    """The whole content of a regular file of at most limit bytes.
+
+    follow=False refuses a symlink as the last component (ELOOP), for paths already resolved
+    inside a root: a file replaced by a link meanwhile leads nowhere. Raises OSError: the
+    system's (ENOENT, EACCES, EIO from an attribute's show() ...), TooLarge or NotAFile.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotAFile(path, _kind(st.st_mode))
+        # procfs says a size of 0 whatever a file holds, and a seq_file may answer in parts:
+        # read to the end, and stop one byte past the cap. A file with a size (a sysfs
+        # attribute says a page, a captured file its own) has given everything when a read
+        # comes back short: kernfs hands an attribute's whole show() output to one read.
+        chunks: list[bytes] = []
+        total = 0
+        while total <= limit:
+            want = min(_CHUNK, limit + 1 - total)
+            chunk = os.read(fd, want)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if st.st_size > 0 and len(chunk) < want:
+                break
+    finally:
+        os.close(fd)
+    if total > limit:
+        raise TooLarge(path, limit)
+    return b"".join(chunks)
+
+
+def read_attr(path: str | os.PathLike[str], limit: int = ATTR_MAX, *, follow: bool = True) -> str:
+    """A sysfs attribute's text, stripped of blanks and NULs; "" when missing or unreadable.
+
+    The many attributes a driver may lack or refuse (EIO, ENODATA, EACCES) all read as "":
+    callers treat "" as unknown, never as a value.
+    """
+    try:
+        data = read_bytes(path, limit, follow=follow)
+    except (TooLarge, NotAFile) as exc:
+        _note(exc)
+        return ""
+    except (OSError, ValueError):  # ValueError: a NUL in the path
+        return ""
+    return data.decode("utf-8", "replace").strip(_STRIP)
+
+
+def read_proc(path: str | os.PathLike[str], limit: int = PROC_MAX) -> str:
+    """A /proc file's text; "" when missing or unreadable (a file a kernel lacks, a gone netns).
+
+    A file over the cap or not a regular file is said once (warning): it means a wrong root,
+    not a kernel that lacks the file.
+    """
+    try:
+        data = read_bytes(path, limit)
+    except (TooLarge, NotAFile) as exc:
+        _note(exc)
+        return ""
+    except (OSError, ValueError):
+        return ""
+    return data.decode("utf-8", "replace")
+
+
+def _note(exc: OSError) -> None:
+    """Warn once per path and reason about a file refused for its size or kind."""
+    key = (str(exc.filename), exc.strerror or "")
+    if key in _noted:
+        return
+    if len(_noted) < _MAX_NOTED:
+        _noted.add(key)
+        log.warning("%s: %s: not read (said once)", exc.filename, exc.strerror)
+    else:
+        log.debug("%s: %s: not read", exc.filename, exc.strerror)

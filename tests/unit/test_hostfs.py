@@ -1,0 +1,177 @@
+"""exporters/hostfs, the one room for reading the host: bounded reads (a cap, regular files only,
+clear errors), the tree walked inside its root, the PCI address pattern, the device filters.
+
+The readers run on this machine's real /proc too (a procfs file is read whole past a page and
+refused past its cap); the parsers' own tests are test_nic_procfs.py (/proc/interrupts),
+test_topology.py (block devices) and test_pcie.py (PCI chains).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from exporters.hostfs.blockdevs import BLOCK_EXCLUDE, DiskInfo, excluded
+from exporters.hostfs.interrupts import parse_interrupts
+from exporters.hostfs.netdevs import NIC_EXCLUDE, is_loopback, wanted_interfaces
+from exporters.hostfs.numbers import parse_u32, parse_u64
+from exporters.hostfs.pci import PCI_ADDR, ROOT_BUS, last_pci, msi_irqs
+from exporters.hostfs.read import (
+    ATTR_MAX,
+    NotAFile,
+    TooLarge,
+    read_attr,
+    read_bytes,
+    read_proc,
+)
+from exporters.hostfs.tree import attr_in, entries_in, resolve_in
+from tests.support.env import require
+from tests.support.tree import sys_link, write_file
+
+# --- bounded reads ----------------------------------------------------------------------------
+
+
+def test_a_file_up_to_the_cap_is_read_whole_past_it_refused(tmp_path: Path) -> None:
+    f = tmp_path / "big"
+    f.write_bytes(b"x" * (3 << 20))  # several read() calls of 1 MiB
+    assert read_bytes(f, 3 << 20) == b"x" * (3 << 20)
+    with pytest.raises(TooLarge) as exc:
+        read_bytes(f, (3 << 20) - 1)
+    assert exc.value.errno == errno.EFBIG and str(f) in str(exc.value)
+    assert read_attr(f) == ""  # an attribute over the cap is unknown, never a cut value
+    assert read_proc(f, limit=10) == ""
+
+
+def test_only_regular_files_are_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # with no writer: a blocking open would hang the scrape
+    with pytest.raises(NotAFile, match="FIFO"):
+        read_bytes(fifo, ATTR_MAX)
+    with pytest.raises(NotAFile, match="directory"):
+        read_bytes(tmp_path, ATTR_MAX)
+    with pytest.raises(NotAFile, match="device"):
+        read_bytes("/dev/zero", ATTR_MAX)  # endless: refused before any read
+    assert read_attr(fifo) == "" and read_proc("/dev/zero") == ""
+
+
+def test_refused_files_are_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    fifo = tmp_path / "said-once"
+    os.mkfifo(fifo)
+    with caplog.at_level(logging.WARNING, logger="exporters.hostfs.read"):
+        read_attr(fifo)
+        read_attr(fifo)
+    said = [r for r in caplog.records if str(fifo) in r.getMessage()]
+    assert len(said) == 1 and "not a regular file" in said[0].getMessage()
+
+
+def test_missing_and_links(tmp_path: Path) -> None:
+    assert read_attr(tmp_path / "absent") == ""
+    with pytest.raises(FileNotFoundError):
+        read_bytes(tmp_path / "absent", ATTR_MAX)
+    (tmp_path / "real").write_text(" 8.0 GT/s PCIe\n\x00")
+    (tmp_path / "link").symlink_to("real")
+    assert read_attr(tmp_path / "link") == "8.0 GT/s PCIe"  # stripped of blanks and NULs
+    # follow=False: a path resolved inside a root and replaced by a link meanwhile
+    assert read_attr(tmp_path / "link", follow=False) == ""
+    with pytest.raises(OSError) as exc:
+        read_bytes(tmp_path / "link", ATTR_MAX, follow=False)
+    assert exc.value.errno == errno.ELOOP
+
+
+def test_real_procfs_is_read_whole_past_a_page() -> None:
+    # /proc files report a size of 0 and a seq_file may answer in parts: read to the end.
+    # Cross-check against Python's own reader of the same file (its content is stable).
+    text = read_proc("/proc/self/mountinfo")
+    assert text == Path("/proc/self/mountinfo").read_text()
+    assert len(text) > 4096 or text.count("\n") > 1  # several records, joined whole
+    interrupts = read_proc("/proc/interrupts")
+    parsed = parse_interrupts(interrupts)
+    assert parsed.cpus, "the CPU header was not read"
+    assert interrupts.splitlines()[0].split() == [f"CPU{c}" for c in parsed.cpus]
+    assert interrupts.endswith("\n")  # not cut short
+    with pytest.raises(TooLarge):
+        read_bytes("/proc/interrupts", 64)
+
+
+def test_real_sysfs_attribute() -> None:
+    lo = Path("/sys/class/net/lo")
+    require(lo.exists(), "no /sys/class/net/lo")
+    assert read_attr(lo / "mtu") == (lo / "mtu").read_text().strip()
+    assert is_loopback(Path("/sys"), "lo")
+
+
+# --- the tree inside its root -----------------------------------------------------------------
+
+
+def test_the_tree_never_leaves_its_root(tmp_path: Path) -> None:
+    root = tmp_path / "sys"
+    write_file(root / "devices" / "pci0000:00" / "0000:00:1f.2" / "numa_node", "0\n")
+    sys_link(root / "class" / "x" / "dev", root / "devices" / "pci0000:00" / "0000:00:1f.2")
+    assert resolve_in(root, ("class", "x", "dev")) == ("devices", "pci0000:00", "0000:00:1f.2")
+    assert attr_in(root, (), "class", "x", "dev", "numa_node") == "0"
+    assert entries_in(root, ("devices",)) == ["pci0000:00"]
+    (root / "class" / "x" / "abs").symlink_to("/sys")  # an absolute link: a foreign tree
+    (root / "class" / "x" / "up").symlink_to("../../..")  # climbing above the root
+    (root / "class" / "x" / "loop").symlink_to("loop")
+    for name in ("abs", "up", "loop"):
+        assert resolve_in(root, ("class", "x", name)) is None
+        assert attr_in(root, ("class", "x"), name, "numa_node") == ""
+
+
+# --- PCI addresses, numbers, filters ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "is_pci"),
+    [
+        ("0000:00:1f.2", True),
+        ("10000:e1:00.0", True),  # Intel VMD: a domain wider than four digits
+        ("0000:00:1f.8", False),  # functions are 0-7
+        ("0000:00:1F.2", False),  # the kernel prints lower case
+        ("pci0000:00", False),
+        ("0000:00:1f.2.0", False),
+    ],
+)
+def test_pci_address(name: str, is_pci: bool) -> None:
+    assert bool(PCI_ADDR.match(name)) is is_pci
+
+
+def test_last_pci_and_msi(tmp_path: Path) -> None:
+    assert ROOT_BUS.match("pci0000:00") and ROOT_BUS.match("pci10000:e0")
+    path = ("devices", "pci0000:00", "0000:00:01.0", "0000:01:00.0", "host0", "target0:0:0")
+    assert last_pci(path) == path[:4]
+    assert last_pci(("devices", "virtual", "block", "loop0")) is None
+    assert last_pci(None) is None
+    for irq in ("10", "9", "100"):
+        write_file(tmp_path / "msi_irqs" / irq, "msix\n")
+    assert msi_irqs(tmp_path) == ("9", "10", "100")
+    assert msi_irqs(tmp_path / "absent") == ()
+
+
+def test_numbers() -> None:
+    assert parse_u64("18446744073709551615") == (1 << 64) - 1
+    assert parse_u64("18446744073709551616") is None
+    assert parse_u64("²") is None and parse_u64("-1") is None and parse_u64("") is None
+    assert parse_u64("ffffffff", 16) == 0xFFFFFFFF
+    assert parse_u32("4294967296") is None and parse_u32("7") == 7
+
+
+def _disk(device: str, parent: str = "") -> DiskInfo:
+    return DiskInfo(device, 8, 0, "", "", "", "", "", parent, 1 << 30)
+
+
+def test_device_filters(tmp_path: Path) -> None:
+    block = re.compile(BLOCK_EXCLUDE)
+    assert excluded(block, _disk("zram0")) and excluded(block, _disk("sr0"))
+    assert not excluded(block, _disk("sda")) and not excluded(block, _disk("nvme0n1"))
+    assert excluded(re.compile("^sdb$"), _disk("sdb1", parent="sdb"))  # a partition follows
+    for name, flags in (("lo", "0x9"), ("eth0", "0x1003"), ("veth12", "0x1003")):
+        write_file(tmp_path / "class" / "net" / name / "flags", flags + "\n")
+    assert wanted_interfaces(tmp_path, re.compile(NIC_EXCLUDE)) == ["eth0"]
+    assert wanted_interfaces(tmp_path, None) == ["eth0", "veth12"]  # lo never
+    assert wanted_interfaces(tmp_path / "absent", None) == []
