@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.debroot import DebRoot, built
+from tests.support.debroot import DebRoot, built, installed_root
 from tests.support.env import ROOT, require
 from tests.support.realparts import have, is_root
 
@@ -94,10 +94,10 @@ def _ansible(inventory: Path, playbook: Path) -> dict:
     return dict(json.loads(r.stdout)["stats"]["mover01"])
 
 
-def _files(root: DebRoot) -> dict[str, tuple[int, int, int]]:
+def _keep(files: dict[str, tuple[int, int, int]]) -> dict[str, tuple[int, int, int]]:
     return {
         path: meta
-        for path, meta in root.files().items()
+        for path, meta in files.items()
         if not path.startswith(BOOKKEEPING) and "__pycache__" not in path
     }
 
@@ -107,8 +107,7 @@ def test_role_installs_configures_and_is_idempotent(tmp_path_factory: pytest.Tem
     require(have("ansible-playbook"), "ansible is missing (Debian's ansible, for its chroot)")
     packages = built()
     tmp = tmp_path_factory.mktemp("ansible")
-    by_hand = DebRoot.fresh(tmp / "by-hand")
-    by_hand.apt_install(packages["deb"])
+    by_hand = installed_root(tmp_path_factory.getbasetemp())[1]  # files just after apt install
     target = DebRoot.fresh(tmp / "role")
     inventory, playbook = _playbook(tmp, target, packages["deb"])
 
@@ -131,7 +130,7 @@ def test_role_installs_configures_and_is_idempotent(tmp_path_factory: pytest.Tem
         "var/cache/wattbit": (0o755, 0, 0),
         f"var/cache/wattbit/{packages['deb'].name}": (0o644, 0, 0),
     }
-    hand, role = _files(by_hand), _files(target)
+    hand, role = _keep(by_hand), _keep(target.files())
     assert sorted(set(hand) - set(role)) == []
     assert sorted(set(role) - set(hand)) == sorted(expected_extra)
     for path, want in expected_extra.items():

@@ -45,6 +45,7 @@ PACKAGES = (
 COMPILERS = ("gcc", "cc", "c++", "clang", "llc", "cpp", "g++", "ld", "as")
 
 _built: dict[str, Path] | None = None
+_installed: tuple[DebRoot, dict[str, tuple[int, int, int]]] | None = None
 
 
 def built() -> dict[str, Path]:
@@ -67,6 +68,17 @@ def built() -> dict[str, Path]:
             "wheelhouse": ROOT / "build" / "wheelhouse",
         }
     return _built
+
+
+def installed_root(base: Path) -> tuple[DebRoot, dict[str, tuple[int, int, int]]]:
+    """A fresh root with the .deb installed by apt, and its files just after, once a session
+    (test_package_deb runs in it; test_package_ansible compares the role's root with it)."""
+    global _installed
+    if _installed is None:
+        r = DebRoot.fresh(base / "installed-root")
+        r.apt_install(built()["deb"])
+        _installed = (r, r.files())
+    return _installed
 
 
 def _one(paths: object) -> Path:
@@ -246,10 +258,11 @@ def setpriv_argv(unit: Unit) -> list[str]:
     return [*argv, "--"]
 
 
-def proc_status(pid: int) -> dict[str, str]:
-    """/proc/PID/status as a dict."""
+def proc_status(pid: int, task: str | None = None) -> dict[str, str]:
+    """/proc/PID/status (or one thread's, /proc/PID/task/TID/status) as a dict."""
     out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    path = Path(f"/proc/{pid}/task/{task}/status" if task else f"/proc/{pid}/status")
+    for line in path.read_text().splitlines():
         key, _, value = line.partition(":")
         out[key] = value.strip()
     return out
