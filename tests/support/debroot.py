@@ -88,19 +88,35 @@ def _one(paths: object) -> Path:
     return Path(found[0])
 
 
-def base_tarball() -> Path:
-    """The cached Debian 12 root (made by mmdebstrap on first use, under a lock)."""
-    key = hashlib.sha256(f"{SUITE} apt {' '.join(sorted(PACKAGES))}".encode()).hexdigest()[:16]
+# Ubuntu 24.04 only to show that the Debian 12 package does not install there (docs/install.md).
+# Debian 12 has no Ubuntu archive keyring package: the throwaway root's sources are trusted
+# without a signature check, and its package lists are kept so that the test needs no network.
+NOBLE = (
+    "noble",
+    ("python3", "libbpf1", "adduser"),
+    ["deb [trusted=yes] http://archive.ubuntu.com/ubuntu noble main universe"],
+    ["--skip=cleanup/apt/lists"],
+)
+
+
+def base_tarball(
+    suite: str = SUITE,
+    packages: tuple[str, ...] = PACKAGES,
+    mirrors: list[str] | None = None,
+    options: list[str] | None = None,
+) -> Path:
+    """A cached root (made by mmdebstrap on first use, under a lock), keyed by what it holds."""
+    spec = f"{suite} apt {' '.join(sorted(packages))} {mirrors} {options}"
+    key = hashlib.sha256(spec.encode()).hexdigest()[:16]
     CACHE.mkdir(parents=True, exist_ok=True)
-    tarball = CACHE / f"debian12-{key}.tar.zst"
+    tarball = CACHE / f"{'debian12' if suite == SUITE else suite}-{key}.tar.zst"
     with open(CACHE / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two sessions: one builds, the other waits
         if not tarball.exists():
             tmp = tarball.with_suffix(f".tmp{os.getpid()}.tar.zst")
-            cmd = ["mmdebstrap", "--variant=apt", f"--include={','.join(PACKAGES)}"]
-            r = subprocess.run(
-                [*cmd, SUITE, str(tmp)], capture_output=True, text=True, timeout=1200
-            )
+            cmd = ["mmdebstrap", "--variant=apt", f"--include={','.join(packages)}"]
+            cmd += [*(options or []), suite, str(tmp), *(mirrors or [])]
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
             if r.returncode != 0:
                 tmp.unlink(missing_ok=True)
                 raise RuntimeError(f"mmdebstrap failed: {r.stderr[-3000:]}")
@@ -115,12 +131,13 @@ class DebRoot:
     path: Path
 
     @classmethod
-    def fresh(cls, path: Path) -> DebRoot:
-        """Unpack the cached root into `path` (made empty first)."""
+    def fresh(cls, path: Path, tarball: Path | None = None) -> DebRoot:
+        """Unpack the cached root (default: Debian 12's) into `path` (made empty first)."""
         if path.exists():
             shutil.rmtree(path)
         path.mkdir(parents=True)
-        subprocess.run(["tar", "--zstd", "-xpf", str(base_tarball()), "-C", str(path)], check=True)
+        tarball = tarball or base_tarball()
+        subprocess.run(["tar", "--zstd", "-xpf", str(tarball), "-C", str(path)], check=True)
         return cls(path)
 
     def argv(self, argv: list[str], binds: bool = True) -> list[str]:
