@@ -28,7 +28,15 @@ import pytest
 
 from collector.demo.procs import free_port, wait_for
 from tests.support.bmcs import MOCKUPS, SushyStatic, sushy_static_path
-from tests.support.debroot import DebRoot, Unit, built, installed_root, proc_status, setpriv_argv
+from tests.support.debroot import (
+    DebRoot,
+    Unit,
+    built,
+    installed_root,
+    lintian_started,
+    proc_status,
+    setpriv_argv,
+)
 from tests.support.env import FIXTURES, ROOT, require
 from tests.support.realparts import (
     LoopDisk,
@@ -58,6 +66,8 @@ def packages() -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def root(packages: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> DebRoot:
+    if have("lintian"):
+        lintian_started()  # runs while the root is made and the daemons are tested
     return installed_root(tmp_path_factory.getbasetemp())[0]
 
 
@@ -305,11 +315,9 @@ def test_the_wheel_in_a_fresh_venv_runs_the_agent_the_same_way(
 
 def test_lintian_is_clean_or_each_override_says_why(packages: dict[str, Path]) -> None:
     require(have("lintian"), "lintian is missing")
-    r = subprocess.run(
-        ["lintian", "--tag-display-limit", "0", "--fail-on", "error,warning", str(packages["deb"])],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stdout[-5000:]
+    proc = lintian_started()  # started with the module (the root fixture)
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-5000:]
     overrides = (ROOT / "packaging/deb/lintian-overrides").read_text().split("\n\n")
     for block in overrides:
         lines = [x for x in block.strip().splitlines() if x]

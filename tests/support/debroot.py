@@ -46,6 +46,7 @@ COMPILERS = ("gcc", "cc", "c++", "clang", "llc", "cpp", "g++", "ld", "as")
 
 _built: dict[str, Path] | None = None
 _installed: tuple[DebRoot, dict[str, tuple[int, int, int]]] | None = None
+_lintian: subprocess.Popen[str] | None = None
 
 
 def built() -> dict[str, Path]:
@@ -68,6 +69,18 @@ def built() -> dict[str, Path]:
             "wheelhouse": ROOT / "build" / "wheelhouse",
         }
     return _built
+
+
+def lintian_started() -> subprocess.Popen[str]:
+    """lintian on the session's .deb, started once in the background (it takes a minute of
+    mostly waiting on disk; the tier's other tests run meanwhile); read it with communicate()."""
+    global _lintian
+    if _lintian is None:
+        cmd = ["lintian", "--tag-display-limit", "0", "--fail-on", "error,warning"]
+        _lintian = subprocess.Popen(
+            [*cmd, str(built()["deb"])], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+    return _lintian
 
 
 def installed_root(base: Path) -> tuple[DebRoot, dict[str, tuple[int, int, int]]]:
