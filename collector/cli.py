@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar
@@ -12,6 +13,7 @@ from collector.config import ConfigError
 from collector.daemon.config import AGENT_PORT, COLLECTOR_PORT, Listen, ProcessConfig
 
 if TYPE_CHECKING:
+    from collector.preflight.report import Report
     from collector.web.config import WebConfig
 
 P = TypeVar("P", bound=ProcessConfig)
@@ -40,6 +42,12 @@ def _agent(args: argparse.Namespace) -> int:
     from collector.agent.config import AgentConfig
 
     cfg, web = _load(AgentConfig, args)
+    if args.check:
+        from collector.preflight.agent import check_agent
+
+        # The checks' own findings say what the agent's log would: keep the log quiet.
+        _logging(args.log_level or "error")
+        return _report(check_agent(cfg), args.json)
     _logging(args.log_level or cfg.log_level)
     try:
         return agent.run(cfg, web)
@@ -59,12 +67,41 @@ def _collector(args: argparse.Namespace) -> int:
     if args.print_config:
         print(json.dumps(redacted(cfg), indent=2, default=str))
         return 0
+    if args.check:
+        from collector.preflight.site import check_collector
+
+        _logging(args.log_level or "critical")
+        return _report(check_collector(cfg, site.profiles_for(cfg, args.config)), args.json)
     _logging(args.log_level or cfg.log_level)
     try:
         return site.run(cfg, web, args.config)
     except OSError as exc:
         print(f"wattbit collector: cannot start: {exc.strerror or exc}", file=sys.stderr)
         return 1
+
+
+def _report(report: Report, as_json: bool) -> int:
+    """Print a preflight report (a table, or JSON for tools); its exit status."""
+    if as_json:
+        print(report.to_json())
+    else:
+        print(
+            report.to_table(
+                width=max(100, shutil.get_terminal_size().columns), color=sys.stdout.isatty()
+            ),
+            end="",
+        )
+    return report.exit_code()
+
+
+def _check_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="preflight: say per exporter what will work on this host and what to fix, then "
+        "exit (0: everything configured can run, 1: something cannot, 2: bad config)",
+    )
+    p.add_argument("--json", action="store_true", help="with --check: the findings as JSON")
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -104,6 +141,7 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
         help="TLS and basic-auth file, in node_exporter's web-config format",
     )
     a.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    _check_options(a)
     a.set_defaults(func=_agent)
 
     c = sub.add_parser("collector", help="site collector: poll PDUs over SNMP, serve /metrics")
@@ -116,6 +154,7 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
         help="print the validated configuration (secrets redacted) and exit",
     )
     c.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    _check_options(c)
     c.set_defaults(func=_collector)
     if only in DAEMONS:
         return p

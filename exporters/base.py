@@ -13,13 +13,30 @@ from prometheus_client.metrics_core import Metric
 log = logging.getLogger(__name__)
 
 
+def clean_text(value: object, limit: int = 128) -> str:
+    """A string from outside (a BMC, an agent's output) made fit for a label and a log line.
+
+    Printable and on one line (a lone surrogate, valid in JSON as "\\ud800", cannot be
+    encoded as UTF-8 and once made every scrape fail; an ESC sequence or a newline in a log
+    line can rewrite a terminal or forge a line): each such character becomes U+FFFD, so one
+    bad value costs its own label's text at most (issue 34). "" for anything not a string.
+    """
+    if not isinstance(value, str):
+        return ""
+    text = value[: limit * 2]
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else "\ufffd" for c in text)
+    return text.strip()[:limit]
+
+
 class Exporter(ABC):
     """A metric source, run on every scrape by ExportersCollector.
 
     Required: ``name`` (its ``exporter`` label in wattbit_exporter_up) and ``collect()``.
-    Optional, with defaults here: ``startup_note()`` and ``close()``; the process running
-    the exporters (collector/daemon/serve.py, for the agent and the site collector) logs every
-    note once serving and closes every exporter when it stops, whatever the exporter.
+    Optional, with defaults here: ``startup_note()``, ``kept_capabilities()`` and ``close()``;
+    the process running the exporters (collector/daemon/serve.py, for the agent and the site
+    collector) logs every note once serving and closes every exporter when it stops, whatever
+    the exporter; the agent drops every capability no exporter keeps once all have started.
     """
 
     name: str
@@ -31,6 +48,10 @@ class Exporter(ABC):
     def startup_note(self) -> str:
         """One line for the log at start: how this exporter runs here ("": nothing to say)."""
         return ""
+
+    def kept_capabilities(self) -> frozenset[int]:
+        """Capabilities this exporter still needs once started (the agent drops the rest)."""
+        return frozenset()
 
     def close(self) -> None:  # noqa: B027 (optional: a no-op unless overridden)
         """Release what the exporter holds (sockets, BPF programs); by default nothing."""

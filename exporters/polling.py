@@ -1,19 +1,29 @@
 """What the site collector's pollers of many devices share (PDUs, BMCs): schedule and slots.
 
-Each target runs its own loop (poll, publish, sleep until its next tick), and a semaphore
-bounds how many targets are polled at once. A target whose last poll failed may hold at most
-a quarter of the slots (a bulkhead): a failing target spends up to a whole interval in its
-slot and starts again at once, so without it as many slow or garbage-speaking devices as
-there are slots would keep every good one from being polled at all, silently (found by
-bench/soak.py). A subclass reads one device (``poll``) and publishes its outcome with
-``_publish``, which replaces the dicts whole so the HTTP threads rendering them see the old
-or the new one, whole. PollFamilies and reason_counter render what every such poller has.
+Each target runs its own loop (poll, publish, sleep until its next tick), and slots bound how
+many targets are polled at once. A target whose last poll failed may hold at most a quarter of
+the slots (a bulkhead), and waits for a slot behind every target that is not failing: a
+failing target spends up to a whole interval in its slot, so without it as many slow or
+garbage-speaking devices as there are slots would keep every good one from being polled at
+all, silently (found by bench/soak.py).
+Failing targets back off (their next poll 1, 2, 4 … MAX_BACKOFF intervals after the last) and
+wait for their slots most-recently-answered first (then fewest failures), so a target that
+failed once and is back is read at once rather than behind every long-dead one (issue 34:
+with 200 silent BMCs, one down for 12 s needed 144 s to be read again; tests/unit/
+test_polling.py). Not bounded yet: the first round, where nothing tells a dead target from a
+healthy one, so N silent first polls hold the slots for N x deadline / slots.
+
+A subclass reads one device (``poll``) and publishes its outcome with ``_publish``, which
+replaces the dicts whole so the HTTP threads rendering them see the old or the new one, whole.
+PollFamilies and reason_counter render what every such poller has.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -31,6 +41,46 @@ class _Named(Protocol):
 
 T = TypeVar("T", bound=_Named)
 S = TypeVar("S")
+
+# A failing target's polls are at most this many intervals apart: a device dead for long is
+# read again within MAX_BACKOFF intervals of its return, and 200 dead ones cost an eighth.
+MAX_BACKOFF = 8
+
+
+class PrioritySlots:
+    """A semaphore whose waiters are served lowest key first (then first come)."""
+
+    def __init__(self, n: int) -> None:
+        self._free = n
+        self._waiters: list[tuple[tuple[float, int], int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: tuple[float, int]) -> AsyncIterator[None]:
+        """Hold one slot, waiting behind every waiter of a lower key."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+        else:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            heapq.heappush(self._waiters, (key, next(self._seq), fut))
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled():
+                    self._release()  # granted as it was cancelled: pass the slot on
+                raise
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        while self._waiters:
+            _, _, fut = heapq.heappop(self._waiters)
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self._free += 1
 
 
 class PeriodicPoller(ABC, Generic[T, S]):
@@ -55,9 +105,12 @@ class PeriodicPoller(ABC, Generic[T, S]):
         self.failures: Counter[tuple[str, str]] = Counter()  # (target, reason)
         self.invalid: Counter[tuple[str, str]] = Counter()  # (target, reason)
         self._failing: set[str] = set()  # targets whose last poll failed
-        self._sem: asyncio.Semaphore | None = None  # made in the loop that polls
-        self._failing_sem: asyncio.Semaphore | None = None
+        self._streak: Counter[str] = Counter()  # failed polls in a row, per failing target
+        self._answered_at: dict[str, float] = {}  # clock() of each target's last good poll
         self.failing_slots = max(1, concurrency // 4)
+        # Targets that answer and targets that fail never share a slot (made in the loop).
+        self._slots: PrioritySlots | None = None
+        self._failing_slots: PrioritySlots | None = None
 
     @abstractmethod
     async def poll(self, t: T) -> S:
@@ -65,25 +118,35 @@ class PeriodicPoller(ABC, Generic[T, S]):
 
     @contextlib.asynccontextmanager
     async def _slot(self, name: str) -> AsyncIterator[None]:
-        """Hold a polling slot (a failing target also one of the failing quarter)."""
-        if self._sem is None or self._failing_sem is None:
-            self._sem = asyncio.Semaphore(self.concurrency)
-            self._failing_sem = asyncio.Semaphore(self.failing_slots)
-        async with contextlib.AsyncExitStack() as slots:
-            if name in self._failing:
-                await slots.enter_async_context(self._failing_sem)
-            await slots.enter_async_context(self._sem)
-            yield
+        """Hold a polling slot. A failing target first takes one of the failing quarter (most
+        recently answered first, then fewest failures), then a slot after every target
+        that is not failing: so at most a quarter of the slots ever go to failing targets,
+        and a healthy target waits for none of the failing ones queued."""
+        if self._slots is None or self._failing_slots is None:
+            self._slots = PrioritySlots(self.concurrency)
+            self._failing_slots = PrioritySlots(self.failing_slots)
+        if name in self._failing:
+            # Never answered: +inf, last; one that failed once is likely back: first.
+            last = self._answered_at.get(name)
+            key = (-last if last is not None else float("inf"), self._streak[name])
+            async with self._failing_slots.hold(key), self._slots.hold((1.0, 0)):
+                yield
+        else:
+            async with self._slots.hold((0.0, 0)):
+                yield
 
     def _failed(self, name: str, error: str, detail: str) -> None:
         """Count a failed poll; log it once per failure streak, not every interval."""
         self.failures[(name, error)] += 1
+        self._streak[name] += 1
         if name not in self._failing:
             self._failing.add(name)
             self._log.warning("%s %s: poll failed (%s): %s", self.kind, name, error, detail)
 
     def _answered(self, name: str) -> None:
         """Note a completed poll: a failure streak ends (logged once)."""
+        self._streak.pop(name, None)
+        self._answered_at[name] = self._clock()
         if name in self._failing:
             self._failing.discard(name)
             self._log.info("%s %s: answering again", self.kind, name)
@@ -102,7 +165,9 @@ class PeriodicPoller(ABC, Generic[T, S]):
         next_start = self._clock()
         while not stop.is_set():
             await self.poll(t)
-            next_start += self.interval
+            # A failing target backs off: 1, 2, 4 … MAX_BACKOFF intervals after its last.
+            streak = self._streak[t.name]
+            next_start += self.interval * min(2 ** max(0, streak - 1), MAX_BACKOFF)
             now = self._clock()
             if next_start < now:  # ran over: skip the missed ticks rather than bursting
                 next_start = now

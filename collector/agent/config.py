@@ -13,6 +13,7 @@ from collector.daemon.config import AGENT_PORT, Listen, ProcessConfig
 from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, MAX_LAT_BOUNDS
 from exporters.hostfs.blockdevs import BLOCK_EXCLUDE
 from exporters.hostfs.netdevs import NIC_EXCLUDE
+from exporters.smart.runner import HELPER_SOCKET
 
 MAX_LINK_SPEEDS = 4096  # nic.link_speeds entries: far more interfaces than a host exports
 
@@ -79,6 +80,19 @@ class SmartConfig(Strict):
     timeout: Duration = 30.0
     devices: Regex = "auto"  # "auto": every disk blockio exports; else a regex on the name
     concurrency: int = Field(default=4, ge=1, le=64)  # smartctl processes at once
+    # Who runs smartctl: the agent itself ("direct": it needs CAP_SYS_RAWIO, and
+    # CAP_SYS_ADMIN for NVMe), the root helper on helper_socket ("helper"), or "auto":
+    # direct when this process holds CAP_SYS_RAWIO, else the helper if its socket exists.
+    smartctl: Literal["auto", "direct", "helper"] = "auto"
+    helper_socket: str = HELPER_SOCKET
+
+    @field_validator("helper_socket")
+    @classmethod
+    def _socket(cls, v: str) -> str:
+        # sun_path is 108 bytes with its NUL (include/uapi/linux/un.h)
+        if not v.startswith("/") or len(v.encode()) > 107 or "\0" in v:
+            raise ValueError("must be an absolute path of at most 107 bytes")
+        return v
 
     @field_validator("timeout")
     @classmethod
@@ -118,6 +132,10 @@ class AgentConfig(ProcessConfig):
     """`wattbit agent` configuration."""
 
     default_port: ClassVar[int] = AGENT_PORT
+
+    # Once every exporter has started (the BPF programs attached), drop every capability
+    # none of them still needs (docs/privileges.md).
+    drop_capabilities: bool = True
 
     listen: Listen = Listen.default(AGENT_PORT)
     blockio: BlockioConfig = BlockioConfig()

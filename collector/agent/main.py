@@ -7,19 +7,28 @@ import logging
 import threading
 from pathlib import Path
 
-from collector.agent.config import AgentConfig
+from collector.agent.config import AgentConfig, SmartConfig
+from collector.agent.privileges import drop_after_start
 from collector.daemon.serve import ListenError, serve
 from collector.web.config import WebConfig
 from exporters.base import Exporter
 from exporters.blockio.exporter import BlockioExporter
 from exporters.blockio.model import BackendUnavailable
 from exporters.cpu.exporter import CpuExporter
+from exporters.hostfs import caps
 from exporters.hostfs.read import PROC_ROOT, SYS_ROOT
 from exporters.nic.exporter import NicExporter, QueueReader
 from exporters.pcie.exporter import PcieExporter
 from exporters.power.exporter import PowerExporter
 from exporters.smart.exporter import SmartExporter
-from exporters.smart.runner import Runner
+from exporters.smart.runner import (
+    HelperRunner,
+    Runner,
+    RunnerChoice,
+    SmartctlRunner,
+    choose_runner,
+    helper_present,
+)
 
 log = logging.getLogger("wattbit.agent")
 
@@ -34,11 +43,13 @@ def build_exporters(
     proc_root: Path = PROC_ROOT,
     ethtool: QueueReader | None = None,
     smartctl: Runner | None = None,
+    start: bool = True,
 ) -> list[Exporter]:
     """The exporters the configuration enables, reading this machine.
 
     Another machine's captured /sys and /proc, a recorded ethtool and a recorded smartctl
-    can be given instead (tests/unit/test_agent_golden.py).
+    can be given instead (tests/unit/test_agent_golden.py). start=False: no exporter starts a
+    thread yet (start_exporters() does, after the capabilities are dropped).
     """
     exporters: list[Exporter] = []
     if cfg.blockio.enabled:
@@ -72,6 +83,7 @@ def build_exporters(
             )
         )
     if cfg.smart.enabled:
+        choice, runner = smart_runner(cfg.smart)
         exporters.append(
             SmartExporter(
                 interval=cfg.smart.interval,
@@ -81,7 +93,9 @@ def build_exporters(
                 exclude=cfg.blockio.exclude,
                 concurrency=cfg.smart.concurrency,
                 sys_root=sys_root,
-                runner=smartctl,
+                runner=smartctl if smartctl is not None else runner,
+                autostart=start,
+                choice=choice,
             )
         )
     if cfg.power.enabled:
@@ -105,9 +119,28 @@ def build_exporters(
     return exporters
 
 
+def smart_runner(cfg: SmartConfig) -> tuple[RunnerChoice, Runner]:
+    """Who runs smartctl (smart.smartctl; auto: from this process's CAP_SYS_RAWIO)."""
+    has_rawio = caps.current().has(caps.CAP_SYS_RAWIO)
+    choice = choose_runner(cfg.smartctl, helper_present(cfg.helper_socket), has_rawio)
+    if choice.runner == "helper":
+        return choice, HelperRunner(cfg.helper_socket)
+    return choice, SmartctlRunner()
+
+
+def start_exporters(exporters: list[Exporter]) -> None:
+    """Start the exporters' background threads (the smart reads)."""
+    for e in exporters:
+        if isinstance(e, SmartExporter):
+            e.start()
+
+
 def run(cfg: AgentConfig, web: WebConfig | None, stop: threading.Event | None = None) -> int:
     """Start the exporters and the endpoint, serve until SIGINT/SIGTERM (or stop is set)."""
-    exporters = build_exporters(cfg)
+    exporters = build_exporters(cfg, start=False)
+    if cfg.drop_capabilities:
+        log.info(drop_after_start(exporters))
+    start_exporters(exporters)
     try:
         return serve(
             "wattbit agent",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collector.site.config import BmcConfig, CollectorConfig
+from collector.site.config import BmcConfig, CollectorConfig, read_ca_file
 from exporters.bmc.ipmi import IpmiTarget
 from exporters.bmc.poller import BmcPoller, BmcTarget
 from exporters.bmc.redfish import RedfishTarget
@@ -26,6 +26,8 @@ def bmc_target(b: BmcConfig, interval: float) -> BmcTarget:
                 auth=b.auth,
                 verify_tls=b.verify_tls,
                 ca_file=str(b.ca_file) if b.ca_file else None,
+                # read here, once (checked by the config): the poller never opens a file
+                ca_data=read_ca_file(b.ca_file) if b.ca_file else None,
                 timeout=b.timeout,
                 max_body=b.max_body,
                 max_chassis=b.max_chassis,

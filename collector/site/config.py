@@ -27,6 +27,7 @@ from pydantic import (
 
 from collector.config import Duration, DurationOrZero, Regex, Strict, at_least, parse_listen
 from collector.daemon.config import COLLECTOR_PORT, Listen, ProcessConfig
+from collector.files import FileRefused, read_bounded
 from collector.secretfile import read_secret_file
 from collector.site.shard import WHOLE, Shard, parse_shard
 
@@ -337,6 +338,16 @@ _REDFISH_ONLY = ("auth", "verify_tls", "ca_file", "allow_plain_http", "max_body"
 _IPMI_ONLY = ("privilege", "workarounds")
 
 
+MAX_CA_FILE = 1024 * 1024  # a bundle of every public CA is ~200 kB
+
+
+def read_ca_file(path: str | Path) -> str:
+    """A BMC's CA file as PEM text: a regular file only, bounded, never blocking (a FIFO
+    would hang whoever opens it: the start, once, issue 34)."""
+    data, _ = read_bounded(path, MAX_CA_FILE)
+    return data.decode("ascii", "replace")
+
+
 class BmcConfig(Strict):
     """One BMC to poll for its server's power (docs/exporters/bmc.md)."""
 
@@ -356,7 +367,7 @@ class BmcConfig(Strict):
     workarounds: list[str] = Field(default_factory=list)
     timeout: Duration = 5.0  # per request (Redfish) or session (IPMI)
     deadline: Duration | None = None  # the whole poll; default: the interval
-    max_body: int = Field(default=4 * 1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024)
+    max_body: int = Field(default=1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024)
     max_chassis: int = Field(default=32, ge=1, le=1024)
     host: str = ""  # the host label of the server's power (unmapped: the BMC's main chassis)
     component: str = ""
@@ -369,10 +380,12 @@ class BmcConfig(Strict):
     def _ca_file(cls, v: Path | None) -> Path | None:
         if v is None:
             return v
-        try:
-            ssl.create_default_context(cafile=str(v))
-        except FileNotFoundError:
-            raise ValueError("the file does not exist") from None
+        if not v.exists():
+            raise ValueError("the file does not exist")
+        try:  # bounded, never blocking: a FIFO here hung the start (issue 34)
+            ssl.create_default_context(cadata=read_ca_file(v))
+        except FileRefused as exc:
+            raise ValueError(str(exc)) from None
         except (OSError, ssl.SSLError, ValueError):
             raise ValueError("not a readable PEM file of CA certificates") from None
         return v
@@ -424,10 +437,11 @@ class BmcConfig(Strict):
                     else (password.get_secret_value() if password is not None else "")
                 )
                 # IPMI 2.0 limits (section 22.28-22.30); FreeIPMI's configuration cannot carry
-                # blanks or '#'.
-                if len(text) > most or any(c.isspace() or c == "#" for c in text):
+                # blanks, '#', '"' or '\\' (it refuses the file, so every poll would fail).
+                if len(text) > most or any(c.isspace() or c in '#"\\' for c in text):
                     raise ValueError(
-                        f"an IPMI {what} is at most {most} characters, without blanks or '#'"
+                        f"an IPMI {what} is at most {most} characters, without blanks, "
+                        "'#', '\"' or '\\'"
                     )
         if wrong:
             raise ValueError(f"{', '.join(wrong)}: not a setting of protocol {self.protocol}")

@@ -80,7 +80,10 @@ class TextRenderer:
                 seen += 1
         if len(cache) > 4 * seen + 1024:
             cache.clear()  # series churned (devices went away): don't keep the dead ones
-        return "".join(out).encode("utf-8")
+        # "replace": the last line of defence against a string no exporter cleaned (a lone
+        # surrogate from a BMC's JSON cannot be UTF-8): it costs that label's character, never
+        # the page (issue 34); the exporters clean their strings first (exporters.base.clean_text).
+        return "".join(out).encode("utf-8", "replace")
 
 
 class _One:

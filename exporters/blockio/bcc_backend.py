@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..hostfs import caps
 from .bpfshared import LiveDisks, fdinfo, kernel_at_least, prog_stats, sum_percpu
 from .diskstats import DiskstatsBackend
 from .layout import CLOCK_DEVICE, Layout
@@ -22,6 +23,7 @@ from .model import (
     BackendUnavailable,
     DeviceStats,
     OpStats,
+    caps_reason,
 )
 
 log = logging.getLogger(__name__)
@@ -32,7 +34,19 @@ TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 
 
 def _tracefs_ready() -> bool:
-    return any((d / "events" / "block" / "block_rq_issue").is_dir() for d in TRACEFS_DIRS)
+    for d in TRACEFS_DIRS:
+        try:
+            if (d / "events" / "block" / "block_rq_issue").is_dir():
+                return True
+        except PermissionError:
+            # tracefs is mode 0700 root: bcc finds its tracepoints' ids there, which a process
+            # holding only CAP_BPF and CAP_PERFMON cannot read (the core backend needs none).
+            raise BackendUnavailable(
+                "tracefs unreadable",
+                f"{d} is readable by root only; bcc reads its tracepoint ids there "
+                "(the core backend, on kernels with BTF, does not need it)",
+            ) from None
+    return False
 
 
 def ensure_tracefs() -> None:
@@ -118,8 +132,13 @@ class BccBackend:
         max_stats: int = MAX_STATS,
     ) -> None:
         """max_stats: the statistics map's size (tests fill a small one)."""
-        if os.geteuid() != 0:
-            raise BackendUnavailable("not root", "loading BPF programs needs root (CAP_BPF)")
+        missing = caps.bpf_tracing_missing(caps.current().effective)
+        if missing:
+            raise BackendUnavailable(
+                caps_reason(missing),
+                f"loading and attaching tracing BPF programs needs {' and '.join(missing)}, "
+                "which this process does not hold (docs/privileges.md)",
+            )
         ensure_tracefs()
         try:
             from bcc import BPF

@@ -156,7 +156,8 @@ class BlockioExporter(Exporter):
         self._unsized: set[str] = set()
 
     def startup_note(self) -> str:
-        """The backend in use, and why not eBPF if it is not ("backend: diskstats (not root)")."""
+        """The backend in use, and why not eBPF if it is not ("backend: diskstats (missing
+        CAP_BPF+CAP_PERFMON)")."""
         return f"backend: {self.backend.name}" + (f" ({self.reason})" if self.reason else "")
 
     def close(self) -> None:

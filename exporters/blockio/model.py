@@ -113,3 +113,9 @@ class BackendUnavailable(Exception):
         self.reason = reason
         self.detail = detail or reason
         super().__init__(self.detail)
+
+
+def caps_reason(missing: list[str]) -> str:
+    """The reason label for missing capabilities ("missing CAP_BPF+CAP_PERFMON"): bounded, as
+    the names come from exporters.hostfs.caps' fixed list."""
+    return "missing " + "+".join(missing)

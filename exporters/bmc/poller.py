@@ -40,7 +40,16 @@ REDFISH_REASONS = (
     "error",
 )
 IPMI_REASONS = ("timeout", "deadline", "auth", "unsupported", "garbage", "error")
-INVALID_REASONS = ("missing", "null", "out_of_range", "inactive")
+INVALID_REASONS = (
+    "missing",
+    "null",
+    "out_of_range",
+    "inactive",
+    "ambiguous",
+    "no_meter",
+    "implausible",
+    "capped",
+)
 
 # (chassis Id, chassis Name) -> (host, component), or None: the chassis is not exported
 Mapper = Callable[[str, str], tuple[str, str] | None]
@@ -159,7 +168,16 @@ def map_chassis(t: BmcTarget, reading: BmcReading) -> ChassisMap:
     for c, labels in labelled:
         if labels is None:
             continue
-        outer = next((a for a in up[c.chassis] if (a, labels[0]) in hosts_with_power), None)
+        # An outer chassis that is also inside this one is a loop in the BMC's links: no
+        # chassis of a loop hides another (each would hide the other: none exported).
+        outer = next(
+            (
+                a
+                for a in up[c.chassis]
+                if (a, labels[0]) in hosts_with_power and c.chassis not in up.get(a, ())
+            ),
+            None,
+        )
         if outer is not None and c.power_watts is not None:
             nested.append((c.chassis, outer))
             continue
@@ -237,10 +255,9 @@ class BmcPoller(PeriodicPoller[BmcTarget, BmcState]):
                 error, detail = "error", type(exc).__name__
                 log.debug("bmc %s", t.name, exc_info=True)
             duration = self._clock() - start
-        if error and t.name in self._redfish:
-            # A fresh client (connections, session) after a failure: a half-read answer
-            # must not poison the next poll.
-            await self._redfish.pop(t.name).close()
+        # A failed poll keeps its client: its session stays (a new login per failed poll
+        # leaked sessions, issue 34), and a half-read answer's connection is closed by
+        # aiohttp when the request is cancelled, never reused.
         mapped: list[Mapped] = []
         if error:
             self._failed(t.name, error, detail)
@@ -252,6 +269,15 @@ class BmcPoller(PeriodicPoller[BmcTarget, BmcState]):
                 self._identity[t.name] = tuple(sorted(reading.identity.items()))
             for reason, n in reading.invalid.items():
                 self.invalid[(t.name, reason)] += n
+            if reading.invalid.get("capped"):
+                self._once(
+                    t.name,
+                    "capped",
+                    "bmc %s: %d chassis beyond max_chassis not read (those containing a chassis "
+                    "read were): raise max_chassis or map the chassis (docs/exporters/bmc.md)",
+                    t.name,
+                    reading.invalid["capped"],
+                )
             decided = map_chassis(t, reading)
             mapped, twice = decided.mapped, decided.twice
             if decided.nested:

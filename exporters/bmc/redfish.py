@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import logging
 import ssl
 from collections.abc import Coroutine
@@ -21,6 +22,8 @@ from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
+
+from exporters.base import clean_text
 
 from .redfish_parse import (
     chassis_power,
@@ -39,6 +42,8 @@ T = TypeVar("T")
 MAX_REDIRECTS = 3
 CONNECTIONS = 4  # requests in flight to one BMC (many BMCs serve few at once)
 CHUNK = 64 * 1024
+MAX_LISTED = 1024  # chassis collection members looked at (read: max_chassis, and containers)
+MAX_OUTER = 4  # levels of containers read beyond max_chassis (blade, enclosure, rack …)
 
 
 @dataclass(frozen=True)
@@ -50,9 +55,14 @@ class RedfishTarget:
     password: str = ""
     auth: str = "session"  # "session" (falls back to Basic without a token) | "basic"
     verify_tls: bool = True
-    ca_file: str | None = None
+    ca_file: str | None = None  # where ca_data came from (or read here when it is None)
+    ca_data: str | None = None  # the CA file's PEM text
     timeout: float = 5.0  # per request (connect and answer)
-    max_body: int = 4 * 1024 * 1024
+    # A login of its own: a BMC making a session can take longer than a GET, and a login
+    # given up while the BMC still makes the session leaks that session (issue 34).
+    login_timeout: float = 15.0
+    # A Redfish resource is kilobytes (the largest real one in tests/fixtures/bmc: 29 kB).
+    max_body: int = 1024 * 1024
     max_depth: int = 32
     max_chassis: int = 32
     max_supplies: int = 16
@@ -62,13 +72,48 @@ class RedfishTarget:
 
 
 def ssl_context(t: RedfishTarget) -> ssl.SSLContext | bool:
-    """Verification on (system CAs, or the CA file alone); False only on the explicit opt-out."""
+    """Verification on (system CAs, or the CA file alone); False only on the explicit opt-out.
+
+    One context per trust setting for the whole process: building one loads the system's CAs
+    (~20 ms of CPU), and a client is made per BMC and again after a failure (issue 34: 1,000
+    unreachable BMCs took a whole CPU)."""
     if not t.base_url.startswith("https:"):
         return True  # plain HTTP: no TLS at all (config logs it)
     if not t.verify_tls:
         return False
-    ctx = ssl.create_default_context(cafile=t.ca_file) if t.ca_file else None
-    return ctx if ctx is not None else ssl.create_default_context()
+    # The collector passes the CA file's text (read bounded at start: collector/site/bmcs.py);
+    # a target built with a path only (tests, benches) has it read by OpenSSL here.
+    return _context(t.ca_data, None if t.ca_data is not None else t.ca_file)
+
+
+@functools.lru_cache(maxsize=64)
+def _context(ca_data: str | None, ca_file: str | None) -> ssl.SSLContext:
+    """A verifying context trusting ca_data (or ca_file) alone, or the system's CAs."""
+    if ca_data is not None:
+        return ssl.create_default_context(cadata=ca_data)
+    if ca_file:
+        return ssl.create_default_context(cafile=ca_file)
+    return ssl.create_default_context()
+
+
+@dataclass(frozen=True)
+class _Ident:
+    """What the identity needs of one chassis: its manager's path, its model and maker."""
+
+    manager: str | None = None
+    model: str = ""
+    vendor: str = ""
+
+    @classmethod
+    def of(cls, chassis: dict[str, Any]) -> _Ident:
+        """From a Chassis resource (Links.ManagedBy[0], Model, Manufacturer)."""
+        links = chassis.get("Links")
+        by = links.get("ManagedBy") if isinstance(links, dict) else None
+        manager = None
+        if isinstance(by, list) and by and isinstance(by[0], dict):
+            manager = odata_path(by[0].get("@odata.id"))
+        model, vendor = chassis.get("Model"), chassis.get("Manufacturer")
+        return cls(manager, str(model) if model else "", str(vendor) if vendor else "")
 
 
 class RedfishClient:
@@ -83,8 +128,14 @@ class RedfishClient:
         self._basic = "Basic " + base64.b64encode(
             f"{target.username}:{target.password}".encode()
         ).decode("ascii")
-        self._login_tried = False
+        # Redfish sessions (DSP0266 "Session management"): at most one live per BMC, a new
+        # login only once the BMC has invalidated the last (issue 34: sessions leaked).
+        self._use_sessions = target.auth == "session" and bool(target.username or target.password)
+        self._no_sessions = False  # a login answered without a token: Basic from then on
+        self._login_task: asyncio.Task[None] | None = None
         self._login_lock = asyncio.Lock()
+        self._alive: str | None = None  # the token whose session this poll found live
+        self._closed = False
         self._slots = asyncio.Semaphore(CONNECTIONS)
         self._root: dict[str, Any] = {}
 
@@ -108,7 +159,7 @@ class RedfishClient:
     def _auth_headers(self) -> dict[str, str]:
         if self._token is not None:
             return {"X-Auth-Token": self._token}
-        if self.t.auth == "session" and not self._login_tried:
+        if self._use_sessions and not self._no_sessions:
             # Before the login only the service root is read, which needs no credentials
             # (DSP0266 "Service root request"): the password goes into the login's body only.
             return {}
@@ -125,13 +176,28 @@ class RedfishClient:
         )
 
     async def _request(
-        self, method: str, path: str, body: dict[str, str] | None = None, auth: bool = True
+        self,
+        method: str,
+        path: str,
+        body: dict[str, str] | None = None,
+        auth: bool = True,
+        timeout: float | None = None,
+        token: str | None = None,
     ) -> tuple[int, dict[str, Any] | None, Any]:
-        """(status, document or None, headers); redirects followed on this origin only."""
+        """(status, document or None, headers); redirects followed on this origin only.
+
+        `timeout`: this request's own (a login's); `token`: this session's, not the current."""
         url = urljoin(self.t.base_url, path)
         http = self._http()
+        kw: dict[str, Any] = {}
+        if timeout is not None:
+            kw["timeout"] = aiohttp.ClientTimeout(
+                total=timeout, sock_connect=timeout, sock_read=timeout
+            )
         for _ in range(MAX_REDIRECTS + 1):
             headers = self._auth_headers() if auth else {}
+            if token is not None:
+                headers = {"X-Auth-Token": token}
             try:
                 # The slot is taken before the request's timeout starts: aiohttp counts the
                 # wait for a pooled connection in `total`, and requests queued behind a slow
@@ -139,7 +205,7 @@ class RedfishClient:
                 async with (
                     self._slots,
                     http.request(
-                        method, url, json=body, headers=headers, allow_redirects=False
+                        method, url, json=body, headers=headers, allow_redirects=False, **kw
                     ) as resp,
                 ):
                     status = resp.status
@@ -150,10 +216,15 @@ class RedfishClient:
                             raise BmcError("redirect", f"{path}: redirect to another host refused")
                         url = nxt
                         continue
-                    if status >= 400 or status == 204 or method != "GET":
-                        return status, None, resp.headers  # a login's body is not needed
                     ctype = resp.headers.get("Content-Type", "")
-                    if ctype.split(";")[0].strip().lower() != "application/json":
+                    json_body = ctype.split(";")[0].strip().lower() == "application/json"
+                    if method == "POST" and json_body and status < 300 and status != 204:
+                        # A login's answer: the Session resource, whose @odata.id names it
+                        # where the Location header is missing (DSP0266).
+                        return status, await self._body(resp, path), resp.headers
+                    if status >= 400 or status == 204 or method != "GET":
+                        return status, None, resp.headers
+                    if not json_body:
                         raise BmcError("content_type", f"{path}: not application/json")
                     return status, await self._body(resp, path), resp.headers
             except BmcError:
@@ -165,7 +236,8 @@ class RedfishClient:
                 reason = "refused" if refused else "timeout"
                 raise BmcError(reason, f"{path}: cannot connect: {_why(exc.os_error)}") from None
             except TimeoutError:
-                raise BmcError("timeout", f"{path}: no answer within {self.t.timeout:g}s") from None
+                after = timeout if timeout is not None else self.t.timeout
+                raise BmcError("timeout", f"{path}: no answer within {after:g}s") from None
             except aiohttp.ClientError as exc:
                 raise BmcError("garbage", f"{path}: {type(exc).__name__}") from None
         raise BmcError("redirect", f"{path}: more than {MAX_REDIRECTS} redirects")
@@ -187,41 +259,62 @@ class RedfishClient:
         doc = parse_document(b"".join(chunks), self.t.max_depth)
         return doc
 
-    async def _login(self, root: dict[str, Any]) -> None:
-        """A Redfish session (X-Auth-Token); without a token in the answer, Basic stays."""
-        self._login_tried = True
-        if self.t.auth != "session" or not (self.t.username or self.t.password):
-            return
-        links = root.get("Links")
+    async def _login(self) -> None:
+        """A Redfish session (X-Auth-Token); without a token in the answer, Basic stays.
+
+        Runs as a task of its own (_relogin): a poll that reaches its deadline meanwhile
+        leaves it running, so a session the BMC makes late is kept (and used, and logged out)
+        rather than leaked."""
+        links = self._root.get("Links")
         sessions = link(links, "Sessions") if isinstance(links, dict) else None
         sessions = sessions or "/redfish/v1/SessionService/Sessions"
-        status, _doc, headers = await self._request(
+        status, doc, headers = await self._request(
             "POST",
             sessions,
             {"UserName": self.t.username, "Password": self.t.password},
             auth=False,
+            timeout=max(self.t.login_timeout, self.t.timeout),
         )
         if status in (401, 403):
             raise BmcError("auth", "session login refused (401/403)")
         token = headers.get("X-Auth-Token") if status < 400 else None
-        if token and len(token) <= 4096 and token.isprintable():
-            self._token = token
-            location = headers.get("Location")
-            if location and self._same_origin(urljoin(self.t.base_url, location)):
-                self._session_uri = urlsplit(urljoin(self.t.base_url, location)).path
-        # else: the service gave no token (sushy-static answers 204): Basic on every request
+        if not (token and len(token) <= 4096 and token.isprintable()):
+            # The service gave no token (sushy-static answers 204): Basic on every request.
+            self._no_sessions = True
+            return
+        uri = self._session_path(headers.get("Location"), doc)
+        if self._closed:  # closed while the BMC was making it: log it out at once
+            await self._logout(token, uri)
+            return
+        self._token, self._session_uri = token, uri
+
+    def _session_path(self, location: str | None, doc: dict[str, Any] | None) -> str | None:
+        """The session's own path: the Location header, else the body's @odata.id."""
+        if location and self._same_origin(urljoin(self.t.base_url, location)):
+            return urlsplit(urljoin(self.t.base_url, location)).path
+        return odata_path(doc.get("@odata.id")) if doc is not None else None
+
+    async def _logout(self, token: str | None, uri: str | None) -> None:
+        """DELETE a session (best effort, 2 s at most: a stop must not wait on a dead BMC)."""
+        if token is None or uri is None or self._session is None or self._session.closed:
+            return
+        with contextlib.suppress(BmcError, TimeoutError):
+            await asyncio.wait_for(self._request("DELETE", uri, token=token), 2.0)
 
     async def get(self, path: str, optional: bool = False) -> dict[str, Any] | None:
-        """A resource; None if optional and it answers 404 (or a Redfish error body)."""
+        """A resource; None if optional and it answers 404 (or a Redfish error body), or 401
+        to a session that is live (a resource this account may not read)."""
         token = self._token
         status, doc, _ = await self._request("GET", path)
-        session = self.t.auth == "session" and bool(self.t.username or self.t.password)
-        if status == 401 and session and (token is not None or not self._login_tried):
-            # The session expired (or the service wants one even for its root, against
-            # DSP0266): log in again once, however many requests in flight saw the 401.
-            await self._relogin(token)
+        # A 401: the session expired (or the service wants one even for its root, against
+        # DSP0266): log in again once, however many requests in flight saw the 401; a
+        # session still live is not replaced (this resource alone refuses it).
+        relogin = status == 401 and self._use_sessions and not self._no_sessions
+        if relogin and await self._relogin(token):
             status, doc, _ = await self._request("GET", path)
         if status in (401, 403):
+            if optional:
+                return None
             raise BmcError("auth", f"{path}: {status}")
         if status in (404, 410) and optional:
             return None
@@ -233,20 +326,48 @@ class RedfishClient:
             raise BmcError("http", f"{path}: a Redfish error body")
         return doc
 
-    async def _relogin(self, stale: str | None) -> None:
+    async def _relogin(self, stale: str | None) -> bool:
+        """Make sure of a session after a 401 seen with token `stale`; True: retry with it.
+
+        One login at a time, and only when the BMC no longer knows `stale` (its Session
+        resource refuses it): a 401 on one resource with a live session must not open a
+        second session beside it (issue 34: 61 sessions leaked over 60 polls)."""
         async with self._login_lock:
             if self._token is not None and self._token != stale:
-                return  # another request has logged in again meanwhile
-            self._token = None
-            await self._login(self._root)
+                return True  # another request has logged in again meanwhile
+            if stale is not None:
+                if self._alive == stale or await self._session_live(stale):
+                    self._alive = stale
+                    return False
+                self._token = self._session_uri = None  # the BMC invalidated it
+            task = self._login_task
+            if task is None or task.done():
+                task = self._login_task = asyncio.create_task(self._login())
+                # Its failure is raised to whoever awaits it; a poll cancelled meanwhile
+                # does not, and asyncio would log "Task exception was never retrieved".
+                task.add_done_callback(_retrieved)
+            # Shielded: a poll's deadline cancels the wait, never the login (see _login).
+            await asyncio.shield(task)
+            return self._token is not None or self._no_sessions
+
+    async def _session_live(self, token: str) -> bool:
+        """Whether the BMC still knows the session (GET its own Session resource with it)."""
+        if self._session_uri is None:
+            return False
+        try:
+            status, _doc, _ = await self._request("GET", self._session_uri, token=token)
+        except BmcError:
+            return False
+        return status < 300
 
     async def read(self, identity: bool) -> BmcReading:
         """One poll: every chassis' power (and the identity when asked)."""
         reading = BmcReading()
+        self._alive = None  # a session found live is asked again in the next poll
         root = await self.get("/redfish/v1")
         assert root is not None
         self._root = root
-        if not self._login_tried:
+        if self._use_sessions and not self._no_sessions and self._token is None:
             await self._relogin(None)
         chassis_path = link(root, "Chassis")
         if chassis_path is None:
@@ -254,23 +375,21 @@ class RedfishClient:
         collection = await self.get(chassis_path)
         # Chassis read side by side (at most CONNECTIONS requests in flight to one BMC): a
         # blade enclosure's dozens of chassis must fit in one interval. Their order is kept.
-        found = await _all(
-            [self._chassis(path, reading) for path in members(collection, self.t.max_chassis)]
-        )
+        listed = members(collection, MAX_LISTED)
+        del collection  # what a poll keeps is its figures, never the documents (issue 34)
+        found = await _all([self._chassis(path, reading) for path in listed[: self.t.max_chassis]])
+        found += await self._outer(listed[self.t.max_chassis :], found, reading)
         manager: str | None = None
-        for chassis, power in found:
-            if chassis is None or power is None:
+        for power, ident in found:
+            if power is None:
                 continue
             reading.chassis.append(power)
             if identity and manager is None:
-                links = chassis.get("Links")
-                by = links.get("ManagedBy") if isinstance(links, dict) else None
-                if isinstance(by, list) and by and isinstance(by[0], dict):
-                    manager = odata_path(by[0].get("@odata.id"))
-                if not reading.identity.get("model") and chassis.get("Model"):
-                    reading.identity["model"] = str(chassis.get("Model"))
-                if not reading.identity.get("vendor") and chassis.get("Manufacturer"):
-                    reading.identity["vendor"] = str(chassis.get("Manufacturer"))
+                manager = ident.manager
+                if not reading.identity.get("model") and ident.model:
+                    reading.identity["model"] = ident.model
+                if not reading.identity.get("vendor") and ident.vendor:
+                    reading.identity["vendor"] = ident.vendor
         if identity:
             # The server's maker (the chassis' Manufacturer) first: the service root's
             # Vendor is often the BMC firmware's (AMI on a Gigabyte board).
@@ -282,17 +401,43 @@ class RedfishClient:
                 if doc is not None and isinstance(doc.get("FirmwareVersion"), str):
                     reading.identity["firmware"] = doc["FirmwareVersion"]
             for key, value in list(reading.identity.items()):
-                reading.identity[key] = value.strip()[:128]
+                reading.identity[key] = clean_text(value, 128)
         return reading
 
-    async def _chassis(
-        self, path: str, reading: BmcReading
-    ) -> tuple[dict[str, Any] | None, ChassisPower | None]:
-        """One chassis and its power resources (Power, EnvironmentMetrics, PowerSubsystem)."""
+    async def _outer(
+        self,
+        unread: list[str],
+        found: list[tuple[ChassisPower | None, _Ident]],
+        reading: BmcReading,
+    ) -> list[tuple[ChassisPower | None, _Ident]]:
+        """The chassis max_chassis left unread that contain a chassis read (an enclosure
+        listed after its blades: issue 32), outermost included, up to MAX_OUTER levels; the
+        rest counted "capped" (the poller logs it): never a blade guessed to be the server."""
+        if not unread:
+            return []
+        by_id = {path.rsplit("/", 1)[-1]: path for path in unread}
+        have = {p.chassis for p, _ in found if p is not None}
+        out: list[tuple[ChassisPower | None, _Ident]] = []
+        level = [p for p, _ in found if p is not None]
+        for _ in range(MAX_OUTER):
+            wanted = {p.contained_by for p in level if p.contained_by in by_id} - have
+            if not wanted:
+                break
+            more = await _all([self._chassis(by_id.pop(cid), reading) for cid in sorted(wanted)])
+            have |= wanted
+            out += more
+            level = [p for p, _ in more if p is not None]
+        if by_id:
+            reading.drop("capped", len(by_id))
+        return out
+
+    async def _chassis(self, path: str, reading: BmcReading) -> tuple[ChassisPower | None, _Ident]:
+        """One chassis' power from its resources (Power, EnvironmentMetrics, PowerSubsystem)
+        and what identity needs of it; the documents are dropped here."""
         chassis = await self.get(path, optional=True)
         if chassis is None:
             reading.drop("missing")
-            return None, None
+            return None, _Ident()
         try:
             async with asyncio.TaskGroup() as group:
                 power = group.create_task(self._optional(chassis, "Power", reading))
@@ -300,9 +445,9 @@ class RedfishClient:
                 supplies = group.create_task(self._subsystem_supplies(chassis, reading))
         except BaseExceptionGroup as eg:
             raise _first(eg) from None
-        return chassis, chassis_power(
+        return chassis_power(
             chassis, power.result(), env.result(), supplies.result(), reading
-        )
+        ), _Ident.of(chassis)
 
     async def _optional(
         self, doc: dict[str, Any], key: str, reading: BmcReading
@@ -333,12 +478,18 @@ class RedfishClient:
         return out
 
     async def close(self) -> None:
-        """Log the session out (best effort) and close the connections."""
+        """Log the session out (best effort) and close the connections.
+
+        A login still running gets 2 s to finish so its session is logged out too."""
+        self._closed = True
+        task = self._login_task
+        if task is not None and not task.done():
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(task), 2.0)
+            task.cancel()
+        token, uri, self._token = self._token, self._session_uri, None
+        await self._logout(token, uri)
         if self._session is not None and not self._session.closed:
-            if self._token is not None and self._session_uri is not None:
-                with contextlib.suppress(BmcError, TimeoutError):
-                    await asyncio.wait_for(self._request("DELETE", self._session_uri), 2.0)
-            self._token = None
             await self._session.close()
 
 
@@ -351,6 +502,12 @@ async def _all(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
     except BaseExceptionGroup as eg:
         raise _first(eg) from None
     return [t.result() for t in tasks]
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """Mark a task's exception as seen (its awaiter, if any, got it already)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _first(eg: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
+
+from exporters.base import clean_text
 
 from .types import BmcError, BmcReading, ChassisPower, SupplyPower
 
@@ -56,36 +59,45 @@ SUBDOMAINS = frozenset(
 )
 
 
-def check_depth(body: bytes, max_depth: int) -> None:
-    """Raise BmcError("too_deep") if JSON arrays/objects nest deeper than max_depth.
+# A JSON string, escapes included; an unterminated one runs to the end of the body, so the
+# pattern never fails once a quote is seen (a lone backslash may end the body), so a body of
+# unterminated strings stays linear rather than quadratic.
+_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+# Objects and arrays one document may hold: the largest resource of the real mockups
+# (tests/fixtures/bmc, Gigabyte's Power, 29 kB) has 161, an enclosure's collection of 1,024
+# chassis about 1,030. A body of max_body bytes can otherwise hold over a million ([{},{},…]
+# in 4 MiB decoded to ~150 MB; 33 of them took the collector to 4.3 GB, issue 34).
+MAX_CONTAINERS = 10_000
 
-    Scanned on the bytes before json.loads, so a hostile body costs one linear pass and never
-    the parser's recursion (CPython's json recurses per level).
+
+def check_depth(body: bytes, max_depth: int, max_containers: int = MAX_CONTAINERS) -> None:
+    """Raise BmcError if JSON arrays/objects nest deeper than max_depth ("too_deep") or are
+    more than max_containers ("too_big": what the body would expand to, not its bytes).
+
+    Scanned on the bytes before json.loads, so a hostile body costs one linear pass in C (the
+    strings cut out by a regular expression, the brackets counted) and never the parser's
+    recursion nor its objects; only the brackets, at most 2 * max_containers, are walked here.
     """
+    brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
     depth = 0
-    in_string = False
-    escaped = False
-    for byte in body:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):  # [ {
+    for byte in brackets[: 2 * max_containers + 2]:  # past that it is too_big anyway
+        if byte in (0x5B, 0x7B):  # [ {
             depth += 1
             if depth > max_depth:
                 raise BmcError("too_deep", f"JSON nested deeper than {max_depth} levels")
-        elif byte in (0x5D, 0x7D):
+        else:
             depth -= 1
+    opened = brackets.count(b"[") + brackets.count(b"{")
+    if opened > max_containers:
+        raise BmcError("too_big", f"JSON with more than {max_containers} objects and arrays")
 
 
-def parse_document(body: bytes, max_depth: int = 32) -> dict[str, Any]:
-    """A Redfish resource (a JSON object) from a body; BmcError too_deep/garbage otherwise."""
-    check_depth(body, max_depth)
+def parse_document(
+    body: bytes, max_depth: int = 32, max_containers: int = MAX_CONTAINERS
+) -> dict[str, Any]:
+    """A Redfish resource (a JSON object) from a body; BmcError too_deep/too_big/garbage."""
+    check_depth(body, max_depth, max_containers)
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError):
@@ -116,7 +128,8 @@ def odata_path(value: object) -> str | None:
     path = value.split("#", 1)[0]
     if not (path == "/redfish/v1" or path.startswith("/redfish/v1/")):
         return None
-    if any(c in path for c in "\\?\r\n\t ") or "/../" in path + "/":
+    # Not printable (ESC, a newline, a lone surrogate): never requested, never logged.
+    if not path.isprintable() or any(c in path for c in "\\? ") or "/../" in path + "/":
         return None
     return path.rstrip("/") or "/"
 
@@ -146,7 +159,11 @@ def number(value: object, reading: BmcReading, limit: float = MAX_WATTS) -> floa
     if isinstance(value, bool) or not isinstance(value, int | float):
         reading.drop("out_of_range")  # a string ("100") or an object: not what the schema says
         return None
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # a 400-digit integer is valid JSON: out of range, not a crash
+        reading.drop("out_of_range")
+        return None
     if not math.isfinite(v) or v < 0 or v > limit:
         reading.drop("out_of_range")
         return None
@@ -176,22 +193,92 @@ def _label(item: Mapping[str, Any], fallback: str) -> str:
     for key in ("MemberId", "Id", "Name"):
         value = item.get(key)
         if isinstance(value, str | int) and not isinstance(value, bool) and str(value):
-            return str(value)[:64]
+            return clean_text(str(value), 64) or fallback
     return fallback
 
 
-def power_control(power: Mapping[str, Any], reading: BmcReading) -> float | None:
-    """PowerConsumedWatts of the first PowerControl entry that is the chassis, not a part."""
+# Without PhysicalContext a PowerControl entry is told apart by its Name, MemberId and
+# RelatedItem links (issue 32: the first entry may be a CPU or memory domain, or each entry
+# one power supply). Words naming a part of the server, and words naming the whole.
+_PART = re.compile(
+    r"(?<![a-z])(cpu|cpus|processor|processors|socket|memory|dimm|dimms|gpu|gpus|"
+    r"accelerator|fan|fans|storage|drive|disk|pcie|nic|vr|voltage regulator|chipset|"
+    r"backplane|asic|fpga)(?![a-z])",
+    re.IGNORECASE,
+)
+_SUPPLY = re.compile(r"(?<![a-z])(psu\d*|power supply|powersupply)(?![a-z])", re.IGNORECASE)
+_WHOLE = re.compile(
+    r"(?<![a-z])(system|server|chassis|total|node|platform|host|input)(?![a-z])", re.IGNORECASE
+)
+_PART_LINKS = ("/Processors/", "/Memory/", "/PCIeDevices/", "/Drives/", "/Fans", "/Storage/")
+
+
+def _related(entry: Mapping[str, Any]) -> list[str]:
+    items = entry.get("RelatedItem")
+    if not isinstance(items, list):
+        return []
+    return [
+        i["@odata.id"]
+        for i in items[:16]
+        if isinstance(i, Mapping) and isinstance(i.get("@odata.id"), str)
+    ]
+
+
+def _role(entry: Mapping[str, Any]) -> str:
+    """ "part", "supply", "whole" or "" (unknown) for one PowerControl entry."""
+    context = entry.get("PhysicalContext")
+    if context in SUBDOMAINS:
+        return "part"
+    if context == "PowerSupply":
+        return "supply"
+    related = _related(entry)
+    if related and all("/PowerSupplies" in r for r in related):
+        return "supply"
+    if related and all(any(p in r + "/" for p in _PART_LINKS) for r in related):
+        return "part"
+    words = " ".join(str(entry.get(k) or "") for k in ("Name", "MemberId"))
+    if _PART.search(words):
+        return "part"
+    if _SUPPLY.search(words):
+        return "supply"
+    if isinstance(context, str) or _WHOLE.search(words):
+        return "whole"  # a context not a part (Intake, SystemBoard, Chassis …) names it
+    if related and all(r.rstrip("/").count("/") == 4 and "/Chassis/" in r for r in related):
+        return "whole"  # RelatedItem: the chassis itself (/redfish/v1/Chassis/X)
+    return ""
+
+
+def power_control(power: Mapping[str, Any], reading: BmcReading) -> tuple[float | None, str]:
+    """The chassis' power from Power.PowerControl, and the source it came from.
+
+    The entry that is the chassis (not a CPU's or the memory's domain: PhysicalContext, else
+    Name, MemberId and RelatedItem say so); else the sum of entries that are each one power
+    supply; entries whose Status is Absent are no reading. Several entries none of which can
+    be told to be the whole: none, counted "ambiguous" (never a part as the server).
+    """
     entries = power.get("PowerControl")
     if not isinstance(entries, list):
-        return None
-    for entry in entries:
+        return None, ""
+    whole: list[Mapping[str, Any]] = []
+    unknown: list[Mapping[str, Any]] = []
+    supplies: list[Mapping[str, Any]] = []
+    for entry in entries[:64]:
         if not isinstance(entry, Mapping) or "PowerConsumedWatts" not in entry:
             continue
-        if entry.get("PhysicalContext") in SUBDOMAINS:
+        if not _present(entry):
             continue
-        return number(entry["PowerConsumedWatts"], reading)
-    return None
+        role = _role(entry)
+        {"whole": whole, "": unknown, "supply": supplies}.get(role, []).append(entry)
+    if whole or len(unknown) == 1:
+        return number((whole or unknown)[0]["PowerConsumedWatts"], reading), "PowerControl"
+    if unknown:
+        reading.drop("ambiguous")
+        return None, "ambiguous"
+    if supplies:
+        watts = [number(e["PowerConsumedWatts"], reading) for e in supplies]
+        if all(w is not None for w in watts):
+            return sum(w for w in watts if w is not None), "PowerControl.PowerSupplies"
+    return None, ""
 
 
 def legacy_supplies(power: Mapping[str, Any], reading: BmcReading) -> list[SupplyPower]:
@@ -207,7 +294,10 @@ def legacy_supplies(power: Mapping[str, Any], reading: BmcReading) -> list[Suppl
         name = _label(item, str(i))
         if "PowerInputWatts" in item:
             watts = number(item["PowerInputWatts"], reading)
-            if watts is not None:
+            if watts is not None and _at_rating(watts, item.get("PowerCapacityWatts")):
+                reading.drop("implausible")
+                out.append(SupplyPower(name, "implausible", watts))
+            elif watts is not None:
                 out.append(SupplyPower(name, "input", watts))
         key = "PowerOutputWatts" if "PowerOutputWatts" in item else "LastPowerOutputWatts"
         if key in item:
@@ -215,6 +305,17 @@ def legacy_supplies(power: Mapping[str, Any], reading: BmcReading) -> list[Suppl
             if watts is not None:
                 out.append(SupplyPower(name, "output", watts))
     return out
+
+
+def _at_rating(watts: float, capacity: object) -> bool:
+    """A supply's input equal to its rating: the rating repeated, not a measurement (a supply
+    drawing exactly its nameplate watts at the wall would be over its rating: losses)."""
+    return (
+        isinstance(capacity, int | float)
+        and not isinstance(capacity, bool)
+        and capacity > 0
+        and watts == float(capacity)
+    )
 
 
 def metrics_supply(
@@ -227,6 +328,13 @@ def metrics_supply(
     out = []
     for key, kind in (("InputPowerWatts", "input"), ("OutputPowerWatts", "output")):
         watts = sensor(metrics, key, reading)
+        if (
+            watts is not None
+            and kind == "input"
+            and _at_rating(watts, supply.get("PowerCapacityWatts"))
+        ):
+            reading.drop("implausible")
+            kind = "implausible"
         if watts is not None:
             out.append(SupplyPower(name, kind, watts))
     return out
@@ -262,7 +370,7 @@ def link_id(link: object) -> str:
     uri = link.get("@odata.id")
     if not isinstance(uri, str):
         return ""
-    return uri.rstrip("/").rsplit("/", 1)[-1][:64]
+    return clean_text(uri.rstrip("/").rsplit("/", 1)[-1], 64)
 
 
 def chassis_power(
@@ -277,7 +385,7 @@ def chassis_power(
     `supplies` are the PowerSubsystem supplies' figures (metrics_supply); the Power
     resource's own supplies are read here and used where PowerSubsystem has none.
     """
-    cid = str(chassis.get("Id") or "")[:64]
+    cid = clean_text(str(chassis.get("Id") or ""), 64)
     links = chassis.get("Links")
     contained = isinstance(links, Mapping) and bool(links.get("ContainedBy"))
     by = link_id(links.get("ContainedBy")) if isinstance(links, Mapping) else ""
@@ -285,23 +393,38 @@ def chassis_power(
     contains = [link_id(x) for x in held[:MAX_CONTAINS]] if isinstance(held, list) else []
     result = ChassisPower(
         chassis=cid,
-        name=str(chassis.get("Name") or "")[:128],
+        name=clean_text(str(chassis.get("Name") or ""), 128),
         contained=contained,
         contained_by=by,
         contains=tuple(x for x in contains if x),
     )
     if not supplies and isinstance(power, Mapping):
         supplies = legacy_supplies(power, reading)
-    result.supplies = _unique(supplies)
+    supplies = _unique(supplies)
     watts = sensor(environment, "PowerWatts", reading)
     if watts is not None:
         result.power_watts, result.source = watts, "EnvironmentMetrics.PowerWatts"
-    elif isinstance(power, Mapping) and (watts := power_control(power, reading)) is not None:
-        result.power_watts, result.source = watts, "PowerControl.PowerConsumedWatts"
-    else:
-        inputs = [s.watts for s in result.supplies if s.kind == "input"]
-        if inputs:
+    ambiguous = False
+    if watts is None and isinstance(power, Mapping):
+        watts, source = power_control(power, reading)
+        ambiguous = source == "ambiguous"
+        if watts is not None:
+            result.power_watts, result.source = watts, f"{source}.PowerConsumedWatts"
+    if result.power_watts is None and not ambiguous:
+        inputs = [s.watts for s in supplies if s.kind == "input"]
+        if inputs and not any(s.kind == "implausible" for s in supplies):
+            # a supply's figure that is not a measurement leaves the sum unknown
             result.power_watts, result.source = sum(inputs), "PowerSupplies.InputPower"
+    elif result.power_watts is not None:
+        for i, s in enumerate(supplies):  # a supply drawing more than its whole chassis
+            if s.kind == "input" and s.watts > result.power_watts:
+                reading.drop("implausible")
+                supplies[i] = SupplyPower(s.supply, "implausible", s.watts)
+    # The only reading 0 W while the chassis is on: no meter behind it, not a reading.
+    if result.power_watts == 0 and chassis.get("PowerState") == "On":
+        reading.drop("no_meter")
+        result.power_watts, result.source = None, ""
+    result.supplies = [s for s in supplies if s.kind != "implausible"]
     kwh = sensor(environment, "EnergykWh", reading)
     if kwh is not None:
         result.energy_joules = kwh * KWH

@@ -85,8 +85,13 @@ class PowerExporter(Exporter):
                 unreadable = sum(not z.readable for z in zones)
                 parts.append(f"rapl: {len(zones)} zones")
                 if unreadable:
-                    # CVE-2020-8694: energy_uj is root-only since Linux 5.10.
-                    parts.append(f"{unreadable} with root-only energy_uj unreadable")
+                    # CVE-2020-8694: energy_uj is root-only since Linux 5.10. What to do is
+                    # the packaged unit's ExecStartPre (packaging/libexec/rapl-access).
+                    parts.append(
+                        f"{unreadable} unreadable: energy_uj is root-only (CVE-2020-8694), "
+                        "exported as wattbit_rapl_zone_readable 0 without energy; give the "
+                        "agent's group read with rapl-access (docs/privileges.md)"
+                    )
         if self.hwmon:
             powers, energies = self._read_sensors(self.sys_root)
             parts.append(f"hwmon: {len(powers)} power, {len(energies)} energy channels")

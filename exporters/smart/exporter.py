@@ -30,11 +30,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
+from exporters.hostfs import caps
 from exporters.hostfs.blockdevs import BLOCK_EXCLUDE, excluded, is_virtual_block, read_topology
 from exporters.hostfs.read import SYS_ROOT
 
 from .parse import NVME_CRITICAL_WARNING_BITS, SmartReading, parse_smartctl
-from .runner import Runner, RunOutcome, SmartctlRunner
+from .runner import HelperRunner, Runner, RunnerChoice, RunOutcome, SmartctlRunner
 
 log = logging.getLogger(__name__)
 
@@ -115,13 +116,16 @@ class SmartExporter(Exporter):
         runner: Runner | None = None,
         wall_clock: Callable[[], float] = time.time,
         autostart: bool = True,
+        choice: RunnerChoice | None = None,
     ) -> None:
+        """choice: how the runner was picked (wattbit_smart_runner_info; None: not shown)."""
         self.interval = interval
         self.timeout = timeout
         self.devices = devices
         self.exclude = exclude
         self.sys_root = sys_root
         self.runner: Runner = runner if runner is not None else SmartctlRunner()
+        self.choice = choice
         self._wall = wall_clock
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="smart")
         self._lock = threading.Condition()
@@ -267,6 +271,10 @@ class SmartExporter(Exporter):
     def startup_note(self) -> str:
         """Which smartctl runs, how often, with which timeout (or that there is none)."""
         how = f"every {self.interval:g}s, timeout {self.timeout:g}s"
+        if self.choice is not None:
+            how += f"; via {self.choice.runner} ({self.choice.reason})"
+        if isinstance(self.runner, HelperRunner):
+            return f"helper {self.runner.path} {how}"
         if isinstance(self.runner, SmartctlRunner):
             binary = self.runner.resolve()
             if binary is None:
@@ -287,9 +295,25 @@ class SmartExporter(Exporter):
         with self._lock:
             return dict(self._states)
 
+    def kept_capabilities(self) -> frozenset[int]:
+        """CAP_SYS_RAWIO and CAP_SYS_ADMIN (NVMe admin commands) while smartctl runs as this
+        process's child; none through the helper."""
+        if isinstance(self.runner, HelperRunner):
+            return frozenset()
+        return frozenset({caps.CAP_SYS_RAWIO, caps.CAP_SYS_ADMIN})
+
     def collect(self) -> Iterator[Metric]:
         """Render the last published state of every device (never reads a drive)."""
         yield from render(self.states())
+        if self.choice is not None:
+            info = GaugeMetricFamily(
+                "wattbit_smart_runner_info",
+                "How the agent runs smartctl: itself (runner=smartctl) or through the root "
+                "helper's socket (runner=helper), and why.",
+                labels=["runner", "reason"],
+            )
+            info.add_metric([self.choice.runner, self.choice.reason], 1.0)
+            yield info
 
 
 def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:

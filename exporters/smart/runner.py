@@ -15,9 +15,12 @@ per interval.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import selectors
 import signal
+import socket
+import stat
 import subprocess
 import threading
 import time
@@ -213,3 +216,147 @@ class SmartctlRunner:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
+
+
+# --- through the privileged helper -----------------------------------------------------------
+
+HELPER_SOCKET = "/run/wattbit/smartctl.sock"  # wattbit-smartctl.socket (packaging/systemd)
+
+
+class HelperRunner:
+    """Runs smartctl through wattbit's root helper (packaging/libexec/smartctl-helper) on a
+    unix socket, so that the agent holds no CAP_SYS_RAWIO: one connection per read, the
+    request ``read /dev/NAME auto``, the answer one JSON line bounded like smartctl's own
+    output and waited for within the run's timeout."""
+
+    def __init__(
+        self,
+        path: str = HELPER_SOCKET,
+        max_output: int = MAX_OUTPUT,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = path
+        # JSON escapes: smartctl's output grows at most 6x (\\uXXXX), plus the envelope.
+        self.max_answer = 6 * max_output + 4096
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._socks: set[socket.socket] = set()
+        self._closed = False
+
+    def __call__(self, device: str, timeout: float) -> RunOutcome:
+        """Ask the helper to read device within timeout; never raises."""
+        start = self._clock()
+        deadline = start + timeout
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        except OSError as exc:
+            return RunOutcome("error", detail=f"socket: {exc.strerror}")
+        with self._lock:
+            if self._closed:
+                sock.close()
+                return RunOutcome("error", detail="stopping")
+            self._socks.add(sock)
+        try:
+            raw, why = self._exchange(sock, f"read {device} auto\n".encode(), deadline)
+        finally:
+            with self._lock:
+                self._socks.discard(sock)
+            sock.close()
+        elapsed = self._clock() - start
+        if why is not None:
+            kind: Result = "timeout" if why == "timeout" else "error"
+            detail = f"no answer in {timeout:g}s" if why == "timeout" else why
+            return RunOutcome(kind, duration=elapsed, detail=detail)
+        return decode_answer(raw, elapsed)
+
+    def _exchange(
+        self, sock: socket.socket, request: bytes, deadline: float
+    ) -> tuple[bytes, str | None]:
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            sock.settimeout(max(deadline - self._clock(), 0.001))
+            sock.connect(self.path)
+            sock.sendall(request)
+            while True:
+                left = deadline - self._clock()
+                if left <= 0:
+                    return b"", "timeout"
+                sock.settimeout(left)
+                chunk = sock.recv(1 << 16)
+                if not chunk:
+                    return b"".join(chunks), None
+                size += len(chunk)
+                if size > self.max_answer:
+                    return b"", f"the helper's answer is larger than {self.max_answer} bytes"
+                chunks.append(chunk)
+        except TimeoutError:
+            return b"", "timeout"
+        except OSError as exc:
+            return b"", f"smartctl helper at {self.path}: {exc.strerror or exc}"
+
+    def close(self) -> None:
+        """Abandon every request under way (the helper kills its smartctl on its own)."""
+        with self._lock:
+            self._closed = True
+            socks = list(self._socks)
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+
+def decode_answer(raw: bytes, duration: float = 0.0) -> RunOutcome:
+    """The outcome of one helper answer (pure): smartctl's output and exit code, or why not."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested past the stack
+        return RunOutcome("error", duration=duration, detail="the helper's answer is not JSON")
+    if not isinstance(doc, dict):
+        return RunOutcome("error", duration=duration, detail="the helper's answer is not JSON")
+    if isinstance(doc.get("error"), str):
+        err = doc["error"][:200]
+        kind: Result = "timeout" if "in time" in err else "error"
+        return RunOutcome(kind, duration=duration, detail=f"smartctl helper: {err}")
+    code, out = doc.get("exit_code"), doc.get("output")
+    if not isinstance(code, int) or isinstance(code, bool) or not isinstance(out, str):
+        return RunOutcome("error", duration=duration, detail="the helper's answer has no output")
+    try:
+        data = out.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return RunOutcome("error", duration=duration, detail="the helper's output is not bytes")
+    return RunOutcome("done", data, code, duration)
+
+
+RunnerMode = Literal["auto", "direct", "helper"]
+
+
+@dataclass(frozen=True)
+class RunnerChoice:
+    """Which runner reads the drives and why (wattbit_smart_runner_info, the log)."""
+
+    runner: Literal["smartctl", "helper"]
+    reason: str  # a fixed label value
+
+
+def choose_runner(mode: RunnerMode, helper_present: bool, has_rawio: bool) -> RunnerChoice:
+    """Direct smartctl or the helper (pure): "auto" runs smartctl itself only when this
+    process holds CAP_SYS_RAWIO (SG_IO's ATA pass-through wants it: drivers/scsi/scsi_ioctl.c),
+    else the helper when its socket is there, else smartctl anyway (its reads then fail, and
+    say so)."""
+    if mode == "direct":
+        return RunnerChoice("smartctl", "configured")
+    if mode == "helper":
+        return RunnerChoice("helper", "configured")
+    if has_rawio:
+        return RunnerChoice("smartctl", "has CAP_SYS_RAWIO")
+    if helper_present:
+        return RunnerChoice("helper", "missing CAP_SYS_RAWIO")
+    return RunnerChoice("smartctl", "missing CAP_SYS_RAWIO, no helper")
+
+
+def helper_present(path: str = HELPER_SOCKET) -> bool:
+    """Whether a unix socket is at path (systemd's wattbit-smartctl.socket)."""
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False

@@ -70,7 +70,12 @@ def test_unprivileged_agent_falls_back_to_diskstats(world_readable_tmp: Path) ->
             agent.wait_ready()
             s = agent.scrape()
             assert (
-                sample(s, "wattbit_blockio_backend_info", backend="diskstats", reason="not root")
+                sample(
+                    s,
+                    "wattbit_blockio_backend_info",
+                    backend="diskstats",
+                    reason="missing CAP_BPF+CAP_PERFMON",
+                )
                 == 1.0
             )
             _check_counts(agent, disk)

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporters.bmc.exporter import BmcExporter
-from exporters.bmc.poller import BmcPoller, BmcTarget
+from exporters.bmc.poller import BmcPoller, BmcState, BmcTarget
 from exporters.bmc.redfish import RedfishTarget
 from tests.support.bmcs import MOCKUPS, Certs, HostileBmc, SushyStatic, sushy_static_path
 from tests.support.env import require
@@ -204,3 +204,57 @@ def test_a_slow_bmc_with_many_chassis_is_read_whole(tmp_path: Path) -> None:
     state = poller.states["ex"]
     assert state.up, state.error
     assert poller.invalid[("ex", "missing")] >= 1  # Mezz0's Power error body, as served fast
+
+
+@pytest.mark.parametrize(
+    ("quirk", "polls", "timeout", "deadline", "delay"),
+    [
+        ("none", 60, 2.0, 10.0, 0.0),
+        ("forbid-one", 60, 2.0, 10.0, 0.0),  # a 401 on Power with a live token
+        ("no-location", 60, 2.0, 10.0, 0.0),  # the session named by the login's body only
+        ("slow-login", 60, 0.5, 10.0, 1.0),  # answered after the request timeout
+        ("slow-power", 15, 2.0, 0.4, 0.8),  # every poll misses its deadline
+    ],
+)
+def test_one_session_over_many_polls(
+    tmp_path: Path, quirk: str, polls: int, timeout: float, deadline: float, delay: float
+) -> None:
+    """Over many polls of a BMC that never invalidates its session, whatever else it does:
+    one login, never two sessions live at once, and that session logged out at close
+    (issue 34: 122 logins for 61 logouts with a 401 on one resource, 61 of 61 leaked when the
+    login came after the request timeout, 31 without Location, a login per timed-out poll)."""
+    import json
+    import urllib.request
+
+    user, secret = "wattbit", "Session-test-pw-4"  # a throwaway password for a test peer
+    extra = ["--mockup", str(MOCKUPS / "hpe-dl325-gen10plus"), "--user", user]
+    extra += ["--password", secret, "--quirk", quirk, "--login-delay", str(delay)]
+    srv = HostileBmc("session", tmp_path, extra=extra)
+
+    def stats() -> dict[str, int]:
+        with urllib.request.urlopen(srv.url + "/_stats", timeout=10) as r:
+            return dict(json.loads(r.read()))
+
+    try:
+        rf = RedfishTarget(srv.url, user, secret, auth="session", timeout=timeout)
+        target = BmcTarget("s", "redfish", redfish=rf, deadline=deadline)
+        poller = BmcPoller([target], interval=30)
+
+        async def run() -> tuple[list[BmcState], dict[str, int]]:
+            states = [(await poller.poll_all())[0] for _ in range(polls)]
+            during = stats()
+            await poller.close()
+            return states, during
+
+        states, during = asyncio.run(run())
+        after = stats()
+    finally:
+        srv.stop()
+    if quirk == "slow-power":
+        assert {s.error for s in states} == {"deadline"}
+    else:
+        assert all(s.up for s in states), states[-1].error
+    assert during["logins"] == 1, during
+    assert during["max_live"] == 1, during
+    assert after["live"] == 0 and after["logouts"] == 1, after
+    assert after["basic"] == 0, after

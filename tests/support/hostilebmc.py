@@ -8,10 +8,24 @@ Modes (every path answers the same way):
   ctype     a JSON body labelled text/html
   garbage   a body that is not JSON
   slow      not hostile: serves the mockup directory --mockup, each answer after 0.25 s
+  strings   serves the mockup directory --mockup with every name, vendor, model, firmware and
+            Id string carrying a lone surrogate (JSON "\\ud800", valid JSON), an ESC sequence and
+            a newline that would forge a log line
+  bloat     a valid Redfish tree (service root, 32 chassis, each with Power) whose every
+            document is padded to just under --size bytes with [{},{},...]: within max_body,
+            yet each would decode to over a million objects
   session   not hostile: serves the mockup directory --mockup, but only to a Redfish session
             (POST /redfish/v1/SessionService/Sessions with the --user/--password JSON gives
             X-Auth-Token; anything else 401), and forgets every session after each 6 GETs, as
-            a BMC whose sessions expire; GET /_stats counts logins, logouts and Basic headers
+            a BMC whose sessions expire; GET /_stats counts logins, logouts and Basic headers,
+            the sessions live now and at most. --quirk changes one thing:
+              expire       (the default) as above
+              none         sessions never expire
+              forbid-one   every Power resource answers 401 even to a live session
+              slow-login   a login is answered (and its session made) after --login-delay s
+              no-location  a login's answer has no Location header (its body's @odata.id
+                           names the session, DSP0266)
+              slow-power   every Power resource answers after --login-delay s
 
 Run as `python -m tests.support.hostilebmc --port P --mode M`.
 """
@@ -20,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import secrets
 import sys
 from pathlib import Path
@@ -32,41 +47,92 @@ MB = 1024 * 1024
 async def session_mode(request: web.Request) -> web.StreamResponse:
     """A Redfish service that only answers a session (see the module's doc)."""
     app = request.app
-    stats = app["stats"]
+    stats, quirk, tokens = app["stats"], app["quirk"], app["tokens"]
     if request.path == "/_stats":
-        return web.json_response(stats)
+        return web.json_response({**stats, "live": len(tokens)})
     if "Authorization" in request.headers:
         stats["basic"] += 1
     if request.method == "POST" and request.path.rstrip("/").endswith("/Sessions"):
         body = await request.json()
         if body != {"UserName": app["user"], "Password": app["password"]}:
             raise web.HTTPUnauthorized()
+        if quirk == "slow-login":
+            await asyncio.sleep(app["login_delay"])
         stats["logins"] += 1
         token = secrets.token_hex(16)
-        app["tokens"][token] = f"/redfish/v1/SessionService/Sessions/{stats['logins']}"
+        uri = f"/redfish/v1/SessionService/Sessions/{stats['logins']}"
+        tokens[token] = uri
+        stats["max_live"] = max(stats["max_live"], len(tokens))
+        headers = {"X-Auth-Token": token}
+        if quirk != "no-location":
+            headers["Location"] = uri
         return web.json_response(
-            {"Id": str(stats["logins"])},
-            status=201,
-            headers={"X-Auth-Token": token, "Location": app["tokens"][token]},
+            {"@odata.id": uri, "Id": str(stats["logins"])}, status=201, headers=headers
         )
     token = request.headers.get("X-Auth-Token", "")
     if request.method == "GET" and request.path.rstrip("/") == "/redfish/v1":
         token = ""  # the service root needs no credentials (DSP0266)
-    elif token not in app["tokens"]:
+    elif token not in tokens:
         raise web.HTTPUnauthorized()
     if request.method == "DELETE":
-        if app["tokens"].pop(token) == request.path:
+        if tokens.get(token) == request.path:
+            del tokens[token]
             stats["logouts"] += 1
-        return web.Response(status=204)
+            return web.Response(status=204)
+        raise web.HTTPNotFound()
+    if token and request.path == tokens[token]:  # a session reads its own resource
+        return web.json_response({"@odata.id": request.path, "Id": request.path[-1]})
     if token:
         stats["gets"] += 1
-    if token and stats["gets"] % 6 == 0:
-        app["tokens"].clear()  # every session expires
+    if token and quirk == "expire" and stats["gets"] % 6 == 0:
+        tokens.clear()  # every session expires
+    if request.path.rstrip("/").endswith("/Power"):
+        if quirk == "forbid-one":
+            raise web.HTTPUnauthorized()  # this resource only: the session stays live
+        if quirk == "slow-power":
+            await asyncio.sleep(app["login_delay"])
     rel = request.path.rstrip("/").removeprefix("/redfish/v1").strip("/")
     f = Path(app["mockup"]) / rel / "index.json"
     if not f.is_file():
         raise web.HTTPNotFound()
     return web.Response(body=f.read_bytes(), content_type="application/json")
+
+
+# Keys whose string values the "strings" mode poisons: what reaches labels and logs.
+POISONED = frozenset(
+    {"Name", "Manufacturer", "Model", "FirmwareVersion", "MemberId", "Vendor", "Id", "SerialNumber"}
+)
+POISON = "\ud800\x1b[31m\nFORGED bmc line"
+
+
+def poison(doc: object) -> object:
+    """The document with every POISONED key's string value carrying POISON."""
+    if isinstance(doc, dict):
+        return {
+            k: v + POISON if k in POISONED and isinstance(v, str) else poison(v)
+            for k, v in doc.items()
+        }
+    if isinstance(doc, list):
+        return [poison(v) for v in doc]
+    return doc
+
+
+def bloat_document(path: str, size: int) -> bytes:
+    """The `bloat` mode's answer for path: a valid resource padded to just under size bytes."""
+    path = path.rstrip("/")
+    doc: dict[str, object] = {"@odata.id": path, "Name": "bloat"}
+    if path == "/redfish/v1":
+        doc["Chassis"] = {"@odata.id": "/redfish/v1/Chassis"}
+    elif path == "/redfish/v1/Chassis":
+        doc["Members"] = [{"@odata.id": f"/redfish/v1/Chassis/{i}"} for i in range(32)]
+    elif path.endswith("/Power"):
+        doc["PowerControl"] = [{"MemberId": "0", "PowerConsumedWatts": 100}]
+    else:
+        doc["Id"] = path.rsplit("/", 1)[-1]
+        doc["Power"] = {"@odata.id": f"{path}/Power"}
+    head = json.dumps(doc)[:-1].encode() + b', "pad": ['
+    n = max(0, (size - len(head) - 8) // 3)
+    return head + b"{}," * n + b"{}]}"
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
@@ -81,6 +147,16 @@ async def handle(request: web.Request) -> web.StreamResponse:
         if not f.is_file():
             raise web.HTTPNotFound()
         return web.Response(body=f.read_bytes(), content_type="application/json")
+    if mode == "bloat":
+        body = bloat_document(request.path, request.app["size"])
+        return web.Response(body=body, content_type="application/json")
+    if mode == "strings":
+        rel = request.path.rstrip("/").removeprefix("/redfish/v1").strip("/")
+        f = Path(request.app["mockup"]) / rel / "index.json"
+        if not f.is_file():
+            raise web.HTTPNotFound()
+        body = json.dumps(poison(json.loads(f.read_bytes())))  # ensure_ascii: "\ud800" escaped
+        return web.Response(body=body.encode("ascii"), content_type="application/json")
     if mode == "redirect":
         other = request.app["other_port"] or request.url.port
         raise web.HTTPFound(f"http://127.0.0.2:{other}{request.path}")
@@ -119,13 +195,18 @@ def main() -> int:
     ap.add_argument("--mockup", default="")
     ap.add_argument("--user", default="")
     ap.add_argument("--password", default="")
+    ap.add_argument("--quirk", default="expire")
+    ap.add_argument("--login-delay", type=float, default=0.0)
+    ap.add_argument("--size", type=int, default=4 * MB - 1024)
     args = ap.parse_args()
     app = web.Application()
     app["mode"] = args.mode
     app["other_port"] = args.other_port
     app["mockup"], app["user"], app["password"] = args.mockup, args.user, args.password
     app["tokens"] = {}
-    app["stats"] = {"logins": 0, "logouts": 0, "basic": 0, "gets": 0}
+    app["size"] = args.size
+    app["quirk"], app["login_delay"] = args.quirk, args.login_delay
+    app["stats"] = {"logins": 0, "logouts": 0, "basic": 0, "gets": 0, "max_live": 0}
     app.router.add_route("*", "/{tail:.*}", handle)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)
     return 0

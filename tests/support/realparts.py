@@ -50,6 +50,19 @@ def bcc_importable() -> bool:
     return True
 
 
+def setpriv(user: str, caps: list[str] | None = None) -> list[str]:
+    """A setpriv prefix: run as uid and gid user, no groups, and with caps given exactly
+    those capabilities (None: what setpriv leaves, i.e. none for a non-root uid)."""
+    cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
+    if caps is not None:
+        plus = ",".join(f"+{c}" for c in caps)
+        cmd += [f"--inh-caps=-all{',' + plus if plus else ''}"]
+        if plus:
+            cmd += [f"--ambient-caps={plus}"]
+        cmd += [f"--bounding-set=-all{',' + plus if plus else ''}"]
+    return cmd
+
+
 class Agent:
     """A `wattbit agent` subprocess on 127.0.0.1."""
 
@@ -64,7 +77,11 @@ class Agent:
         netns: str | None = None,
         env: dict[str, str] | None = None,
         prefix: list[str] | None = None,
+        caps: list[str] | None = None,
     ) -> None:
+        """caps (with user): exactly these capabilities (setpriv names: "bpf", "perfmon"),
+        in every set a non-root process keeps across exec (inheritable, ambient, bounding),
+        as the packaged unit's AmbientCapabilities/CapabilityBoundingSet give them."""
         self.port = free_port()
         cfg = tmp / f"{self.command}.yml"
         cfg.write_text(config)
@@ -73,7 +90,7 @@ class Agent:
         cmd = [sys.executable, "-m", "collector.cli", self.command, "--config", str(cfg)]
         cmd += ["--listen", f"127.0.0.1:{self.port}"]
         if user:
-            cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+            cmd = [*setpriv(user, caps), *cmd]
         self.netns = netns
         if netns:
             cmd = ["ip", "netns", "exec", netns, *cmd]

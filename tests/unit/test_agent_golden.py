@@ -154,7 +154,9 @@ class RecordedEthtool:
 @pytest.fixture(scope="module")
 def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     sys_root, proc_root = machine(tmp_path_factory.mktemp("machine"))
-    cfg = AgentConfig.model_validate({"blockio": {"backend": "diskstats"}})
+    cfg = AgentConfig.model_validate(
+        {"blockio": {"backend": "diskstats"}, "smart": {"smartctl": "direct"}}
+    )
     ethtool = RecordedEthtool()
     smartctl = RecordedSmartctl()
     exporters = build_exporters(
@@ -164,7 +166,7 @@ def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> bytes:
         assert [e.startup_note() for e in exporters] == [
             "backend: diskstats (configured)",
             "",
-            "every 300s, timeout 30s",
+            "every 300s, timeout 30s; via smartctl (configured)",
             "rapl: no powercap zones; hwmon: 0 power, 0 energy channels",  # a VM: neither
             "",
         ]

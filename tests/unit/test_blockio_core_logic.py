@@ -10,6 +10,7 @@ import pytest
 from exporters.blockio.core import backend as core
 from exporters.blockio.core.backend import CoreBackend
 from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, BackendUnavailable
+from exporters.hostfs import caps
 
 N = len(DEFAULT_LAT_BOUNDS_SECONDS) + 1
 
@@ -25,19 +26,28 @@ def _unavailable(tmp_path: Path, **kw: object) -> BackendUnavailable:
     return err.value
 
 
+def _caps(monkeypatch: pytest.MonkeyPatch, *held: int) -> None:
+    monkeypatch.setattr(core.caps, "current", lambda: caps.CapSets(effective=caps.mask(held)))
+
+
 def test_reasons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(core.os, "geteuid", lambda: 0)
+    _caps(monkeypatch, caps.CAP_BPF, caps.CAP_PERFMON)
     assert _unavailable(tmp_path).reason == "no kernel BTF"
     (tmp_path / "vmlinux").write_bytes(b"")
     err = _unavailable(tmp_path)
     assert err.reason == "not built" and "scripts/build-bpf.sh" in err.detail
-    monkeypatch.setattr(core.os, "geteuid", lambda: 1000)
-    assert _unavailable(tmp_path).reason == "not root"
+    _caps(monkeypatch, caps.CAP_BPF)  # decided from the capabilities, not from the uid
+    err = _unavailable(tmp_path)
+    assert err.reason == "missing CAP_PERFMON" and "CAP_PERFMON" in err.detail
+    _caps(monkeypatch)
+    assert _unavailable(tmp_path).reason == "missing CAP_BPF+CAP_PERFMON"
+    _caps(monkeypatch, caps.CAP_SYS_ADMIN)  # implies both
+    assert _unavailable(tmp_path).reason == "not built"
 
 
 @pytest.mark.parametrize("bounds", [[], [0.1, 0.01], [0.001, 0.001], [1e-3] * 40])
 def test_bad_bounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bounds: list[float]) -> None:
-    monkeypatch.setattr(core.os, "geteuid", lambda: 0)
+    _caps(monkeypatch, caps.CAP_SYS_ADMIN)
     (tmp_path / "vmlinux").write_bytes(b"")
     (tmp_path / "blockio.bpf.o").write_bytes(b"")
     with pytest.raises(ValueError, match="latency bounds"):

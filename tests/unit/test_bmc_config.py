@@ -109,6 +109,9 @@ def test_shard_rule_is_the_pdus(tmp_path: Path) -> None:
             "without blanks",
         ),
         ({"protocol": "ipmi", "address": "h", "password": "x" * 21}, "bmcs[0]", "at most 20"),
+        # FreeIPMI's configuration file refuses them: every poll failed (issue 34)
+        ({"protocol": "ipmi", "address": "h", "password": "'a\"b'"}, "bmcs[0]", "'\"'"),
+        ({"protocol": "ipmi", "address": "h", "password": "'a\\b'"}, "bmcs[0]", "'\"'"),
         ({"protocol": "ipmi", "address": "h:99999"}, "bmcs[0]", "port"),
         ({"protocol": "ipmi", "address": "'node[1-9]'"}, "bmcs[0]", "host"),
         ({"protocol": "ipmi", "address": "':623'"}, "bmcs[0]", "a host name or an address"),
@@ -161,3 +164,34 @@ def test_cli_exits_2_and_never_echoes_the_password(tmp_path: Path) -> None:
     assert r.returncode == 2, r.stderr
     assert "bmcs[0]" in r.stderr and str(cfg) in r.stderr
     assert SECRET not in r.stderr + r.stdout
+
+
+def test_a_ca_file_that_is_a_fifo_is_refused_at_once(tmp_path: Path) -> None:
+    """A FIFO as ca_file: refused naming the key, never opened (it hung the start, issue 34);
+    run as the CLI in a child with a timeout so a regression fails instead of hanging."""
+    import os
+
+    fifo = tmp_path / "ca.pem"
+    os.mkfifo(fifo)
+    f = tmp_path / "collector.yml"
+    f.write_text(_bmc(protocol="redfish", address="https://h", ca_file=str(fifo)))
+    r = wattbit("collector", "--config", str(f), "--print-config", timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert "bmcs[0].ca_file" in r.stderr and "not a regular file" in r.stderr, r.stderr
+
+
+def test_one_tls_context_per_trust_setting(tmp_path: Path) -> None:
+    """Every BMC with the same trust shares one TLS context (building one costs ~20 ms of CPU:
+    1,000 unreachable BMCs took a whole CPU, issue 34); another CA gets its own."""
+    from exporters.bmc.redfish import RedfishTarget, ssl_context
+    from tests.support.bmcs import Certs
+
+    certs = Certs(tmp_path)
+    ca = certs.ca.read_text()
+    a = ssl_context(RedfishTarget("https://a.example"))
+    b = ssl_context(RedfishTarget("https://b.example", timeout=2.0))
+    assert a is b
+    c = ssl_context(RedfishTarget("https://c.example", ca_data=ca))
+    d = ssl_context(RedfishTarget("https://d.example", ca_data=ca))
+    assert c is d and c is not a
+    assert ssl_context(RedfishTarget("https://e.example", verify_tls=False)) is False

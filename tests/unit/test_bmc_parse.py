@@ -4,6 +4,7 @@ tests/integration/test_bmc_redfish_mockups.py's)."""
 
 from __future__ import annotations
 
+import json
 import struct
 from typing import Any
 
@@ -29,6 +30,7 @@ from exporters.bmc.redfish_parse import (
     parse_document,
 )
 from exporters.bmc.types import BmcError, BmcReading, ChassisPower, SupplyPower
+from tests.support.bmcs import MOCKUPS
 
 
 def dcmi(watts: int, active: bool) -> bytes:
@@ -103,6 +105,22 @@ def test_depth_cap_counts_only_structure() -> None:
         parse_document(b"\xff\xfe")
 
 
+def test_what_a_document_expands_to_is_bounded() -> None:
+    """Objects and arrays are counted before parsing (strings cut out, escapes and an
+    unterminated string too); a body of mostly brackets in strings passes (issue 34)."""
+    check_depth(b'{"a": "' + b"{[" * 50_000 + b'"}', 32)  # all inside a string
+    with pytest.raises(BmcError) as err:
+        parse_document(b'{"pad": [' + b"{}," * 10_000 + b"{}]}")
+    assert err.value.reason == "too_big"
+    parse_document(b'{"pad": [' + b"{}," * 9_000 + b"{}]}")
+    with pytest.raises(BmcError) as err:
+        check_depth(b'{"a": "\\\\", "b": ' + b"[" + b"{}," * 20_000, 32)  # escape, then structure
+    assert err.value.reason == "too_big"
+    for body in (b'"\\' * 100_000, b'"\\' * 100_000 + b"\\", b'"' * 100_001):
+        with pytest.raises(BmcError):  # linear on unterminated strings (never quadratic)
+            parse_document(body)
+
+
 @pytest.mark.parametrize(
     ("link", "path"),
     [
@@ -162,10 +180,13 @@ def test_property_order() -> None:
 def test_invalid_values_are_counted_never_exported() -> None:
     """null, a string, a negative or absurd figure: no value, counted by reason."""
     r = BmcReading()
-    for value in (None, "100", -5, 5e9, float("nan"), True):
+    for value in (None, "100", -5, 5e9, float("nan"), True, 10**400):  # 400 digits: issue 34
         c = chassis_power(CHASSIS, {"PowerControl": [{"PowerConsumedWatts": value}]}, None, [], r)
         assert c.power_watts is None
-    assert r.invalid == {"null": 1, "out_of_range": 5}
+    assert r.invalid == {"null": 1, "out_of_range": 6}
+    env = {"PowerWatts": {"Reading": 10**400}, "EnergykWh": {"Reading": -(10**400)}}
+    assert chassis_power(CHASSIS, None, env, [], r).power_watts is None
+    assert r.invalid == {"null": 1, "out_of_range": 8}
     assert legacy_supplies({"PowerSupplies": "nope"}, r) == []
 
 
@@ -223,6 +244,8 @@ def test_nested_chassis_on_one_host_counted_once() -> None:
     a = ChassisPower("A", power_watts=1.0, contained_by="B")
     b = ChassisPower("B", power_watts=2.0, contained_by="A")
     assert ancestors([a, b]) == {"A": ["B"], "B": ["A"]}
+    # ... and a loop on one host exports one of them, not none (issue 34)
+    assert mapped_to([a, b], {"A": ("h", ""), "B": ("h", "")}) == ({"A": 1.0}, [])
 
 
 def test_containment_links_of_a_real_chassis() -> None:
@@ -268,4 +291,107 @@ def test_hostile_bodies_raise_only_bmc_errors(body: bytes) -> None:
     try:
         assert isinstance(parse_document(body), dict)
     except BmcError as exc:
-        assert exc.reason in ("garbage", "too_deep")
+        assert exc.reason in ("garbage", "too_deep", "too_big")
+
+
+PARTIAL = json.loads((MOCKUPS / "synthetic-partial-answers.json").read_text())
+
+
+@pytest.mark.parametrize("shape", sorted(k for k in PARTIAL if not k.startswith("_")))
+def test_a_part_of_a_server_is_never_the_server(shape: str) -> None:
+    """Issue 32's shapes (synthetic: tests/fixtures/bmc/synthetic-partial-answers.json): the
+    server's figure, or none with the reason counted when it cannot be known."""
+    case = PARTIAL[shape]
+    r = BmcReading()
+    c = chassis_power(case["chassis"], case["power"], None, [], r)
+    assert c.power_watts == case["watts"], (c.power_watts, c.source)
+    assert {k: v for k, v in r.invalid.items() if v} == case["invalid"]
+    if "supply_inputs" in case:
+        got = {s.supply: s.watts for s in c.supplies if s.kind == "input"}
+        assert got == case["supply_inputs"]
+
+
+def test_an_enclosure_listed_after_its_blades_beyond_max_chassis_is_found() -> None:
+    """Synthetic: an enclosure listed after three blades, max_chassis 2. The blades name it in
+    ContainedBy: it is read all the same and stands for the server (before, blade 1 was
+    exported as the server); the chassis the cap left unread are counted and logged."""
+    import asyncio
+
+    from exporters.bmc.poller import BmcPoller
+    from exporters.bmc.redfish import RedfishClient, RedfishTarget
+
+    def chassis(cid: str, watts: float, inside: str | None) -> dict[str, Any]:
+        links = {"ContainedBy": {"@odata.id": f"/redfish/v1/Chassis/{inside}"}} if inside else {}
+        return {"Id": cid, "Links": links, "Power": {"@odata.id": f"/redfish/v1/Chassis/{cid}/P"}}
+
+    docs: dict[str, dict[str, Any]] = {
+        "/redfish/v1": {"Chassis": {"@odata.id": "/redfish/v1/Chassis"}},
+        "/redfish/v1/Chassis": {
+            "Members": [
+                {"@odata.id": f"/redfish/v1/Chassis/{c}"}
+                for c in ("Blade1", "Blade2", "Blade3", "Enclosure")
+            ]
+        },
+    }
+    for cid, watts, inside in (
+        ("Blade1", 310.0, "Enclosure"),
+        ("Blade2", 290.0, "Enclosure"),
+        ("Blade3", 305.0, "Enclosure"),
+        ("Enclosure", 1400.0, None),
+    ):
+        docs[f"/redfish/v1/Chassis/{cid}"] = chassis(cid, watts, inside)
+        docs[f"/redfish/v1/Chassis/{cid}/P"] = {
+            "PowerControl": [{"Name": "System Power Control", "PowerConsumedWatts": watts}]
+        }
+
+    class Served(RedfishClient):
+        async def get(self, path: str, optional: bool = False) -> dict[str, Any] | None:
+            return docs.get(path)
+
+    rf = RedfishTarget("http://bmc.invalid", max_chassis=2)
+    poller = BmcPoller([BmcTarget("b", "redfish", redfish=rf, labels=("h", ""))], interval=60)
+    poller._redfish["b"] = Served(rf)
+    state = asyncio.run(poller.poll_all())[0]
+    assert state.up, state.error
+    assert [m.power.chassis for m in state.mapped] == ["Enclosure"]
+    assert poller.invalid[("b", "capped")] == 1  # Blade3: left unread
+
+
+def test_bmc_strings_reach_the_log_escaped(caplog: pytest.LogCaptureFixture) -> None:
+    """Chassis Ids with an ESC sequence, a newline forging a log line and a lone surrogate:
+    the warning naming them holds none of them raw (issue 34)."""
+    import asyncio
+
+    from exporters.bmc.poller import BmcPoller
+    from exporters.bmc.redfish import RedfishClient, RedfishTarget
+
+    evil = ["A\x1b[2J\ud800", "B\nFORGED wattbit line"]
+    docs: dict[str, dict[str, Any]] = {
+        "/redfish/v1": {"Chassis": {"@odata.id": "/redfish/v1/Chassis"}},
+        "/redfish/v1/Chassis": {
+            "Members": [{"@odata.id": f"/redfish/v1/Chassis/{i}"} for i in range(2)]
+        },
+    }
+    for i, cid in enumerate(evil):
+        docs[f"/redfish/v1/Chassis/{i}"] = {
+            "Id": cid,
+            "Name": cid,
+            "Power": {"@odata.id": f"/redfish/v1/Chassis/{i}/P"},
+        }
+        docs[f"/redfish/v1/Chassis/{i}/P"] = {
+            "PowerControl": [{"Name": "System Power Control", "PowerConsumedWatts": 100 + i}]
+        }
+
+    class Served(RedfishClient):
+        async def get(self, path: str, optional: bool = False) -> dict[str, Any] | None:
+            return docs.get(path)
+
+    rf = RedfishTarget("http://bmc.invalid")
+    poller = BmcPoller([BmcTarget("b", "redfish", redfish=rf, labels=("h", ""))], interval=60)
+    poller._redfish["b"] = Served(rf)
+    with caplog.at_level("WARNING"):
+        state = asyncio.run(poller.poll_all())[0]
+    assert state.up, state.error
+    assert "2 chassis report power" in caplog.text  # the line naming them was logged
+    for bad in ("\x1b", "\ud800", "\nFORGED"):
+        assert bad not in caplog.text

@@ -57,7 +57,12 @@ def test_defaults_without_a_file() -> None:
         ("smart:\n  devices: '^(sd'\n", "smart.devices", "regular expression"),
         ("smart:\n  concurrency: 0\n", "smart.concurrency", "greater than or equal"),
         ("smart:\n  enabled: maybe\n", "smart.enabled", "bool"),
-        ("smart:\n  smartctl: /tmp/x\n", "smart.smartctl", "unknown key"),
+        # never a binary of the config's choosing: who runs smartctl, not which one
+        ("smart:\n  smartctl: /tmp/x\n", "smart.smartctl", "'auto', 'direct' or 'helper'"),
+        ("smart:\n  smartctl_path: /tmp/x\n", "smart.smartctl_path", "unknown key"),
+        ("smart:\n  helper_socket: run/x.sock\n", "smart.helper_socket", "absolute path"),
+        ("smart:\n  helper_socket: /" + "x" * 120 + "\n", "smart.helper_socket", "107 bytes"),
+        ("drop_capabilities: perhaps\n", "drop_capabilities", "bool"),
         ("pcie:\n  refresh: 500ms\n", "pcie.refresh", "at least 1s"),
         ("pcie:\n  refresh: 0\n", "pcie.refresh", "greater than 0"),
         ("pcie:\n  controller_irqs: some\n", "pcie.controller_irqs", "bool"),

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily
 
 from collector.web.exposition import TextRenderer, metrics_app
-from exporters.base import ExportersCollector
+from exporters.base import ExportersCollector, clean_text
 from tests.support.synthetic import SyntheticBlockio
 
 
@@ -82,3 +82,31 @@ def test_wsgi_app_refuses_other_methods(method: str) -> None:
     b"".join(app({"REQUEST_METHOD": method}, start))
     assert got["status"] == "405 Method Not Allowed"
     assert got["headers"] == {"Content-Type": "text/plain; charset=utf-8", "Allow": "GET, HEAD"}
+
+
+def test_a_lone_surrogate_costs_its_character_not_the_page() -> None:
+    """A label value no exporter cleaned (a lone surrogate: valid JSON, not UTF-8) renders
+    with that character replaced; every other series stays (issue 34)."""
+    r = CollectorRegistry(auto_describe=False)
+    g = Gauge("bmc_like", "doc", ["model"], registry=r)
+    g.labels(model="R750\ud800x").set(1)
+    g.labels(model="healthy").set(2)
+    body = TextRenderer(r).render().decode("utf-8")
+    assert 'bmc_like{model="healthy"} 2.0' in body
+    assert 'bmc_like{model="R750?x"} 1.0' in body
+
+
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        ("Contoso\ud800", "Contoso\ufffd"),
+        ("a\x1b[31mb", "a\ufffd[31mb"),
+        ("line\nFORGED", "line\ufffdFORGED"),
+        ("  PowerEdge R750  ", "PowerEdge R750"),
+        (7, ""),
+        ("x" * 300, "x" * 128),
+    ],
+)
+def test_clean_text(raw: object, clean: str) -> None:
+    """Strings from outside: printable, one line, bounded; anything else empty."""
+    assert clean_text(raw) == clean

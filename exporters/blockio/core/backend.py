@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ...hostfs import caps
 from ..bpfshared import Identity, LiveDisks, fdinfo, kernel_at_least, prog_stats, sum_percpu
 from ..diskstats import DiskstatsBackend
 from ..layout import CLOCK_DEVICE, CLOCK_QUEUE, Layout
@@ -20,6 +20,7 @@ from ..model import (
     BackendUnavailable,
     DeviceStats,
     OpStats,
+    caps_reason,
 )
 from . import libbpf
 
@@ -116,8 +117,13 @@ class CoreBackend:
         and the issue-side timing on devices that carry both. max_queues: queue ids with an
         array slot (default: queue_slots(); 0 sends everything through the hash map).
         stats_entries: the hash map's size (tests fill a small one)."""
-        if os.geteuid() != 0:
-            raise BackendUnavailable("not root", "loading BPF programs needs root (CAP_BPF)")
+        missing = caps.bpf_tracing_missing(caps.current().effective)
+        if missing:
+            raise BackendUnavailable(
+                caps_reason(missing),
+                f"loading and attaching tracing BPF programs needs {' and '.join(missing)}, "
+                "which this process does not hold (docs/privileges.md)",
+            )
         if not btf_path.exists():
             raise BackendUnavailable(
                 "no kernel BTF", f"{btf_path} is missing (a kernel built without BTF)"

@@ -1,0 +1,1 @@
+"""`wattbit agent --check` and `wattbit collector --check`: what will work here, and what to fix."""

@@ -1,0 +1,239 @@
+"""`wattbit agent --check` and `wattbit collector --check` on this machine, as root and as an
+unprivileged uid with and without the tracer's capabilities; and the collector itself run as
+an unprivileged uid with no capability, polling a real SNMP recording (snmpsim), a real
+Redfish mockup (sushy-static) and an IPMI simulator through FreeIPMI's ipmi-raw over lanplus.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from exporters.blockio.core.backend import OBJECT
+from exporters.hostfs import caps
+from tests.support.bmcs import MOCKUPS, IpmiSim, SushyStatic, sushy_static_path
+from tests.support.env import RECORDINGS, ROOT, require
+from tests.support.realparts import Collector, have, is_root, running, setpriv
+from tests.support.snmpagents import SnmpSim, have_snmpsim, silent_udp_port
+
+APC = RECORDINGS / "apc_ap8641.snmprec"
+COMMUNITY = "preflight-community-Kq3"
+IPMI_PASSWORD = "Ipmi-pf-S3cret-4"
+
+pytestmark = [pytest.mark.root]
+
+
+@pytest.fixture
+def tmp() -> Iterator[Path]:
+    # The unprivileged processes read their configs and secrets here.
+    d = Path(tempfile.mkdtemp(prefix="wattbit-privilege-check-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d)
+
+
+def check(
+    command: str, config: Path, user: str | None = None, tracer: list[str] | None = None
+) -> tuple[int, dict]:
+    """Run `wattbit COMMAND --config CONFIG --check --json` (as user with caps); (exit, doc)."""
+    cmd = [sys.executable, "-m", "collector.cli", command, "--config", str(config)]
+    cmd += ["--check", "--json"]
+    if user is not None:
+        cmd = [*setpriv(user, tracer), *cmd]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
+    assert out.stdout, out.stderr
+    return out.returncode, json.loads(out.stdout)
+
+
+def status(doc: dict, exporter: str, what: str) -> tuple[str, str]:
+    """(status, detail) of one finding."""
+    for f in doc["findings"]:
+        if f["exporter"] == exporter and f["check"] == what:
+            return f["status"], f["detail"]
+    raise AssertionError(f"no finding {exporter}/{what}: {doc}")
+
+
+def _agent_config(tmp: Path, smart: bool = True) -> Path:
+    cfg = tmp / "agent.yml"
+    cfg.write_text("smart:\n  enabled: false\n" if not smart else "{}\n")
+    cfg.chmod(0o644)
+    return cfg
+
+
+def _need_bpf() -> None:
+    require(is_root() and have("setpriv"), "needs root and setpriv")
+    require(OBJECT.exists(), f"{OBJECT} is not built")
+    require(Path("/sys/kernel/btf/vmlinux").exists(), "needs the kernel's BTF")
+
+
+def test_agent_check_as_root(tmp: Path) -> None:
+    _need_bpf()
+    code, doc = check("agent", _agent_config(tmp))
+    assert status(doc, "blockio", "program loads and attaches")[0] == "ok"
+    assert status(doc, "blockio", "capabilities")[0] == "ok"
+    assert status(doc, "smart", "smartctl") == (
+        "ok",
+        "/usr/sbin/smartctl run by the agent (has CAP_SYS_RAWIO)",
+    )
+    assert code == 0 and doc["ok"] is True
+    kept, detail = status(doc, "agent", "after start")
+    assert kept == "ok" and "keeps CAP_SYS_ADMIN, CAP_SYS_RAWIO permitted" in detail
+    # Nothing attached is left behind: the check detached what it loaded.
+    assert not any(f["status"] == "fail" for f in doc["findings"])
+
+
+def test_agent_check_with_exactly_the_tracer_capabilities(tmp: Path) -> None:
+    _need_bpf()
+    code, doc = check("agent", _agent_config(tmp), "65534", ["bpf", "perfmon"])
+    assert status(doc, "agent", "capabilities") == ("ok", "effective: CAP_BPF, CAP_PERFMON")
+    assert status(doc, "agent", "after start") == ("ok", "drops every capability once attached")
+    assert status(doc, "blockio", "program loads and attaches")[0] == "ok"
+    # No CAP_SYS_RAWIO and no helper socket here: SMART cannot run, and says how to fix it.
+    smart, detail = status(doc, "smart", "smartctl")
+    assert smart == "fail" and "lacks CAP_SYS_RAWIO" in detail
+    assert code == 1
+    code, doc = check("agent", _agent_config(tmp, smart=False), "65534", ["bpf", "perfmon"])
+    assert code == 0 and doc["ok"] is True
+
+
+def test_agent_check_without_capabilities(tmp: Path) -> None:
+    require(is_root() and have("setpriv"), "needs root and setpriv")
+    code, doc = check("agent", _agent_config(tmp, smart=False), "65534", [])
+    assert status(doc, "blockio", "capabilities") == ("fail", "missing CAP_BPF and CAP_PERFMON")
+    assert status(doc, "agent", "after start") == ("ok", "holds no capability to drop")
+    loaded, detail = status(doc, "blockio", "program loads and attaches")
+    assert loaded == "fail" and "(missing CAP_BPF+CAP_PERFMON)" in detail
+    assert code == 1 and doc["ok"] is False
+
+
+@pytest.mark.parametrize(
+    ("command", "text", "key"),
+    [
+        ("agent", "blockio:\n  backend: ebpf-please\n", "blockio.backend"),
+        ("collector", "pdus:\n  - name: a\n    adress: x\n", "pdus[0]"),
+    ],
+)
+def test_check_bad_config_exits_2(tmp: Path, command: str, text: str, key: str) -> None:
+    cfg = tmp / "bad.yml"
+    cfg.write_text(text)
+    out = subprocess.run(
+        [sys.executable, "-m", "collector.cli", command, "--config", str(cfg), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert out.returncode == 2 and key in out.stderr and not out.stdout
+
+
+def _collector_config(tmp: Path, snmp_port: int, rf_url: str, ipmi_port: int) -> str:
+    community = tmp / "community"
+    community.write_text(COMMUNITY + "\n")
+    pw = tmp / "ipmi.pw"
+    pw.write_text(IPMI_PASSWORD + "\n")
+    for f in (community, pw):
+        f.chmod(0o600)
+        shutil.chown(f, user=65534, group=65534)  # the collector's user, as a site sets it
+    return f"""
+interval: 5s
+state_dir: {tmp / "state"}
+auths:
+  lab:
+    version: 2c
+    community_file: {community}
+pdus:
+  - name: apc
+    address: 127.0.0.1:{snmp_port}
+    auth: lab
+    timeout: 2s
+bmcs:
+  - name: dl325
+    protocol: redfish
+    address: {rf_url}
+    allow_plain_http: true
+    auth: basic
+    username: wattbit
+    password_file: {pw}
+    host: node-8
+  - name: ipmi
+    protocol: ipmi
+    address: 127.0.0.1:{ipmi_port}
+    username: wattbit
+    password_file: {pw}
+    host: node-9
+"""
+
+
+def _need_sims() -> None:
+    require(is_root() and have("setpriv"), "needs root and setpriv")
+    require(have_snmpsim() and APC.is_file(), "needs snmpsim and the AP8641 recording")
+    require(sushy_static_path() is not None, "sushy-static (PyPI sushy-tools) is not installed")
+    require(shutil.which("ipmi-raw") is not None, "ipmi-raw (Debian freeipmi-tools) is missing")
+
+
+def test_collector_runs_and_checks_with_no_capability(tmp: Path) -> None:
+    """As uid 65534 with no capability at all: --check passes, then the collector polls all
+    three (ipmi-raw included) and its threads hold nothing."""
+    _need_sims()
+    with (
+        SnmpSim({COMMUNITY: APC}) as snmp,
+        SushyStatic(MOCKUPS / "hpe-dl325-gen10plus", tmp) as dl325,
+        IpmiSim(tmp, IPMI_PASSWORD, watts=415) as ipmi,
+    ):
+        config = _collector_config(tmp, snmp.port, dl325.url, ipmi.port)
+        cfg = tmp / "collector.yml"
+        cfg.write_text(config)
+        cfg.chmod(0o644)
+        code, doc = check("collector", cfg, "65534", [])
+        assert status(doc, "collector", "capabilities") == ("ok", "none held, none needed")
+        pdu, detail = status(doc, "pdu", "apc")
+        assert pdu == "ok" and "apc_rpdu2" in detail and "AP8641" in detail, detail
+        assert status(doc, "bmc", "dl325")[0] == "ok"
+        assert status(doc, "bmc", "ipmi")[0] == "ok"
+        assert status(doc, "bmc", "ipmi-raw")[0] == "ok"
+        assert code == 0, doc
+
+        coll = Collector(config, tmp, user="65534", caps=[])
+        with running(coll):
+
+            def polled(s: dict) -> bool:
+                watts = {k for k in s if k[0] == "wattbit_bmc_power_watts"}
+                return len(watts) == 2 and any(k[0] == "wattbit_pdu_outlet_power_watts" for k in s)
+
+            s = coll.scrape_until("the PDU's and both BMCs' watts", polled, timeout=90)
+            for task in Path(f"/proc/{coll.proc.pid}/task").iterdir():
+                sets = caps.parse_status((task / "status").read_text())
+                assert (sets.effective, sets.permitted, sets.ambient) == (0, 0, 0)
+    power = {dict(k[1])["host"]: v for k, v in s.items() if k[0] == "wattbit_bmc_power_watts"}
+    assert power == {"node-8": 97.0, "node-9": 415.0}
+    assert s[("wattbit_pdu_up", (("pdu", "apc"),))] == 1.0
+
+
+def test_collector_check_fails_on_what_cannot_run(tmp: Path) -> None:
+    """A PDU that never answers, a BMC with a wrong password: exit 1, each said; the check
+    ends (each target has its own bound)."""
+    _need_sims()
+    with (
+        SushyStatic(MOCKUPS / "hpe-dl325-gen10plus", tmp) as dl325,
+        IpmiSim(tmp, "another-password-9", watts=415) as ipmi,
+        silent_udp_port() as silent,
+    ):
+        config = _collector_config(tmp, silent, dl325.url, ipmi.port)
+        cfg = tmp / "collector.yml"
+        cfg.write_text(config)
+        cfg.chmod(0o644)
+        code, doc = check("collector", cfg, "65534", [])
+    pdu, detail = status(doc, "pdu", "apc")
+    assert pdu == "fail" and "no SNMP answer" in detail
+    ipmi_status, detail = status(doc, "bmc", "ipmi")
+    assert ipmi_status == "fail" and "auth" in detail, detail
+    assert status(doc, "bmc", "dl325")[0] == "ok"
+    assert code == 1 and doc["ok"] is False
+    assert IPMI_PASSWORD not in json.dumps(doc) and "another-password-9" not in json.dumps(doc)
