@@ -27,7 +27,9 @@ Phases: a warm-up (every PDU read twice; not measured), an idle phase (--idle-mi
 * an attacker process (`_attack`, niced: at a site the attackers have CPUs of their own) keeps
   --slow-clients slowloris connections (half on each server, all on the collector when the
   agent serves HTTPS, below: request headers trickled a byte
-  a second, reconnecting when dropped) and --idle-clients connections that never send a byte,
+  a second, reconnecting when dropped), --idle-clients connections that never send a byte,
+  --body-clients requests that announce a body and never send it (GET /metrics and, on the
+  collector, POST /api/v1/runs; shared out the same way; issue 34), reconnecting when answered,
   and floods the collector's SNMP socket (found through /proc/PID/fd and /proc/PID/net/udp)
   with --flood-pps SNMP datagrams, half from a port of its own and half, as root (raw socket),
   spoofed from the good PDUs' addresses.
@@ -127,6 +129,11 @@ LATENCY_RATIO_GOAL = 2.0
 SCRAPE_TIMEOUT_S = 10.0  # Prometheus' default scrape timeout
 SLOW_PREFIX = b"GET /metrics HTTP/1.1\r\nHost: soak\r\n"
 SLOW_TRICKLE = b"X-Soak: " + b"a" * 8000  # never complete at a byte a second
+# Requests announcing a body they never send (issue 34), unauthenticated.
+BODY_HEADS = {
+    "get": b"GET /metrics HTTP/1.1\r\nHost: soak\r\nContent-Length: 1000\r\n\r\n",
+    "post": b"POST /api/v1/runs HTTP/1.1\r\nHost: soak\r\nContent-Length: 1000\r\n\r\n",
+}
 AFTER_S = 5.0  # from the attacker's exit to the sample of what it left behind
 STAGGER_S = 10.0  # hostile clients start spread over this, as connections from many hosts do
 LOOPBACK = socket.inet_aton("127.0.0.1")
@@ -367,6 +374,9 @@ async def hang(
         start = time.monotonic()
         eof = asyncio.ensure_future(reader.read(4096))
         try:
+            if kind == "body":  # the run API only on the collector
+                post = target == "collector" and rnd.random() < 0.5
+                writer.write(BODY_HEADS["post" if post else "get"])
             if kind == "slow":
                 writer.write(SLOW_PREFIX)
                 i = 0
@@ -386,7 +396,9 @@ async def hang(
             writer.close()
         stats.dropped_by_server[key] += 1
         stats.lifetimes[key].append(time.monotonic() - start)
-        await asyncio.sleep(rnd.uniform(0.1, 0.5))
+        # Answered at once when the server does not wait for a body: a second apart, so that
+        # 300 of them open ~300 connections a second (the issue's figure), not a thousand.
+        await asyncio.sleep(rnd.uniform(0.5, 1.5) if kind == "body" else rnd.uniform(0.1, 0.5))
 
 
 def flood_datagrams(communities: list[str], rnd: random.Random) -> list[bytes]:
@@ -476,12 +488,12 @@ async def _attack(spec_path: Path) -> None:
     out = Path(spec["stats"])
     tasks = [asyncio.ensure_future(flood(spec, stats))]
     for t in spec["targets"]:
-        for kind in ("slow", "idle"):
+        for kind in ("slow", "idle", "body"):
             tasks += [
                 asyncio.ensure_future(
                     hang(t["name"], t["port"], kind, spec["trickle_s"], stats, rnd)
                 )
-                for _ in range(t[kind])
+                for _ in range(t.get(kind, 0))
             ]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -1099,6 +1111,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--pdus", type=int, default=100, help="simulated PDUs, a fifth hostile")
     ap.add_argument("--slow-clients", type=int, default=200, help="slowloris, half per server")
     ap.add_argument("--idle-clients", type=int, default=40, help="silent, half per server")
+    ap.add_argument(
+        "--body-clients", type=int, default=0, help="announce a body, never send it; half each"
+    )
     ap.add_argument("--flood-pps", type=float, default=2000.0, help="SNMP datagrams a second")
     ap.add_argument("--interval", type=float, default=15.0, help="the collector's poll interval")
     ap.add_argument("--concurrency", type=int, default=32, help="the collector's, PDUs at once")
@@ -1287,6 +1302,7 @@ def main(argv: list[str] | None = None) -> int:
             half = {
                 "slow": args.slow_clients // len(attacked),
                 "idle": args.idle_clients // len(attacked),
+                "body": args.body_clients // len(attacked),
             }
             attack_spec = work / "attack.json"
             attack_spec.write_text(
@@ -1300,6 +1316,8 @@ def main(argv: list[str] | None = None) -> int:
                                 + (args.slow_clients % len(attacked) if i == 0 else 0),
                                 "idle": half["idle"]
                                 + (args.idle_clients % len(attacked) if i == 0 else 0),
+                                "body": half["body"]
+                                + (args.body_clients % len(attacked) if i == 0 else 0),
                             }
                             for i, (n, port) in enumerate(attacked.items())
                         ],
@@ -1322,7 +1340,8 @@ def main(argv: list[str] | None = None) -> int:
                 churn.start()
             print(
                 f"attack phase: {args.attack_s:.0f} s ({args.slow_clients} slow, "
-                f"{args.idle_clients} idle clients, {args.flood_pps:g} datagrams/s,"
+                f"{args.idle_clients} idle, {args.body_clients} body clients, "
+                f"{args.flood_pps:g} datagrams/s,"
                 f" {sum(p.kind != 'good' for p in pdus)} hostile PDUs)",
                 flush=True,
             )
