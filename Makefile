@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # one worker, one test at a time (docs/testing.md). TEST_WORKERS=0: all in this process.
 TEST_WORKERS ?= 3
 
-.PHONY: all bootstrap test test-unit lint demo bench clean
+.PHONY: all bootstrap test test-unit lint demo bench clean package
 
 all: test
 
@@ -34,4 +34,8 @@ bench: bootstrap
 	$(PY) -m bench.blockio_overhead
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache
+
+# dist/: the wheel, the Debian 12 package and the EL9 RPM (docs/install.md)
+package: bootstrap
+	@bash packaging/build.sh
