@@ -81,6 +81,7 @@ class SmartConfig(Strict):
     timeout: Duration = 30.0
     devices: Regex = "auto"  # "auto": every disk blockio exports; else a regex on the name
     concurrency: int = Field(default=4, ge=1, le=64)  # smartctl processes at once
+    raid: bool = True  # also read the disks behind RAID controllers (smartctl --scan-open)
     # Who runs smartctl: the agent itself ("direct": it needs CAP_SYS_RAWIO, and
     # CAP_SYS_ADMIN for NVMe), the root helper on helper_socket ("helper"), or "auto":
     # direct when this process holds CAP_SYS_RAWIO, else the helper if its socket exists.

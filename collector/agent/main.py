@@ -95,6 +95,7 @@ def build_exporters(
                 # The same disks as blockio, so every SMART series joins wattbit_disk_info.
                 exclude=cfg.blockio.exclude,
                 concurrency=cfg.smart.concurrency,
+                raid=cfg.smart.raid,
                 sys_root=sys_root,
                 runner=smartctl if smartctl is not None else runner,
                 autostart=start,

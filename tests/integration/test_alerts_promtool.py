@@ -56,6 +56,8 @@ NAMES = {
     "WattbitNvmeCriticalWarning",
     "WattbitNvmeSpareLow",
     "WattbitNvmeMediaErrors",
+    "WattbitDiskUncorrectedErrors",
+    "WattbitDiskCommandTimeouts",
     "WattbitPowerSourcesDisagree",
     "WattbitPcieLinkDowngraded",
 }

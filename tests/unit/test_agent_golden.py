@@ -143,6 +143,10 @@ class RecordedSmartctl:
         output = (FIXTURES / "smart" / "local_vda.json").read_bytes()
         return RunOutcome("done", output, exit_code=1, duration=0.015)
 
+    def scan(self, timeout: float) -> RunOutcome:
+        # this VM's real `smartctl --scan-open --json`: no devices
+        return RunOutcome("done", (FIXTURES / "smart" / "local_scan_open.json").read_bytes(), 0)
+
     def close(self) -> None:
         self.closed = True
 

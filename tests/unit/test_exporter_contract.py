@@ -29,6 +29,9 @@ class _NoSmartctl:
     def __call__(self, device: str, timeout: float) -> RunOutcome:
         return RunOutcome("no_smartctl")
 
+    def scan(self, timeout: float) -> RunOutcome:
+        return RunOutcome("no_smartctl")
+
     def close(self) -> None:
         pass
 
