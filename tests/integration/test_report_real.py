@@ -507,8 +507,8 @@ def test_outputs_and_schema_keys(env: Env) -> None:
     # the keys in the schema's order (tests/unit/test_report_math.py pins every object's list)
     top = ["schema", "run", "window", "phases", "prometheus", "generated_at", "step_seconds",
            "max_lag_seconds", "coverage_threshold", "interfaces_regex", "match", "site",
-           "energy_view", "hosts", "components", "power", "outlets", "sources", "warnings",
-           "timings_seconds", "prometheus_requests"]  # fmt: skip
+           "energy_view", "hosts", "components", "power", "transfers", "outlets", "sources",
+           "warnings", "timings_seconds", "prometheus_requests"]  # fmt: skip
     assert list(env.before) == list(env.explicit) == top
     assert list(doc) == [*top, "compare"] and list(doc["compare"]["report"]) == top
     site = list(doc["site"])
@@ -516,8 +516,8 @@ def test_outputs_and_schema_keys(env: Env) -> None:
         assert list(host) == [
             *site, "interfaces", "power_source", "outlets", "disks", "disk_summary", "limited_by"
         ]  # fmt: skip
-        assert set(host["limited_by"]) == {"resource", "subject", "utilisation", "evidence",
-                                           "others"}  # fmt: skip
+        assert set(host["limited_by"]) == {"resource", "subject", "cause", "utilisation",
+                                           "evidence", "others"}  # fmt: skip
     for comp in doc["components"].values():
         assert list(comp) == [*site, "bits_from", "bits_hosts", "outlets"]
 

@@ -433,8 +433,8 @@ def test_formatting() -> None:
 # to the schema must show here as a diff.
 TOP_KEYS = ["schema", "run", "window", "phases", "prometheus", "generated_at", "step_seconds",
             "max_lag_seconds", "coverage_threshold", "interfaces_regex", "match", "site",
-            "energy_view", "hosts", "components", "power", "outlets", "sources", "warnings",
-            "timings_seconds",
+            "energy_view", "hosts", "components", "power", "transfers", "outlets", "sources",
+            "warnings", "timings_seconds",
             "prometheus_requests"]  # fmt: skip
 WINDOW_KEYS = ["start", "end", "start_iso", "end_iso", "duration_seconds", "source",
                "in_progress"]  # fmt: skip
@@ -459,7 +459,7 @@ SOURCE_KEYS = ["coverage", "longest_gap_seconds", "series", "interval_seconds"]
 PHASE_KEYS = ["run", "phase", "labels", "start", "end", "start_iso", "end_iso",
               "duration_seconds", "steps", "gbit_per_second_mean", "watts_mean",
               "joules_per_gigabit", "limited_by"]  # fmt: skip
-LIMITED_BY_KEYS = ["resource", "subject", "utilisation", "evidence", "others"]
+LIMITED_BY_KEYS = ["resource", "subject", "cause", "utilisation", "evidence", "others"]
 ENERGY_VIEW_KEYS = ["energy_joules", "idle_joules", "idle_share", "best_phase",
                     "best_phase_joules_per_gigabit", "joules_at_best_phase"]  # fmt: skip
 COMPARISON_KEYS = ["run", "window", "site", "hosts", "components", "only_in_this",

@@ -288,3 +288,12 @@ def test_the_reconciliation_thresholds() -> None:
         {"outlets": power.SourceEnergy(["o"], None, 200.0),
          "ipmi": power.SourceEnergy(["b"], None, 220.0)}
     ).disagree is False  # fmt: skip
+
+
+def test_a_flow_waiting_on_the_window() -> None:
+    """The verdict's tcp.WAIT_SATURATED (a key waiting half its busy time is a utilisation of
+    1) is WattbitTransferWindowLimited's line on the window-limited share."""
+    alert = _expr("WattbitTransferWindowLimited")
+    assert _ops_values(alert, "host_flow:wattbit_tcp_flow_rwnd_limited:ratio1m") == {
+        (">=", tcp.WAIT_SATURATED)
+    }
