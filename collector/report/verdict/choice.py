@@ -84,10 +84,21 @@ def verdict(u: Usage, host: str, steps: range | list[int]) -> LimitedBy:
     return LimitedBy(best, subject or None, util, evidence, others, cause)
 
 
+def _judge(u: Usage, host: str, subj: str, steps: list[int]) -> tcp.Judged | None:
+    """A flow key judged over ``steps``, once per verdict (memoised in ``u.judged``: the
+    choice, the evidence and the application note ask for the same keys)."""
+    memo = u.judged.setdefault((host, tuple(steps)), {})
+    if subj not in memo:
+        f = u.tcp_flows.get((host, subj))
+        if f is None:
+            return None
+        memo[subj] = tcp.judge(f, steps, u.step_seconds)
+    return memo[subj]
+
+
 def _cause(u: Usage, host: str, subject: str, chosen: list[int]) -> str:
     """The tcp limiter's cause: its flow key's, else (host-wide retransmits) congestion."""
-    f = u.tcp_flows.get((host, subject))
-    j = tcp.judge(f, chosen, u.step_seconds) if f is not None else None
+    j = _judge(u, host, subject, chosen)
     return (j.cause if j is not None else None) or "congestion"
 
 
@@ -102,9 +113,8 @@ def _waiting(u: Usage, host: str, per: dict[str, tuple[float, str]], chosen: lis
         return False
     core = per["cpu"][1]
     for (h, key), (_comm, cpus) in u.flow_process.items():
-        f = u.tcp_flows.get((h, key))
-        mine = h == host and core in cpus.split(",") and f is not None
-        if mine and f is not None and not tcp.judge(f, chosen, u.step_seconds).sending:
+        j = _judge(u, h, key, chosen) if h == host and core in cpus.split(",") else None
+        if j is not None and not j.sending:
             return False
     return True
 
@@ -113,9 +123,9 @@ def _app_limited(u: Usage, host: str, chosen: list[int]) -> list[str]:
     """The host's largest flow key by bytes, in words, when it was application-limited (TCP
     sat waiting for data); a small key idling beside it says nothing, nor does a loopback
     key (a scrape, a local proxy: it crosses no NIC)."""
-    judged = [(j.bytes, subj, j) for (h, subj), f in sorted(u.tcp_flows.items())
+    judged = [(j.bytes, subj, j) for (h, subj) in sorted(u.tcp_flows)
               if h == host and not tcp.loopback(subj)
-              for j in [tcp.judge(f, chosen, u.step_seconds)]]  # fmt: skip
+              and (j := _judge(u, h, subj, chosen)) is not None]  # fmt: skip
     if not judged:
         return []
     _b, subj, j = max(judged, key=lambda t: (t[0], t[1]))
@@ -136,8 +146,7 @@ def _means(
             continue
         if key == ("tcp", "") and any(h == host for h, _k in u.tcp_flows):
             continue  # the host's flow keys say it per key, and why
-        if key[0] == "tcp" and (f := u.tcp_flows.get((host, key[1]))) is not None:
-            j = tcp.judge(f, chosen, u.step_seconds)
+        if key[0] == "tcp" and (j := _judge(u, host, key[1], chosen)) is not None:
             if j.utilisation is not None:  # a receiving or application-limited key is not
                 means[key] = j.utilisation
             continue
@@ -170,8 +179,7 @@ def _phrase(u: Usage, host: str, res: str, subj: str, v: float, steps: list[int]
         return nic.phrase(u.speed.get(key), subj, v, steps)
     if res == "cpu":
         return cpu.phrase(u.softirq.get(key), subj, v, steps) + _runs_on(u, host, subj, steps)
-    f = u.tcp_flows.get(key)
-    j = tcp.judge(f, steps, u.step_seconds) if f is not None else None
+    j = _judge(u, host, subj, steps)
     return tcp.phrase(subj, j, v, _link(u, host, steps), u.buffers.get(host, {}))
 
 
@@ -181,8 +189,7 @@ def _runs_on(u: Usage, host: str, subj: str, steps: list[int]) -> str:
     on = []
     for (h, key), (comm, cpus) in sorted(u.flow_process.items()):
         if h == host and subj in cpus.split(","):
-            f = u.tcp_flows.get((h, key))
-            j = tcp.judge(f, steps, u.step_seconds) if f is not None else None
+            j = _judge(u, h, key, steps)
             moved = j.bytes if j is not None else 0.0
             role = "" if j is None else ", sending" if j.sending else ", receiving"
             on.append((moved, f", where {comm or 'its process'} ({tcp.words(key)}{role}) runs"))

@@ -32,6 +32,8 @@ class Usage:
     flow_process: dict[S.Key, tuple[str, str]] = field(default_factory=dict)
     buffers: dict[str, dict[str, float]] = field(default_factory=dict)  # host -> sysctl -> max
     step_seconds: float = 1.0
+    # the choice's memo: (host, steps) -> flow subject -> judged (verdict/choice.py _judge)
+    judged: dict[tuple[str, tuple[int, ...]], dict[str, tcp.Judged]] = field(default_factory=dict)
 
 
 def usage(grid: Grid, tracks: Iterable[Track], data: VerdictData) -> Usage:
