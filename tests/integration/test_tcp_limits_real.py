@@ -57,8 +57,8 @@ from tests.support.realparts import (
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
 
-SCENARIO_S = 8  # seconds of traffic per scenario
-SKIP_S = 3  # left out of each report window: the rates' windows fill
+SCENARIO_S = 10  # seconds of traffic per scenario
+SKIP_S = 4  # left out of each report window: the rates' windows fill
 PACED_BITS = 20e6
 BUSY_CPU = "1"
 # the receiver's tcp_rmem in the window scenario's namespace: min, default, max
@@ -299,13 +299,16 @@ def test_paced_sender_is_application_limited(lab: Lab) -> None:
     doc = report(lab, "paced")
     lb = limited(doc)
     assert (lb["resource"], lb["subject"], lb["cause"]) == ("none", None, None), lb["evidence"]
-    assert "TCP application-limited: flows to 169.254.183.2" in lb["evidence"], lb
+    assert "TCP application-limited: flows to 169.254.183.2" in lb["evidence"], (
+        lb["evidence"],
+        doc["transfers"],
+    )
     assert transfer(doc, lab.keys["paced"])["limit"] == "application"
 
 
 def test_receiver_busy_on_its_core_is_cpu(lab: Lab) -> None:
     doc = report(lab, "cpu")
     lb = limited(doc)
-    assert (lb["resource"], lb["subject"]) == ("cpu", BUSY_CPU), lb["evidence"]
+    assert (lb["resource"], lb["subject"]) == ("cpu", BUSY_CPU), (lb["evidence"], lb["others"])
     assert "where iperf3 (flows to 169.254.183.2 port 5404, receiving) runs" in lb["evidence"], lb
     assert transfer(doc, lab.keys["cpu"])["limit"] == "receiving"
