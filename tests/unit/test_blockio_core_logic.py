@@ -9,6 +9,7 @@ import pytest
 
 from exporters.blockio.core import backend as core
 from exporters.blockio.core.backend import CoreBackend
+from exporters.blockio.core.unseen import Unseen
 from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, BackendUnavailable
 from exporters.hostfs import caps
 
@@ -69,6 +70,7 @@ class _Fake(CoreBackend):
         self.clocks = {}
         self.rows: dict[tuple[int, int, int], list[int]] = {}
         self.attached: list[str] = []
+        self.unseen = Unseen()
 
         class _Disks:
             def live(self, seen: dict[tuple[int, int], int]) -> dict[tuple[int, int], str]:

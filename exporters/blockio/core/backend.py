@@ -23,6 +23,7 @@ from ..model import (
     caps_reason,
 )
 from . import libbpf
+from .unseen import Unseen
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +169,10 @@ class CoreBackend:
         # series must not change meaning between scrapes); forgotten when the disk goes.
         self.clocks: dict[Identity, str] = {}
         self._pick = self._words()
+        # Completions the kernel counts that the program is not run for, baselined now
+        # (core/unseen.py; docs/exporters/blockio.md).
+        self.unseen = Unseen()
+        self.unseen.start(self.diskstats.read())
 
     def _load(
         self, obj_path: Path, bounds: list[int], size_histogram: bool, stamps: int
@@ -275,6 +280,7 @@ class CoreBackend:
         lat_dev = slice(h, h + n)
         lat_q = slice(h + n, h + 2 * n)
         size = slice(h + 2 * n, h + 2 * n + SIZE_SLOTS)
+        kernel_before = self.diskstats.read()  # before the maps: see core/unseen.py
         raw = self._raw()
         seen: dict[Identity, int] = {}
         for dev, _op, seq in raw:
@@ -323,11 +329,31 @@ class CoreBackend:
                 log.info("blockio: timing requests without kernel timestamps at issue")
             except OSError as exc:
                 log.warning("blockio: cannot attach the issue-side program: %s", exc)
-        for name, kernel in self.diskstats.read().items():
+        kernel_after = self.diskstats.read()
+        for name, kernel in kernel_after.items():
             d = out.setdefault(name, DeviceStats())
             d.busy_seconds = kernel.busy_seconds
             d.inflight = kernel.inflight
+        self._add_unseen(out, kernel_before, kernel_after, live, by_disk)
         return out
+
+    def _add_unseen(
+        self,
+        out: dict[str, DeviceStats],
+        before: dict[str, DeviceStats],
+        after: dict[str, DeviceStats],
+        live: dict[Identity, str],
+        by_disk: dict[Identity, dict[int, list[int]]],
+    ) -> None:
+        """Completions the kernel counted and the program was not run for (core/unseen.py)."""
+        counted = {
+            live[ident]: (ident, {OPS[o]: v[P_IOS] for o, v in ops.items()})
+            for ident, ops in by_disk.items()
+        }
+        for name, per_op in self.unseen.update(before, counted, after).items():
+            for op_name, count in per_op.items():
+                if count:
+                    out[name].ops.setdefault(op_name, OpStats(errors=0)).unseen = count
 
     def _programs(self) -> list[tuple[str, int]]:
         progs = [("complete", self._complete.fd)]
