@@ -149,9 +149,20 @@ def _cpu_hogs(n: int) -> Iterator[None]:
             h.wait()
 
 
-def test_every_completion_counted_or_unseen_under_cpu_load(disk: LoopDisk) -> None:
+@pytest.fixture
+def exact_disk() -> Iterator[LoopDisk]:
+    """A loop device of this test's own (its file under /dev/shm/wattbit-exact-*)."""
+    require(is_root(), "needs root for loop devices and BPF")
+    require(have("fio") and have("losetup"), "needs fio and losetup")
+    require(OBJECT.exists(), f"{OBJECT} is not built (scripts/build-bpf.sh)")
+    with loop_disks(1, size_mb=128, prefix="wattbit-exact-") as (d,):
+        yield d
+
+
+def test_every_completion_counted_or_unseen_under_cpu_load(exact_disk: LoopDisk) -> None:
     """fio while CPU hogs run: the program's counts plus what it reports unseen equal the
     kernel's own /proc/diskstats counts exactly, per op, and it never counts more."""
+    disk = exact_disk
     backend = CoreBackend(BOUNDS)
     reads, writes = 40009, 30011
     try:
