@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from . import compute as C
-from . import limits as L
+from . import verdict as V
 from .document import (
     COMPARE_KEYS,
     CompareRow,
@@ -71,7 +71,7 @@ class Result:
     grid: Grid
     timelines: dict[str, Timeline]  # "site", "host:NAME", "component:NAME"
     disk_busy: dict[str, dict[str, list[float | None]]]  # host -> device -> busy ratio per bin
-    usage: L.Usage | None = None  # every resource's utilisation per bin (the verdict's)
+    usage: V.Usage | None = None  # every resource's utilisation per bin (the verdict's)
 
 
 def analyse(g: Gathered, now: float | None = None) -> Result:
@@ -81,12 +81,12 @@ def analyse(g: Gathered, now: float | None = None) -> Result:
     warnings = _window_warnings(g)
     timelines: dict[str, Timeline] = {}
     hosts, disk_busy = _host_scopes(g, ix, timelines, warnings)
-    usage = L.usage(g.grid, g.tracks, g.limits) if g.limits is not None else None
-    if g.limits_error:
-        warnings.append(f"no verdict (what limited it): {g.limits_error}")
+    usage = V.usage(g.grid, g.tracks, g.verdict) if g.verdict is not None else None
+    if g.verdict_error:
+        warnings.append(f"no verdict (what limited it): {g.verdict_error}")
     if usage is not None:
         every = range(g.grid.n)
-        hosts = {h: replace(d, limited_by=L.verdict(usage, h, every)) for h, d in hosts.items()}
+        hosts = {h: replace(d, limited_by=V.verdict(usage, h, every)) for h, d in hosts.items()}
     components = _component_scopes(g, ix, timelines)
     site, timelines["site"] = ix.scope(site_meters(g.outlets), sorted(ix.nic_by_host))
     power = host_power(ix.hosts, g.outlets, g.tracks, ix.joules, g.window.duration)
@@ -551,7 +551,7 @@ def _energy_view(site: Scope, phases: list[PhaseFigures]) -> EnergyView | None:
 
 
 def _phase_doc(
-    p: PhaseRun, grid: Grid, site: Timeline, usage: L.Usage | None, hosts: list[str]
+    p: PhaseRun, grid: Grid, site: Timeline, usage: V.Usage | None, hosts: list[str]
 ) -> PhaseFigures:
     bins = _bins_inside(grid, p)
     gbps = [v for k in bins if (v := site.gbps[k]) is not None]
@@ -568,7 +568,7 @@ def _phase_doc(
         steps=len(bins),
         gbit_per_second_mean=math.fsum(gbps) / len(gbps) if gbps else None,
         watts_mean=math.fsum(watts) / len(watts) if watts else None,
-        limited_by={h: L.verdict(usage, h, bins) for h in hosts} if usage is not None else {},
+        limited_by={h: V.verdict(usage, h, bins) for h in hosts} if usage is not None else {},
     )
 
 

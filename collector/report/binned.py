@@ -7,8 +7,8 @@ restarted, and those are read raw. The arithmetic (increases, per-second rates, 
 Python's (:mod:`.compute`). The report never asks a store for ``rate()``: VictoriaMetrics'
 MetricsQL counts from the sample before the window and does not extrapolate, so its rates
 differ from Prometheus' (docs/longterm-store.md, quirk 5), and a report must give the same
-figures from every store. :mod:`.gather` reads the report's own series this way, and
-:mod:`.limits` the verdict's counters.
+figures from every store. :mod:`.gather` reads the report's own series this way, and the
+verdict's counters.
 """
 
 from __future__ import annotations

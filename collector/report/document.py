@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .power import HostPower
 
-from .limits import LimitedBy
 
 SCHEMA = "wattbit.report/1"
 
@@ -36,6 +35,30 @@ COMPARE_KEYS = (
     "lag_seconds",
     "coverage",
 )
+
+# What can limit a host, in the order a tie is broken (docs/report.md, "What limited it").
+RESOURCES = ("disk", "controller", "pcie", "nic", "cpu", "tcp")
+
+
+@dataclass(frozen=True)
+class LimitedBy:
+    """What limited a host over some steps (the report's ``limited_by`` object)."""
+
+    resource: str  # one of RESOURCES, or "none"
+    subject: str | None  # device, PCI address, interface or CPU; None for tcp and none
+    utilisation: float | None  # 0-1 over the steps that moved data; None: nothing measured
+    evidence: str
+    others: dict[str, float]  # every other resource's utilisation
+
+    def to_json(self) -> Json:
+        """``{"resource", "subject", "utilisation", "evidence", "others"}``."""
+        return {
+            "resource": self.resource,
+            "subject": self.subject,
+            "utilisation": self.utilisation,
+            "evidence": self.evidence,
+            "others": dict(self.others),
+        }
 
 
 @dataclass(frozen=True)

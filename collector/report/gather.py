@@ -8,7 +8,10 @@ empty bin and never a repeated value), and the report fetches raw samples only w
 arithmetic needs them: counters that reset inside the window, and the watts of outlets whose
 energy is integrated. ``count_over_time`` over the window gives the coverage.
 
-The public interface is :func:`find_run` and :func:`gather`, which returns a
+The verdict's queries (:class:`~.series.VerdictData`: topology over the window, the
+capacities of NICs and PCIe links per step, the rates of its counters per step) run in the same
+pool, submitted as soon as the grid is known; the verdict itself (:mod:`.verdict`) reads no
+store. The public interface is :func:`find_run` and :func:`gather`, which returns a
 :class:`Gathered`; everything else here is private.
 """
 
@@ -24,7 +27,6 @@ from typing import Any
 
 from . import binned as B
 from . import compute as C
-from . import limits as L
 from .prom import LabelKey, PromError, Prometheus, Series, duration, label_key, selector
 from .series import (
     ALL,
@@ -37,12 +39,15 @@ from .series import (
     RUN_END,
     RUN_INFO,
     RUN_START,
+    VERDICT_COUNTERS,
+    Bins,
     Grid,
     Options,
     Outlet,
     PhaseRun,
     ReportError,
     Track,
+    VerdictData,
     Window,
     choose_energy_sources,
     coarse_counters,
@@ -153,8 +158,8 @@ class Gathered:
     prometheus: str  # the server's URL
     requests: int  # HTTP requests the client had made when gathering ended
     phases: list[PhaseRun] = field(default_factory=list)  # runs marked as its phases
-    limits: L.Raw | None = None  # what the verdict needs beyond the tracks (limits.fetch)
-    limits_error: str = ""  # why there is no verdict, when its queries failed
+    verdict: VerdictData | None = None  # what the verdict needs beyond the tracks
+    verdict_error: str = ""  # why there is no verdict, when its queries failed
 
 
 def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gathered:
@@ -168,17 +173,16 @@ def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gat
         phases = find_phases(prom, window, g.interval, opts.match)
         g.timings["phases"] = time.monotonic() - t0
         t0 = time.monotonic()
-        raw, limits_error = None, ""
+        data, verdict_error = None, ""
         try:
-            raw = g.limits.result() if g.limits is not None else None
+            data = g.verdict_data(grid)
         except PromError as exc:  # the verdict is left out, the rest of the report stands
             if exc.fatal:  # no answer in time, or one beyond the caps: the store is not fit
                 raise
-            limits_error = str(exc)
-        g.timings["limits"] = time.monotonic() - t0  # the wait left once the bins are in
+            verdict_error = str(exc)
+        g.timings["verdict"] = time.monotonic() - t0  # the wait left once the bins are in
     finally:
-        g.pool.shutdown(wait=False)
-        g.limits_pool.shutdown(wait=False, cancel_futures=True)
+        g.pool.shutdown(wait=False, cancel_futures=True)
     return Gathered(
         window=window,
         options=opts,
@@ -192,8 +196,8 @@ def gather(prom: Prometheus, window: Window, opts: Options | None = None) -> Gat
         prometheus=prom.url,
         requests=prom.requests,
         phases=phases,
-        limits=raw,
-        limits_error=limits_error,
+        verdict=data,
+        verdict_error=verdict_error,
     )
 
 
@@ -208,10 +212,8 @@ class _Gatherer:
         self.timings: dict[str, float] = {}
         self.coarse: dict[str, float | None] = {}
         self.interval = 0.0
-        # the verdict's queries (limits.fetch), started as soon as the grid is known so that
-        # they run beside the bins' (a Prometheus answers several queries at once)
-        self.limits: Future[L.Raw] | None = None
-        self.limits_pool = ThreadPoolExecutor(max_workers=2)
+        # the verdict's queries, submitted as soon as the grid is known, ahead of the bins'
+        self.verdict: _VerdictFutures | None = None
 
     def sel(self, metric: str, labels: dict[str, str] | None = None) -> str:
         """Selector of a metric, with --match's labels and the interface filter on NIC series."""
@@ -240,9 +242,7 @@ class _Gatherer:
         tracks, probed = self._count()
         self._probe(tracks, probed)
         grid = self._grid(tracks)
-        self.limits = self.limits_pool.submit(
-            L.fetch, self.prom, grid, self.interval, self.opts.match, 2
-        )
+        self.verdict = self._verdict_queries(grid)
         outlets = outlets_of(list(tracks.values()))
         integrate = [o.power for o in choose_energy_sources(outlets) if o.power is not None]
         resets = self._bin(grid, tracks, integrate)
@@ -380,6 +380,47 @@ class _Gatherer:
         """``fn(metric[bin])`` for every bin: {labels: {edge index: value}}; ``series`` expected."""
         return B.bins(self.prom, grid, self.sel(metric), fn, series)
 
+    def _verdict_queries(self, grid: Grid) -> _VerdictFutures:
+        """The verdict's queries, submitted: topology over the window, the recording rules'
+        "alone" seeds before it, capacities and counters per step."""
+        prom, whole = self.prom, self.prom.range_for(grid.end - grid.start)
+        # rates over a few scrapes, so that a step of one scrape interval still has two samples
+        # and a CPU's softirq share is not one scrape's (it decides which CPUs move data)
+        over = max(1, math.ceil(2.5 * self.interval / grid.step - 1e-9))
+        sel = self._verdict_sel
+        submit = self.pool.submit
+        instant = {
+            k: submit(prom.query, f"max by ({by}) (max_over_time({sel(m, lab)}[{whole}]))",
+                      grid.end)
+            for k, (m, lab, by) in _TOPOLOGY.items()
+        }  # fmt: skip
+        seeds = {
+            k: submit(prom.query, f"last_over_time({sel(r)}[1h])", grid.start)
+            for k, r in _SEEDS.items()
+        }
+        # capacities per step: a step's lowest usable figure, its highest link speed (as the
+        # rules' max by / min by), so a link seen retrained in one scrape is that step's only
+        capacity = {k: submit(B.bins, prom, grid, sel(m), fn) for k, (m, fn) in _CAPACITIES.items()}
+        counters = {
+            k: submit(B.counter_rates, prom, grid, m, sel(m, exact, **regex), self.interval, over)
+            for k, (m, exact, regex) in VERDICT_COUNTERS.items()
+        }
+        return _VerdictFutures(instant, seeds, capacity, counters)
+
+    def _verdict_sel(self, metric: str, labels: dict[str, str] | None = None, **regex: str) -> str:
+        return selector(metric, {**self.opts.match, **(labels or {})}, **regex)
+
+    def verdict_data(self, grid: Grid) -> VerdictData | None:
+        """The verdict's answers, waited for and read into a :class:`VerdictData`."""
+        if self.verdict is None:
+            return None
+        f = self.verdict
+        got = {k: v.result() for k, v in f.instant.items()}
+        seeded = {k: v.result() for k, v in f.seeds.items()}
+        capacity = {k: v.result() for k, v in f.capacity.items()}
+        rates = {k: v.result() for k, v in f.counters.items()}
+        return _verdict_data(got, seeded, capacity, rates, grid.n)
+
     @staticmethod
     def _set_intervals(tracks: _Tracks, probed: dict[str, list[Series]]) -> None:
         """Scrape interval of each series: median spacing of its raw samples in a probe slice."""
@@ -402,3 +443,97 @@ def _bin_of(grid: Grid, t: float) -> int:
     while k + 1 < grid.n and t > grid.edges[k + 1]:
         k += 1
     return k
+
+
+# --- the verdict's series -----------------------------------------------------------------
+
+# Topology over the window: {key: (metric, exact labels, by)}.
+_TOPOLOGY = {
+    "disk_info": ("wattbit_disk_info", {"parent": ""}, "host, device, controller"),
+    "nic_info": ("wattbit_nic_info", {}, "host, interface, pci"),
+    "links": ("wattbit_pcie_link_info", {}, "host, pci, role, upstream, root"),
+}
+# The recording rules' "alone" values just before the window, where there are rules.
+_SEEDS = {
+    "alone_bytes": "host_device:wattbit_disk_alone_bytes_per_second:last",
+    "alone_ios": "host_device:wattbit_disk_alone_ios_per_second:last",
+}
+# Capacities per step: {key: (metric, the step's reduction)}.
+_CAPACITIES = {
+    "speed": ("wattbit_nic_link_speed_bytes_per_second", "max_over_time"),
+    "usable": ("wattbit_pcie_link_usable_bytes_per_second", "min_over_time"),
+}
+
+
+@dataclass
+class _VerdictFutures:
+    instant: dict[str, Future[list[Series]]]
+    seeds: dict[str, Future[list[Series]]]
+    capacity: dict[str, Future[B.Points]]
+    counters: dict[str, Future[list[tuple[dict[str, str], Bins]]]]
+
+
+def _verdict_data(
+    got: dict[str, list[Series]],
+    seeded: dict[str, list[Series]],
+    capacity: dict[str, B.Points],
+    rates: dict[str, list[tuple[dict[str, str], Bins]]],
+    n: int,
+) -> VerdictData:
+    """The verdict's answers as its typed data (every key per host)."""
+    data = VerdictData(rates=rates)
+    for s in got["disk_info"]:
+        h, d = s.labels.get("host", ""), s.labels.get("device", "")
+        data.whole_disks.add((h, d))
+        if s.labels.get("controller"):
+            data.disk_controller[(h, d)] = s.labels["controller"]
+    for s in got["nic_info"]:
+        if s.labels.get("pci"):
+            data.nic_pci[(s.labels.get("host", ""), s.labels.get("interface", ""))] = s.labels[
+                "pci"
+            ]
+    for s in got["links"]:
+        key = (s.labels.get("host", ""), s.labels.get("pci", ""))
+        data.links[key] = {k: s.labels.get(k, "") for k in ("role", "upstream", "root")}
+    data.nic_speed = _per_step(capacity["speed"], ("host", "interface"), max, n)
+    data.usable = _per_step(capacity["usable"], ("host", "pci"), min, n)
+    b = {_hd(s): v for s in seeded["alone_bytes"] if (v := _last(s)) is not None}
+    i = {_hd(s): v for s in seeded["alone_ios"] if (v := _last(s)) is not None}
+    data.alone = {k: (b[k], i.get(k, 0.0)) for k in b}
+    return data
+
+
+def _per_step(
+    points: B.Points, by: tuple[str, str], pick: Callable[[float, float], float], n: int
+) -> dict[tuple[str, str], Bins]:
+    """A gauge per step and key (``pick`` of the series sharing a key), positive values only;
+    a step without a sample holds the value before it (the first, the one after): the capacity
+    in force, as a gauge's lookback would give."""
+    merged: dict[tuple[str, str], dict[int, float]] = {}
+    for labels, pts in points.items():
+        lab = dict(labels)
+        d = merged.setdefault((lab.get(by[0], ""), lab.get(by[1], "")), {})
+        for k, v in pts.items():
+            if math.isfinite(v) and v > 0:
+                d[k] = pick(d[k], v) if k in d else v
+    out: dict[tuple[str, str], Bins] = {}
+    for key, d in merged.items():
+        if not d:
+            continue
+        first = d[min(d)]
+        row: Bins = []
+        held = first
+        for k in range(1, n + 1):  # bins' edge indices 1..n
+            held = d.get(k, held)
+            row.append(held)
+        out[key] = row
+    return out
+
+
+def _hd(s: Series) -> tuple[str, str]:
+    return (s.labels.get("host", ""), s.labels.get("device", ""))
+
+
+def _last(s: Series) -> float | None:
+    v = s.samples[-1][1] if s.samples else None
+    return v if v is not None and math.isfinite(v) else None

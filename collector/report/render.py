@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .analyse import Result
-from .document import DiskSummary, Report, Scope
-from .limits import RESOURCES, LimitedBy
+from .document import RESOURCES, DiskSummary, LimitedBy, Report, Scope
 from .power import BMC_KINDS, HostPower
 
 T = TypeVar("T")

@@ -312,3 +312,46 @@ def run_labels(text: str) -> dict[str, str]:
         if sep and k:
             out[k] = v
     return out
+
+
+Bins = list[float | None]  # one value per analysis step, None where there is none
+PerSeries = list[tuple[dict[str, str], Bins]]  # (labels, per-second rate per step)
+
+
+@dataclass
+class VerdictData:
+    """What gathering read for the verdict beyond the tracks (:mod:`.verdict`).
+
+    Topology is keyed by (host, device, interface or PCI address): a PCI address or a device
+    name means nothing across hosts. Capacities are per step, read over the same steps as
+    the rates they divide (a link retrained for one scrape is that step's, not the window's).
+    ``rates`` holds the per-series rates of the verdict's counters, by the keys of
+    :data:`VERDICT_COUNTERS` (a missing key: no series).
+    """
+
+    disk_controller: dict[tuple[str, str], str] = field(default_factory=dict)  # (h, dev) -> pci
+    whole_disks: set[tuple[str, str]] = field(default_factory=set)  # (host, device)
+    nic_pci: dict[tuple[str, str], str] = field(default_factory=dict)  # (host, iface) -> pci
+    links: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # role, up, root
+    nic_speed: dict[tuple[str, str], Bins] = field(default_factory=dict)  # bytes/s per step
+    usable: dict[tuple[str, str], Bins] = field(default_factory=dict)  # B/s each way, per step
+    alone: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # seeds
+    rates: dict[str, PerSeries] = field(default_factory=dict)
+
+
+# The verdict's counters: {key: (metric, exact labels, regex labels)}. Gathering reads each as
+# the report's own counters are (binned.counter_rates: last sample per step, Python's
+# arithmetic), never as a store's rate(), whose figures differ between Prometheus and
+# VictoriaMetrics.
+CPU_MODES = "idle|iowait|irq|softirq"
+VERDICT_COUNTERS: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {
+    "ios": ("wattbit_disk_ios_total", {}, {"op": "read|write"}),
+    # seconds per second of each mode: a CPU's modes add up to 1 (the counters count its time),
+    # so the shares need no second query for the total
+    "node_cpu": ("node_cpu_seconds_total", {}, {"mode": CPU_MODES}),
+    "agent_cpu": ("wattbit_cpu_seconds_total", {}, {"mode": CPU_MODES}),
+    "nic_irqs": ("wattbit_nic_cpu_interrupts_total", {}, {}),
+    "controller_irqs": ("wattbit_controller_cpu_interrupts_total", {}, {}),
+    "retransmitted": ("wattbit_tcp_retransmitted_segments_total", {}, {}),
+    "segments_out": ("wattbit_tcp_segments_total", {"direction": "out"}, {}),
+}

@@ -10,12 +10,17 @@ columns (``Profile.signature_columns``: by default every value column). Detectio
    the first row of each signature column; the first profile with data in any wins;
 3. otherwise probes every other profile the same way, those of the sysObjectID's enterprise
    first, then by name;
-4. if no probe answers, a family match still decides (the PDU may meter nothing right now);
-5. else, when the sysObjectID names an enterprise no profile lives under, every profile's MIB
-   moved under that enterprise is probed the same way: a MIB sold under an OEM's enterprise
-   number (Schleifenbauer's databus MIB as Conteg's) is recognised by its shape, the
-   signature columns under the OEM's prefix, not by one enterprise number;
-6. else there is no profile. ``shapes()`` then says which known MIB shapes the PDU answers in
+4. when no probe answers and the sysObjectID names an enterprise no profile lives under,
+   every profile's MIB moved under that enterprise is probed the same way: a MIB sold under
+   an OEM's enterprise number (Schleifenbauer's databus MIB as Conteg's) is recognised by its
+   shape, the signature columns under the OEM's prefix, not by one enterprise number;
+5. else there is no profile (``no_profile``), even when the sysObjectID is in a profile's
+   family: a vendor's product tree spans UPSes, cooling units and sensors as well as PDUs
+   (Liebert's agents report the bare ``.476.1.42`` for all of them, Geist's sensors sit in its
+   PDUs' ``.21239.42``), so a family says which profile to try first, never that the device is
+   a PDU that profile reads (issue 32: such devices were "up" with nothing in them). A PDU
+   metering nothing right now still has its table rows (a 0 is data); no rows is no PDU of
+   this MIB. ``shapes()`` then says which known MIB shapes the PDU answers in
    part and which signature columns it lacks (``wattbit pdu detect``), so a user can file a
    useful request.
 
@@ -41,7 +46,7 @@ _ENTERPRISES = (1, 3, 6, 1, 4, 1)
 
 
 class NoProfile(Exception):
-    """No profile's family holds the sysObjectID and no profile's signature columns answer."""
+    """No profile's signature columns answer (whatever family the sysObjectID is in)."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,20 @@ def probe_order(profiles: Sequence[Profile], sys_object_id: str) -> list[Profile
     rest = sorted(
         (p for p in profiles if p not in first), key=lambda p: (not same_vendor(p), p.name)
     )
-    return first + rest
+    return _after_newer(first + rest)
+
+
+def _after_newer(order: list[Profile]) -> list[Profile]:
+    """order with each profile moved behind the profiles its ``probe_after`` names (a newer
+    generation of its MIB that reads more where a unit answers both)."""
+    out = list(order)
+    for p in order:
+        names = set(p.probe_after)
+        last = max((i for i, q in enumerate(out) if q.name in names), default=-1)
+        here = out.index(p)
+        if last > here:
+            out.insert(last, out.pop(here))
+    return out
 
 
 def sys_object_id_of(value: object) -> str:
@@ -113,6 +131,11 @@ async def answers(client: SnmpClient, target: Target, columns: list[str]) -> boo
 def _chosen(p: Profile, family: list[Profile], shown: str) -> str:
     if p in family:
         return f"sysObjectID {shown} is in its product family; its signature columns answer"
+    if (family and family[0].name in p.probe_after) or (family and p.name in family[0].probe_after):
+        return (
+            f"sysObjectID {shown} is in the family of {family[0].name}, an older generation "
+            "of this profile's MIB probed after it; this profile's signature columns answer"
+        )
     if family:
         return (
             f"sysObjectID {shown} is in the family of {family[0].name}, whose signature columns "
@@ -121,12 +144,16 @@ def _chosen(p: Profile, family: list[Profile], shown: str) -> str:
     return f"sysObjectID {shown} is in no profile's family; its signature columns answer"
 
 
-def _unanswered(family: list[Profile], oid: str) -> Detection:
+def _unanswered(family: list[Profile], oid: str) -> NoProfile:
     shown = oid or "(none usable)"
     if family:
-        why = f"sysObjectID {shown} is in its product family; no profile's signature answers"
-        return Detection(family[0], oid, why)
-    raise NoProfile(f"no profile knows sysObjectID {shown} and no profile's signature answers")
+        # A family is where to look first, not proof: the vendor's other products (UPSes,
+        # cooling, sensors) report the same prefix and have none of the PDU tables.
+        return NoProfile(
+            f"sysObjectID {shown} is in the product family of {family[0].name}, but neither "
+            "its signature columns nor any other profile's answer: not a PDU any profile reads"
+        )
+    return NoProfile(f"no profile knows sysObjectID {shown} and no profile's signature answers")
 
 
 def oem_candidates(profiles: Sequence[Profile], sys_object_id: str) -> list[Profile]:
@@ -173,7 +200,7 @@ async def detect(client: SnmpClient, target: Target, profiles: Sequence[Profile]
         for p in oem_candidates(profiles, oid):
             if await answers(client, target, p.signature_columns()):
                 return Detection(p, oid, _oem_why(p, oid))
-    return _unanswered(family, oid)
+    raise _unanswered(family, oid)
 
 
 @dataclass(frozen=True)
@@ -264,4 +291,4 @@ def detect_in_walk(profiles: Sequence[Profile], walk: Walk) -> Detection:
         for p in oem_candidates(profiles, oid):
             if answered(p):
                 return Detection(p, oid, _oem_why(p, oid))
-    return _unanswered(family, oid)
+    raise _unanswered(family, oid)

@@ -11,6 +11,8 @@ Schema (every mapping rejects unknown keys; OIDs are dotted decimal, a leading d
     notes: "..."                     # optional free text
     sys_object_ids: [1.3.6.1.4.1.318.1.3.4]     # the vendor's product-OID families this MIB
                                      #   serves (prefixes, matched on OID arc boundaries)
+    probe_after: [apc_rpdu2]         # optional: profiles probed before this one (a newer
+                                     #   generation of the MIB that units answer beside it)
     signature: [<column>, ...]       # optional: columns of which one answering with data
                                      #   proves the PDU speaks this MIB (detection probes them
                                      #   in one GETBULK of one row each); default: every value
@@ -383,6 +385,11 @@ class Profile(Strict):
     notes: str = ""
     sys_object_ids: list[Oid] = Field(min_length=1)
     signature: list[Oid] = Field(default_factory=list)
+    # Profiles of a newer generation of the same MIB that a unit may answer beside this one's
+    # tables (APC Rack PDU 2G units keep the first generation's rPDU tables): where both
+    # answer, they read more, so detection probes this profile after them, whatever the
+    # sysObjectID says.
+    probe_after: list[str] = Field(default_factory=list)
     identity: Identity = Identity()
     unit: Unit = Unit()
     outlets: Outlets | None = None

@@ -169,3 +169,16 @@ def test_no_mib_is_moved_under_net_snmps_generic_enterprise() -> None:
     assert oem_candidates(profiles, "1.3.6.1.4.1.31034.11.3") == []  # a profile lives there
     moved = oem_candidates(profiles, "1.3.6.1.4.1.64999.1")
     assert {p.name for p in moved} == {f"{p.name}@64999" for p in profiles if not p.oem_of}
+
+
+def test_check_says_a_device_in_a_pdu_family_that_is_no_pdu_is_not_read() -> None:
+    """A Geist temperature sensor reports a sysObjectID inside the vertiv_geist family
+    (.21239.42.1.31): `check` says no_profile and exits 1, never "meters nothing" (issue 32)."""
+    r = wattbit(
+        "pdu", "check", str(FIXTURES / "pdu" / "not_pdus" / "geist_temperature-sensor.snmprec")
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "not read: no_profile" in r.stdout
+    assert "product family of vertiv_geist, but neither" in r.stderr
+    assert "  vertiv_geist (Vertiv, VERTIV-V5-MIB): the PDU's enterprise" in r.stdout
+    assert "meters nothing" not in r.stdout

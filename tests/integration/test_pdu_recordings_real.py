@@ -58,6 +58,11 @@ FEEDS = {
 NET_SNMP_LINUX = "1.3.6.1.4.1.8072.3.2.10"
 SYS_OBJECT_ID = "1.3.6.1.2.1.1.2.0"
 PX3 = "raritan_px3-5493u-k2"
+# APC Rack PDU 2G units keep the first generation's rPDU tables (banked: a phase row and one
+# per bank); without their rPDU2 branch they answer as a first-generation unit does.
+FIRST_GENERATION = ("apc_ap8641", "apc_ap7902b")
+RPDU2 = "1.3.6.1.4.1.318.1.1.26."
+MASTERSWITCH_RPDU = "1.3.6.1.4.1.318.1.3.4.5"  # PowerNet-MIB masterSwitchrPDU (first generation)
 ATEN = "aten_pe-16outlet"
 ATEN_INTEGERS = "1.3.6.1.4.1.21317.1.3.2.2.2.2.99."  # outletIntegerValueTable
 # PDU2-MIB: outletLabel, outletName, measurementsOutletSensorState
@@ -66,6 +71,17 @@ PX3_OPTIONAL = (
     "1.3.6.1.4.1.13742.6.3.5.3.1.3.",
     "1.3.6.1.4.1.13742.6.5.4.3.1.3.",
 )
+
+
+def _not_read() -> dict[str, Path]:
+    """Real devices no profile reads: non-PDUs under PDU vendors' enterprises (a UPS, a
+    cooling unit, a sensor) and a floor PDU of a MIB no profile reads. Each must be down with
+    `no_profile`, never "up" with nothing in it (issue 32)."""
+    files = [
+        *sorted((FIXTURES / "pdu" / "not_pdus").glob("*.snmprec")),
+        *sorted((FIXTURES / "pdu" / "unsupported").glob("liebert_*.snmprec")),
+    ]
+    return {f"notpdu_{p.stem}": p for p in files}
 
 
 def _recordings() -> dict[str, Path]:
@@ -98,6 +114,12 @@ def _variants() -> dict[str, Variant]:
         out[f"{ATEN}__string_generation"] = (
             recs[ATEN], lambda oid: not oid.startswith(ATEN_INTEGERS), "1.3.6.1.4.1.21317"
         )  # fmt: skip
+    for name in FIRST_GENERATION:
+        if name in recs:
+            # a first-generation APC Rack PDU (AOS 3.x) answers the rPDU tables only
+            out[f"{name}__rpdu_only"] = (
+                recs[name], lambda oid: not oid.startswith(RPDU2), MASTERSWITCH_RPDU
+            )  # fmt: skip
     if PX3 in recs:
         out[f"{PX3}__no_labels_states"] = (
             recs[PX3], lambda oid: not oid.startswith(PX3_OPTIONAL), "1.3.6.1.4.1.13742.6"
@@ -137,7 +159,7 @@ def variants(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def sim(variants: dict[str, Path]) -> Iterator[SnmpSim]:
     require(have_snmpsim(), "snmpsim is not installed in the virtualenv")
     require(have_netsnmp(), "net-snmp's snmpbulkwalk is not installed (Debian package snmp)")
-    with SnmpSim({**_recordings(), **variants}) as s:
+    with SnmpSim({**_recordings(), **variants, **_not_read()}) as s:
         yield s
 
 
@@ -172,16 +194,23 @@ def scraped(sim: SnmpSim, tmp_path_factory: pytest.TempPathFactory) -> dict:
             for feed, host in FEEDS[n]:
                 lines += [f'      - feed: "{feed}"', f"        host: {host}"]
     collector = Collector("\n".join(lines) + "\n", tmp_path_factory.mktemp("collector"))
+    # every recording up, every device no profile reads down (after a failed detection)
+    want = {n: 0.0 if n in _not_read() else 1.0 for n in names}
     try:
         collector.wait_ready()
         deadline = time.monotonic() + 400
         while True:
             s = collector.scrape()
             up = {dict(k[1])["pdu"]: v for k, v in s.items() if k[0] == "wattbit_pdu_up"}
-            if (len(up) == len(names) and all(up.values())) or time.monotonic() > deadline:
+            failed = {
+                dict(k[1])["pdu"]
+                for k, v in s.items()
+                if k[0] == "wattbit_pdu_poll_failures_total" and v > 0
+            }
+            if (up == want and set(_not_read()) <= failed) or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
-        assert up == dict.fromkeys(names, 1.0), collector.log.read_text()[-3000:]
+        assert up == want, collector.log.read_text()[-3000:]
 
         # Two more polls of every PDU: the values checked come from polls whose GETBULKs were
         # sized (and walked side by side) from the poll before, not only from a first poll.
@@ -207,7 +236,7 @@ def scraped(sim: SnmpSim, tmp_path_factory: pytest.TempPathFactory) -> dict:
                     polls[n] += 1
             last = now
         up = {dict(k[1])["pdu"]: v for k, v in s.items() if k[0] == "wattbit_pdu_up"}
-        assert up == dict.fromkeys(names, 1.0), collector.log.read_text()[-3000:]
+        assert up == want, collector.log.read_text()[-3000:]
         return s
     finally:
         collector.stop()
@@ -425,7 +454,10 @@ def test_every_exported_value_equals_snmpwalk(pdu: str, sim: SnmpSim, scraped: d
     outlet_series = [
         k for k in scraped if k[0] in OUTLET_METRICS.values() and dict(k[1]).get("pdu") == pdu
     ]
-    if _origin(pdu) in metered_outlets:
+    if pdu.endswith("__rpdu_only"):
+        # rPDUOutletStatusLoad reads 0 on units that meter no outlet: never exported
+        assert not outlet_series
+    elif _origin(pdu) in metered_outlets:
         assert outlet_series, f"{pdu} meters outlets but none were exported"
     elif _origin(pdu) == "cyberpower_pdu44005":
         assert not outlet_series, "CyberPower's unmetered outlets read 0: never export them"
@@ -437,7 +469,12 @@ def test_variants_are_detected_as_their_recording(pdu: str, scraped: dict) -> No
     profile = {
         dict(k[1])["pdu"]: dict(k[1])["profile"] for k in scraped if k[0] == "wattbit_pdu_info"
     }
-    assert profile[pdu] == profile[_origin(pdu)]
+    if pdu.endswith("__rpdu_only"):
+        # the rPDU tables alone: the first generation's profile, never rPDU2's with nothing
+        assert profile[pdu] == "apc_rpdu"
+        assert profile[_origin(pdu)] == "apc_rpdu2"  # where both answer, rPDU2 reads more
+    else:
+        assert profile[pdu] == profile[_origin(pdu)]
 
 
 def _reading(w: Snmpwalk, spec: Metric, row: str) -> bool:
@@ -557,3 +594,30 @@ def test_feeds_carry_the_unit_bank_or_phase_values_to_their_host(
         "unit",
         "mover24",
     ) in feeds
+
+
+@pytest.mark.parametrize("pdu", sorted(_not_read()))
+def test_devices_no_profile_reads_are_down_with_no_profile(
+    pdu: str, sim: SnmpSim, scraped: dict
+) -> None:
+    """A UPS, a cooling unit or a sensor under a PDU vendor's enterprise (and a floor PDU of a
+    MIB no profile reads) is down with `no_profile` and exports no reading at all; net-snmp
+    confirms that none of any profile's signature columns has a row on it."""
+    failures = {
+        dict(k[1])["reason"]: v
+        for k, v in scraped.items()
+        if k[0] == "wattbit_pdu_poll_failures_total" and dict(k[1])["pdu"] == pdu
+    }
+    assert failures["no_profile"] >= 1
+    assert {r for r, v in failures.items() if v} == {"no_profile"}
+    series = {k[0] for k, _ in scraped.items() if dict(k[1]).get("pdu") == pdu}
+    assert not {s for s in series if s.startswith(("wattbit_pdu_outlet_", "wattbit_pdu_feed_"))}
+    for family in (*UNIT_METRICS.values(), "wattbit_pdu_info"):
+        assert family not in series, family
+    # the independent side: net-snmp's walk of the whole enterprise subtree
+    walked = snmpwalk_values(sim.endpoint, pdu, "1.3.6.1.4.1", max_repetitions=50)
+    assert walked, "the agent answers (a down PDU here is no timeout)"
+    profiles = load_profiles()
+    for p in profiles:
+        cols = tuple(c + "." for c in p.signature_columns())
+        assert not [o for o in walked if o.startswith(cols)], p.name

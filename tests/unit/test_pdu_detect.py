@@ -7,6 +7,7 @@ here from the raw recorded integers and the MIB's scaling, never by the decoder.
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import pytest
@@ -23,7 +24,7 @@ from exporters.pdu.detect import (
 from exporters.pdu.profile import Profile
 from exporters.snmp.oid import under
 from exporters.snmp.types import Value, Walk
-from tests.support.env import require
+from tests.support.env import FIXTURES, require
 from tests.support.pdurecordings import read_walk, recording_path
 from tests.unit.test_pdu_profiles import AVOCENT, RECORDING_PROFILE
 
@@ -94,7 +95,8 @@ def test_every_recording_is_detected_by_its_family_and_signature(
     # Nor does a sysObjectID that names no product: net-snmp's generic one (the iBoot-PDU), an
     # enterprise's bare root (the ATEN PE) or one outside enterprises altogether (Chatsworth's
     # ".0.10.43.6.1.4.1"); those are found by their signature columns.
-    no_product = ("1.3.6.1.4.1.8072.3.2.10", "1.3.6.1.4.1.21317")
+    # Liebert's cards report liebertGlobalProducts (.476.1.42), every Liebert product's root.
+    no_product = ("1.3.6.1.4.1.8072.3.2.10", "1.3.6.1.4.1.21317", "1.3.6.1.4.1.476.1.42")
     sys_object_id = walk.get(SYS_OBJECT_ID)
     if sys_object_id is not None and sys_object_id.type == "ObjectIdentifier":
         oid = str(sys_object_id.value).lstrip(".")
@@ -125,11 +127,39 @@ def test_a_family_match_whose_signature_is_empty_gives_way(profiles: list[Profil
     assert "raritan_pdu" in found.why and "empty" in found.why
 
 
-def test_family_decides_when_no_signature_answers(profiles: list[Profile]) -> None:
+def test_a_family_alone_does_not_decide(profiles: list[Profile]) -> None:
+    # issue 32: a vendor's product tree holds UPSes, cooling units and sensors too; a device
+    # that answers none of the signature columns is no PDU any profile reads, whatever its
+    # sysObjectID (it used to be "up" with nothing in it).
     walk = {SYS_OBJECT_ID: Value("ObjectIdentifier", "1.3.6.1.4.1.13742.6.99")}
-    found = detect_in_walk(profiles, walk)
-    assert found.profile.name == "raritan_pdu2"
-    assert "no profile's signature answers" in found.why
+    with pytest.raises(NoProfile, match="product family of raritan_pdu2, but neither"):
+        detect_in_walk(profiles, walk)
+
+
+NOT_PDUS = sorted(p.name for p in (FIXTURES / "pdu" / "not_pdus").glob("*.snmprec"))
+
+
+@pytest.mark.parametrize("name", NOT_PDUS)
+def test_real_devices_that_are_not_pdus_have_no_profile(profiles: list[Profile], name: str) -> None:
+    """Real recordings of UPSes, cooling units and sensors under PDU vendors' enterprises
+    (Liebert's bare .476.1.42, Geist's .21239.42, APC's .318): no profile, never "up"."""
+    walk = read_walk(FIXTURES / "pdu" / "not_pdus" / name)
+    oid = walk[SYS_OBJECT_ID].value
+    assert isinstance(oid, str) and oid.startswith(
+        ("1.3.6.1.4.1.476.", "1.3.6.1.4.1.21239.", "1.3.6.1.4.1.318.")
+    )
+    with pytest.raises(NoProfile):
+        detect_in_walk(profiles, walk)
+    for p in profiles:  # the independent side: no signature column has a row
+        assert not any(under(o, c) and o != c for o in walk for c in p.signature_columns()), p.name
+
+
+def test_a_liebert_floor_pdu_no_profile_reads_is_not_up(profiles: list[Profile]) -> None:
+    """The 300 kVA FPC (LIEBERT-GP-POWER-MIB only, no lgpPdu table): no_profile, not an MPH."""
+    walk = read_walk(FIXTURES / "pdu" / "unsupported" / "liebert_fpc-300kva-web485.snmprec")
+    liebert = re.escape("no profile knows sysObjectID 1.3.6.1.4.1.476.1.42 ")
+    with pytest.raises(NoProfile, match=liebert):
+        detect_in_walk(profiles, walk)
 
 
 def test_no_profile(profiles: list[Profile]) -> None:
@@ -143,7 +173,12 @@ def test_probe_order(profiles: list[Profile]) -> None:
     assert order[0] == "raritan_pdu2"
     assert order[1] == "raritan_pdu"  # the same enterprise before the others
     assert sorted(order) == sorted(p.name for p in profiles)
-    assert [p.name for p in probe_order(profiles, "")] == sorted(p.name for p in profiles)
+    # by name, except that a profile is probed after the newer generation of its MIB
+    # (probe_after: APC's rPDU after rPDU2)
+    by_name = sorted(p.name for p in profiles)
+    by_name.remove("apc_rpdu")
+    by_name.insert(by_name.index("apc_rpdu2") + 1, "apc_rpdu")
+    assert [p.name for p in probe_order(profiles, "")] == by_name
     assert family_matches(profiles, "") == []
 
 

@@ -18,7 +18,7 @@ from collector.pdu.snmprec import parse_snmprec
 from collector.pdu.snmpwalk import parse_snmpwalk
 from collector.site.profiles import load_profile, load_profiles
 from exporters.pdu.decode import decode, metered, text_of
-from exporters.pdu.detect import family_matches
+from exporters.pdu.detect import NoProfile, detect_in_walk, family_matches
 from exporters.pdu.profile import Condition, Metric, Profile
 from exporters.pdu.types import Reading
 from exporters.snmp.oid import under
@@ -155,6 +155,7 @@ def test_all_profiles_load(profiles: list[Profile]) -> None:
     names = {p.name for p in profiles}
     assert names == {
         "apc_rpdu2",
+        "apc_rpdu",
         "apc_cpdu",
         "raritan_pdu2",
         "raritan_pdu",
@@ -676,10 +677,15 @@ def test_a_pdu_that_answers_nothing_meters_nothing(profiles: list[Profile]) -> N
         assert set(r.invalid) <= {"missing"}, p.name
 
 
-def test_a_tripplite_ups_on_the_shared_sysobjectid_meters_nothing(profiles: list[Profile]) -> None:
+def test_a_tripplite_ups_on_the_shared_sysobjectid_is_no_pdu(profiles: list[Profile]) -> None:
+    # PowerAlert's generic sysObjectID is shared with Tripp Lite UPSes: one without the PDU
+    # (and ATS) output tables is no PDU the profile reads (issue 32), not a PDU metering nothing.
     w = recording("tripplite_pdumv30hvnetlx.snmprec")
     ups = {o: v for o, v in w.items() if not o.startswith(E + "850.1.1.3.2")}
-    _, r = decoded(profiles, ups)
+    with pytest.raises(NoProfile, match="product family of tripplite"):
+        detect_in_walk(profiles, ups)
+    tripplite = next(p for p in profiles if p.name == "tripplite")
+    r = decode(tripplite, ups)  # pinned by `profile:`, it reads nothing and says so
     assert not metered(r)
     assert r.invalid == {"missing": 3}
 
@@ -874,6 +880,10 @@ DOCUMENTED = {
         "U.energy_joules": WH,
         "U.current_amperes": 0.001,
         "U.voltage_volts": 1,
+    },
+    "apc_rpdu": {
+        "U.current_amperes": 0.1,  # rPDULoadStatusLoad: tenths of A
+        "U.power_watts": 1,  # rPDUIdentDevicePowerWatts: W
     },
     "apc_epdu": {
         "U.power_watts": 1,

@@ -76,9 +76,15 @@ def rows(walk: Walk, column: str) -> list[str]:
 
 @pytest.mark.parametrize("name", sorted(RECORDING_PROFILE))
 def test_detected_by_family_and_signature(profiles: list[Profile], name: str) -> None:
-    found = detect_in_walk(profiles, recording(name))
+    walk = recording(name)
+    found = detect_in_walk(profiles, walk)
     assert found.profile.name == RECORDING_PROFILE[name], found.why
-    assert "in its product family; its signature columns answer" in found.why
+    if walk[SYS_OBJECT_ID].value == E + "476.1.42":
+        # liebertGlobalProducts, every Liebert product's root (UPSes, cooling, floor PDUs):
+        # no family, the lgpPdu signature columns decide (issue 32)
+        assert "in no profile's family; its signature columns answer" in found.why
+    else:
+        assert "in its product family; its signature columns answer" in found.why
 
 
 @pytest.mark.parametrize("name", sorted(RECORDING_PROFILE))
@@ -100,8 +106,8 @@ def test_detected_without_sys_object_id(
 
 def test_registered_product_families_are_claimed(profiles: list[Profile]) -> None:
     fams = {p.name: p.sys_object_ids for p in profiles}
-    # LIEBERT-GP-REGISTRATION-MIB lgpRackPDU / lgpRackPDU2, and liebertGlobalProducts
-    assert fams["liebert_gp_pdu"] == [E + "476.1.42.4.8.2", E + "476.1.42.4.8.4", E + "476.1.42"]
+    # LIEBERT-GP-REGISTRATION-MIB lgpRackPDU / lgpRackPDU2, never liebertGlobalProducts itself
+    assert fams["liebert_gp_pdu"] == [E + "476.1.42.4.8.2", E + "476.1.42.4.8.4"]
     assert fams["enlogic"] == [E + "38446.1"]  # enlogic.pdu
     assert fams["schleifenbauer"] == [E + "31034.11"]  # schleifenbauerProducts
     assert fams["eaton_pdu"] == [E + "534.6.6.6"]  # PDU-MIB pdu (G3 is .534.6.6.7)

@@ -26,7 +26,7 @@ import pytest
 from collector.report import render
 from collector.report.analyse import Result, analyse, compare
 from collector.report.gather import Gathered
-from collector.report.limits import Raw
+from collector.report.series import VerdictData
 from tests.support.env import FIXTURES
 from tests.support.golden import assert_golden
 from tests.unit.test_report_math import phased_window, small_window
@@ -48,7 +48,8 @@ def _result(g: Gathered, compared: bool) -> Result:
 def phased_with_limits() -> Gathered:
     """``ph`` with a link speed for eth0 (3.2 Gbit/s), so the verdict has something to judge:
     the full phase's 2 and 3 Gbit/s are 62.5 % and 93.75 % of it."""
-    return replace(phased_window(), limits=Raw(nic_speed={("h", "eth0"): 4e8}))
+    g = phased_window()
+    return replace(g, verdict=VerdictData(nic_speed={("h", "eth0"): [4e8] * g.grid.n}))
 
 
 @pytest.mark.parametrize(
