@@ -8,7 +8,9 @@ on every device), CPU hogs, fio random reads. Prints /proc/diskstats, ftrace's h
 program's count and unseen counter for the device, and the program's run_cnt against
 ftrace's hits on every device with recursion_misses: run_cnt short of ftrace by what the
 program did not count means the kernel did not run it (docs/exporters/blockio.md,
-"Completions the program is not run for").
+"Completions the program is not run for"). run_cnt counts only while bpf_stats is on: a
+benchmark of another user switching it off meanwhile shows as run_cnt short of ftrace on every
+device (or 0), not as a skip; compare the device's own counts first.
 """
 
 from __future__ import annotations
