@@ -27,7 +27,7 @@ demo: bootstrap
 bench: bootstrap
 	$(PY) bench/agent_scrape.py
 	$(PY) bench/blockio_read.py
-	$(PY) bench/blockio_overhead.py
+	$(PY) -m bench.blockio_overhead
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache

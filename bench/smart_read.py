@@ -3,11 +3,13 @@
 Run: sudo .venv/bin/python bench/smart_read.py [--repeat 50]
 
 For every disk the smart exporter would read here (blockio's whole disks that are not virtual),
-alternately (ABAB...): (a) smartctl with the exporter's argv (`--nocheck=standby`, which asks
-the drive's power mode first) and (b) the same without `--nocheck=standby`. Medians of the
-wall time per run and of smartctl's CPU time (user + system, from the children's rusage),
-then the median of one whole exporter cycle (every disk, through the real runner and parser,
-until every result is published). Prints the smartctl version and what each disk answered:
+alternately (ABC CBA ABC ...): (a) smartctl with the exporter's argv (`--nocheck=standby`,
+which asks the drive's power mode first), (b) the same without `--nocheck=standby` and (c)
+without the two logs (`--log=error --log=selftest`, the read before issue 32). Medians of the
+wall time per run and of smartctl's CPU time (user + system, from the children's rusage); then
+`smartctl --scan-open` (the RAID discovery, once per cycle); then whole exporter cycles (every
+disk, through the real runner and parser, until every result is published), alternately with
+and without the RAID scan (`smart.raid`). Prints the smartctl version and what each disk answered:
 on a VM without SMART the numbers are those of smartctl starting, probing and giving up.
 """
 
@@ -24,10 +26,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import in_turn, print_command, ratio  # noqa: E402
 from exporters.hostfs.blockdevs import BLOCK_EXCLUDE  # noqa: E402
 from exporters.smart.exporter import SmartExporter, device_path, list_disks  # noqa: E402
 from exporters.smart.parse import parse_smartctl  # noqa: E402
-from exporters.smart.runner import CHILD_ENV, SMARTCTL_ARGS, find_smartctl  # noqa: E402
+from exporters.smart.runner import CHILD_ENV, SCAN_ARGS, SMARTCTL_ARGS, find_smartctl  # noqa: E402
 
 
 def run_once(argv: list[str]) -> tuple[float, float, bytes, int]:
@@ -57,50 +60,72 @@ def main() -> int:
         print("no disk to read here")
         return 1
     without = [a for a in SMARTCTL_ARGS if a != "--nocheck=standby"]
+    nologs = [a for a in SMARTCTL_ARGS if not a.startswith("--log=")]
     print(f"{args.repeat} alternating runs per variant and disk, medians:")
     for d in disks:
         dev = device_path(d.name)
-        a_wall: list[float] = []
-        a_cpu: list[float] = []
-        b_wall: list[float] = []
-        b_cpu: list[float] = []
+        argvs = {
+            "with": [smartctl, *SMARTCTL_ARGS, dev],
+            "without": [smartctl, *without, dev],
+            "nologs": [smartctl, *nologs, dev],
+        }
+        walls: dict[str, list[float]] = {k: [] for k in argvs}
+        cpus: dict[str, list[float]] = {k: [] for k in argvs}
         out, code = b"", 0
-        for _ in range(args.repeat):
-            w, c, out, code = run_once([smartctl, *SMARTCTL_ARGS, dev])
-            a_wall.append(w)
-            a_cpu.append(c)
-            w, c, _, _ = run_once([smartctl, *without, dev])
-            b_wall.append(w)
-            b_cpu.append(c)
+        for r in range(args.repeat):
+            for k in in_turn(list(argvs), r):
+                w, c, got, status = run_once(argvs[k])
+                walls[k].append(w)
+                cpus[k].append(c)
+                if k == "with":  # what the exporter reads
+                    out, code = got, status
         reading = parse_smartctl(out, code)
         size = len(out)
         print(f"  {dev}: smartctl exit {code}, {size} bytes of JSON, read as {reading.status}")
         if reading.detail:
             print(f"    ({reading.detail})")
         for label, wall, cpu in (
-            ("with --nocheck=standby   ", a_wall, a_cpu),
-            ("without --nocheck=standby", b_wall, b_cpu),
+            ("with --nocheck=standby   ", walls["with"], cpus["with"]),
+            ("without --nocheck=standby", walls["without"], cpus["without"]),
+            ("without the two logs     ", walls["nologs"], cpus["nologs"]),
         ):
             print(
                 f"    {label}: wall {statistics.median(wall) * 1e3:7.2f} ms,"
                 f" smartctl CPU {statistics.median(cpu) * 1e3:6.2f} ms"
             )
-    cycle: list[float] = []
-    e = SmartExporter(autostart=False, concurrency=4)
+    scan_wall: list[float] = []
+    scan_cpu: list[float] = []
+    for _ in range(args.repeat):
+        w, c, out, code = run_once([smartctl, *SCAN_ARGS])
+        scan_wall.append(w)
+        scan_cpu.append(c)
+    print(
+        f"  smartctl --scan-open: wall {statistics.median(scan_wall) * 1e3:7.2f} ms,"
+        f" smartctl CPU {statistics.median(scan_cpu) * 1e3:6.2f} ms (exit {code})"
+    )
+    cycles: dict[bool, list[float]] = {True: [], False: []}
+    exporters = {raid: SmartExporter(autostart=False, concurrency=4, raid=raid) for raid in cycles}
     try:
-        for _ in range(args.cycles):
-            t0 = time.perf_counter()
-            e.run_cycle()
-            if not e.wait_idle(300):
-                print("a cycle did not finish in 300 s")
-                return 1
-            cycle.append(time.perf_counter() - t0)
+        for r in range(args.cycles):
+            for raid in in_turn(list(exporters), r):  # with and without the scan, alternately
+                e = exporters[raid]
+                t0 = time.perf_counter()
+                e.run_cycle()
+                if not e.wait_idle(300):
+                    print("a cycle did not finish in 300 s")
+                    return 1
+                cycles[raid].append(time.perf_counter() - t0)
     finally:
-        e.close()
+        for e in exporters.values():
+            e.close()
+    with_scan, without_scan = (statistics.median(cycles[r]) for r in (True, False))
     print(
         f"one exporter cycle over {len(disks)} disk(s) (runner + parser + publish),"
-        f" median of {args.cycles}: {statistics.median(cycle) * 1e3:.2f} ms"
+        f" median of {args.cycles}: {with_scan * 1e3:.2f} ms with the RAID scan,"
+        f" {without_scan * 1e3:.2f} ms without"
+        f" (ratio {ratio(with_scan, without_scan) or float('nan'):.2f})"
     )
+    print_command()
     return 0
 
 

@@ -308,8 +308,11 @@ def bars(
 
 # ---- what limits it (the recording rules of docs/rules.md, "What limits it") ---------------
 
-UTIL = f"max by (host, resource) (host_resource:wattbit_utilisation:ratio1m{{{H}}})"
-LIMITER = f"host:wattbit_limiter:ratio1m{{{H}}}"
+# The Wall's 20 s copies of the rules (alerts/make_wall.py; docs/rules.md "The Wall's
+# window"): a phase's limiter shows within seconds, not a minute later. The 1-minute rules stay
+# for the alerts and the report.
+UTIL = f"max by (host, resource) (host_resource:wattbit_utilisation:ratio20s{{{H}}})"
+LIMITER = f"host:wattbit_limiter:ratio20s{{{H}}}"
 
 
 def limits_table(w: int = 24, h: int = 6) -> table.Panel:
@@ -319,7 +322,7 @@ def limits_table(w: int = 24, h: int = 6) -> table.Panel:
         .title("What limits it")
         .description(
             "Per host moving data (NICs >= 10 Mbit/s or disks >= 1 MB/s), over the last "
-            "minute: the limiter (the resource with the highest utilisation, at least 70 %; "
+            "20 seconds: the limiter (the resource with the highest utilisation, at least 70 %; "
             "none below: the workload paces itself), its subject (device, PCI address, "
             "interface, CPU) and its utilisation, then each resource's busiest subject: disk "
             "(busy), controller (its PCIe link; its busy disks' wait when those move under "
@@ -370,9 +373,109 @@ def limits_row(d: Dashboard) -> Dashboard:
             "Utilisation of every resource over time",
             "percentunit",
             letters([(UTIL, "{{host}} {{resource}}")]),
-            "Per host, each resource's busiest subject over the time range (1-minute windows: "
-            "a step of load shows as a one-minute ramp). Above 70 % a resource limits the run.",
+            "Per host, each resource's busiest subject over the time range (20-second windows: "
+            "a step of load shows as a 20-second ramp). Above 70 % a resource limits the run.",
             w=24,
+        ).max(1)
+    )
+
+
+# ---- transfers (the tcp exporter's flow keys, docs/exporters/tcp.md) -----------------------
+
+FLOW_KEY = "host, peer, port, cgroup, process, experiment, activity"
+
+
+def flow_rate(counter: str, window: str = RI) -> str:
+    """Per flow key, the rate of one of the tcp exporter's counters over a window
+    ($__rate_interval for what is drawn over time, $__range for the table)."""
+    return f"sum by ({FLOW_KEY}) (rate(wattbit_tcp_flow_{counter}_total{{{H}}}{window}))"
+
+
+def flow_bits(window: str = RI) -> str:
+    """Per flow key, bit/s both ways."""
+    return f"({flow_rate('sent_bytes', window)} + {flow_rate('received_bytes', window)}) * 8"
+
+
+FLOW_BITS = flow_bits()
+RANGE = "[$__range]"
+FLOW_LEGEND = "{{host}} → {{peer}}:{{port}} {{cgroup}} {{process}} {{experiment}} {{activity}}"
+
+
+def flow_share(counter: str, window: str = RI) -> str:
+    """A limited time's share of the busy time, per flow key."""
+    return f"{flow_rate(counter, window)} / ({flow_rate('busy_seconds', window)} > 0)"
+
+
+def transfers_row(d: Dashboard) -> Dashboard:
+    """Top flows, their rates and what limits them."""
+    d = d.with_row(Row("Transfers"))
+    top = (
+        table.Panel()
+        .title("Top flows")
+        .description(
+            "The 10 flow keys that moved the most (both directions) over the time range: their "
+            "mean bit/s, the shares of their busy time limited by the receiver's window and by "
+            "the send buffer (the rest of it: cwnd, pacing, the network), and the smoothed "
+            "RTT at the range's end. Keys are the agent's tcp.key; `other` sums the flows "
+            "outside its top-K."
+        )
+        .datasource(DS)
+        .unit("bps")
+        .span(24)
+        .height(8)
+        .with_target(qi(f"topk(10, {flow_bits(RANGE)})", "A"))
+        .with_target(qi(flow_share("rwnd_limited_seconds", RANGE), "B"))
+        .with_target(qi(flow_share("sndbuf_limited_seconds", RANGE), "C"))
+        .with_target(qi(f"max by ({FLOW_KEY}) (wattbit_tcp_flow_srtt_seconds{{{H}}})", "D"))
+        .with_transformation(DataTransformerConfig(id_val="merge", options={}))
+        .with_transformation(
+            DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Time": True},
+                    "renameByName": {
+                        "Value #A": "bit/s",
+                        "Value #B": "window-limited",
+                        "Value #C": "send-buffer-limited",
+                        "Value #D": "srtt",
+                    },
+                },
+            )
+        )
+        .override_by_name(
+            "window-limited", [DynamicConfigValue(id_val="unit", value="percentunit")]
+        )
+        .override_by_name(
+            "send-buffer-limited", [DynamicConfigValue(id_val="unit", value="percentunit")]
+        )
+        .override_by_name("srtt", [DynamicConfigValue(id_val="unit", value="s")])
+    )
+    d = d.with_panel(top)
+    d = d.with_panel(
+        ts(
+            "Flow rates",
+            "bps",
+            letters([(f"topk(10, {FLOW_BITS})", FLOW_LEGEND)]),
+            "The 10 busiest flow keys' bit/s (sent and received) over $__rate_interval.",
+        )
+    )
+    return d.with_panel(
+        ts(
+            "What limits the flows",
+            "percentunit",
+            letters(
+                [
+                    (flow_share("rwnd_limited_seconds"), "window {{host}} → {{peer}}:{{port}}"),
+                    (
+                        flow_share("sndbuf_limited_seconds"),
+                        "send buffer {{host}} → {{peer}}:{{port}}",
+                    ),
+                ]
+            ),
+            "Per flow key, the share of its busy time (sockets with data to send) limited by "
+            "the receiver's advertised window and by the local send buffer. A window-limited "
+            "share near 1 with the window below bandwidth x RTT: tune the receiver "
+            "(WattbitTransferWindowLimited, docs/alerts.md).",
         ).max(1)
     )
 
@@ -430,6 +533,7 @@ def streaming() -> Dashboard:
         )
     )
     d = limits_row(d)
+    d = transfers_row(d)
     d = d.with_row(Row("Disks and NICs"))
     d = d.with_panel(
         bars(

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 # their own data directories; the package's own service is not used by anything here.
 # freeipmi-tools is the BMC poller's IPMI DCMI client (ipmi-raw, exporters/bmc/ipmi.py);
 # ipmitool is the independent reader its tests compare with, openipmi's ipmi_sim the IPMI
-# simulator without DCMI. prometheus-snmp-exporter is the comparison point in bench/pdu_poll.py
+# simulator without DCMI. prometheus-snmp-exporter is the comparison point in bench/pdu_poll/
 # (its own service is not used).
 PKGS=(python3-bpfcc bpftrace prometheus fio python3-venv python3-dev iproute2 kmod openssl ethtool iperf3
       util-linux bpftool snmp chromium fonts-liberation prometheus-alertmanager fuse3 libfuse2

@@ -14,6 +14,7 @@ from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, MAX_LAT_BOUNDS
 from exporters.hostfs.blockdevs import BLOCK_EXCLUDE
 from exporters.hostfs.netdevs import NIC_EXCLUDE
 from exporters.smart.runner import HELPER_SOCKET
+from exporters.tcp.exporter import DEFAULT_KEY as TCP_DEFAULT_KEY
 
 MAX_LINK_SPEEDS = 4096  # nic.link_speeds entries: far more interfaces than a host exports
 
@@ -80,6 +81,7 @@ class SmartConfig(Strict):
     timeout: Duration = 30.0
     devices: Regex = "auto"  # "auto": every disk blockio exports; else a regex on the name
     concurrency: int = Field(default=4, ge=1, le=64)  # smartctl processes at once
+    raid: bool = True  # also read the disks behind RAID controllers (smartctl --scan-open)
     # Who runs smartctl: the agent itself ("direct": it needs CAP_SYS_RAWIO, and
     # CAP_SYS_ADMIN for NVMe), the root helper on helper_socket ("helper"), or "auto":
     # direct when this process holds CAP_SYS_RAWIO, else the helper if its socket exists.
@@ -128,6 +130,47 @@ class CpuConfig(Strict):
     enabled: bool = False
 
 
+TcpDimension = Literal["peer", "port", "cgroup", "process", "experiment", "activity"]
+
+
+class TcpConfig(Strict):
+    """The tcp exporter's settings (every TCP socket's tcp_info, by flow key; tuning)."""
+
+    enabled: bool = True
+    interval: Annotated[Duration, at_least(1)] = 5.0
+    key: list[TcpDimension] = Field(default_factory=lambda: list(TCP_DEFAULT_KEY))  # type: ignore[arg-type]
+    top_k: int = Field(default=20, ge=1, le=500)
+    peer_prefix_v4: int = Field(default=32, ge=0, le=32)
+    peer_prefix_v6: int = Field(default=128, ge=0, le=128)
+    process_refresh: Annotated[Duration, at_least(1)] = 30.0
+    max_sockets: int = Field(default=262_144, ge=1024, le=1 << 22)
+    destroy_events: bool = True  # follow closing sockets' last figures (CAP_NET_ADMIN)
+    # the owning process and its CPU (a /proc fd scan): opt-in, the agent then keeps
+    # CAP_SYS_PTRACE (docs/privileges.md)
+    processes: bool = False
+
+    @field_validator("processes")
+    @classmethod
+    def _processes(cls, v: bool, info: ValidationInfo) -> bool:
+        if not v and "process" in (info.data.get("key") or []):
+            raise ValueError("must be true while tcp.key lists process")
+        return v
+
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, v: float) -> float:
+        if v > 300:
+            raise ValueError("must be at most 300s")
+        return v
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("lists a dimension twice")
+        return v
+
+
 class AgentConfig(ProcessConfig):
     """`wattbit agent` configuration."""
 
@@ -144,3 +187,4 @@ class AgentConfig(ProcessConfig):
     power: PowerConfig = PowerConfig()
     pcie: PcieConfig = PcieConfig()
     cpu: CpuConfig = CpuConfig()
+    tcp: TcpConfig = TcpConfig()

@@ -1,5 +1,5 @@
-"""`wattbit agent`: the host agent serving blockio, nic, smart, power and pcie (and opt-in cpu)
-metrics."""
+"""`wattbit agent`: the host agent serving blockio, nic, smart, power, pcie and tcp (and opt-in
+cpu) metrics."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from exporters.smart.runner import (
     choose_runner,
     helper_present,
 )
+from exporters.tcp.exporter import KeyConfig, SocketReader, TcpExporter
 
 log = logging.getLogger("wattbit.agent")
 
@@ -43,13 +44,15 @@ def build_exporters(
     proc_root: Path = PROC_ROOT,
     ethtool: QueueReader | None = None,
     smartctl: Runner | None = None,
+    tcp_reader: SocketReader | None = None,
     start: bool = True,
 ) -> list[Exporter]:
     """The exporters the configuration enables, reading this machine.
 
-    Another machine's captured /sys and /proc, a recorded ethtool and a recorded smartctl
-    can be given instead (tests/unit/test_agent_golden.py). start=False: no exporter starts a
-    thread yet (start_exporters() does, after the capabilities are dropped).
+    Another machine's captured /sys and /proc, a recorded ethtool, a recorded smartctl and
+    recorded sock_diag answers can be given instead (tests/unit/test_agent_golden.py).
+    start=False: no exporter starts a thread yet (start_exporters() does, after the
+    capabilities are dropped; the tcp exporter starts its sampling thread at the first scrape).
     """
     exporters: list[Exporter] = []
     if cfg.blockio.enabled:
@@ -92,6 +95,7 @@ def build_exporters(
                 # The same disks as blockio, so every SMART series joins wattbit_disk_info.
                 exclude=cfg.blockio.exclude,
                 concurrency=cfg.smart.concurrency,
+                raid=cfg.smart.raid,
                 sys_root=sys_root,
                 runner=smartctl if smartctl is not None else runner,
                 autostart=start,
@@ -116,6 +120,22 @@ def build_exporters(
         )
     if cfg.cpu.enabled:
         exporters.append(CpuExporter(proc_root=proc_root))
+    if cfg.tcp.enabled:
+        t = cfg.tcp
+        exporters.append(
+            TcpExporter(
+                interval=t.interval,
+                key=KeyConfig(tuple(t.key), t.peer_prefix_v4, t.peer_prefix_v6),
+                top_k=t.top_k,
+                process_refresh=t.process_refresh,
+                max_sockets=t.max_sockets,
+                proc_root=proc_root,
+                sys_root=sys_root,
+                reader=tcp_reader,
+                destroy=t.destroy_events,
+                processes=t.processes,
+            )
+        )
     return exporters
 
 

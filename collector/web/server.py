@@ -3,9 +3,10 @@
 Routes are WSGI apps (/metrics, the landing page, the run API), called in a small thread pool
 so that a slow collect never blocks the loop. Around them this module adds what a server
 facing untrusted networks needs (docs/http-server.md): a cap on open connections that
-evicts the oldest stalled one first, a deadline for each whole request, idle (keep-alive)
-and TLS-handshake timeouts, a limit on requests per connection, header line/size/count
-limits (aiohttp's parser), bounded request bodies, and basic auth with bcrypt checks in a
+evicts a connection waiting for its client (stalled ones before a kept-alive scraper's), a
+deadline for each whole request and for a body, idle (keep-alive) and TLS-handshake
+timeouts, a limit on requests per connection, header line/size/count limits (aiohttp's
+parser) and on all header bytes, bounded request bodies, and basic auth with bcrypt checks in a
 bounded pool plus a short-lived cache of successful logins. TLS and basic auth come from a
 `WebConfig` (exporter-toolkit's web config format).
 """
@@ -35,7 +36,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
@@ -264,26 +265,22 @@ class _LogStream:
 class _Gate:
     """The connection cap, counted from accept() (TLS handshakes included).
 
-    At the cap, a new connection evicts the oldest one with no request under way (still in
-    its TLS handshake first, then idle, or still sending its headers), so stalled clients
-    cannot lock out a real scrape. If every connection is busy, accepting pauses until one ends.
+    At the cap, a new connection evicts one that waits for its client rather than for the
+    server (`_Connection.eviction_key`), so stalled clients cannot lock out a real scrape. If
+    the server is at work for every connection, accepting pauses until one ends.
     """
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
-        self.conns: dict[_Connection, None] = {}  # insertion order: oldest first
+        self.conns: dict[_Connection, None] = {}
         self.on_release: Callable[[], None] = lambda: None
+        self.reclaim: Callable[[], None] = lambda: None  # give back a dropped client's memory
 
     def admit(self, conn: _Connection) -> bool:
-        """Count `conn` in, evicting the oldest idle or stalled one at the cap."""
+        """Count `conn` in, evicting the one waiting for its client that goes first at the cap."""
         if len(self.conns) >= self.cap:
-            # First the oldest not yet through its TLS handshake (no transport yet): the
-            # cheapest to drop, and where a flood of stalled clients sits; a scraper's
-            # kept-alive connection, idle between scrapes, only after them (bench/soak.py:
-            # 1,000 stalled clients a round had the agent's scrape connection evicted
-            # before 454 of 810 scrapes).
-            victim = next((c for c in self.conns if not c.busy and c.handshaking), None)
-            victim = victim or next((c for c in self.conns if not c.busy), None)
+            waiting = (c for c in self.conns if not c.busy)
+            victim = min(waiting, key=lambda c: c.eviction_key(), default=None)
             if victim is None:
                 return False
             self.release(victim)
@@ -315,7 +312,12 @@ class _Connection(web_protocol.RequestHandler):
         self.sock: socket.socket | None = None  # the accepted socket, until connection_made
         self._deadline: asyncio.TimerHandle | None = None
         self.served = 0
+        # The server is at work for it (a bcrypt check, the route running): never evicted.
+        # Waiting for the client (its headers, its body, reading the answer) is not busy.
         self.busy = False
+        self.since = self._loop.time()  # accepted, or its request's start, or its answer's end
+        self._head_bytes = 0  # of the request whose headers are still coming
+        self._body: Any = None  # the body (aiohttp StreamReader) of the last request parsed
         # A TLS connection not yet through its handshake. Not "no transport yet": a plain
         # connection has none either until asyncio runs connection_made, a tick after
         # accept(), and preferring those evicted newer stalled clients before older ones.
@@ -334,8 +336,28 @@ class _Connection(web_protocol.RequestHandler):
     def connection_lost(self, exc: BaseException | None) -> None:
         self._gate.release(self)
         self._disarm()
+        if self._head_bytes > _RECLAIM_HEAD_BYTES:
+            self._gate.reclaim()  # the parser's partial headers: freed, and given back
         if self._admitted:
             super().connection_lost(exc)
+
+    def eviction_key(self) -> tuple[int, float]:
+        """Order of eviction at the cap, lowest first, for a connection that is not busy.
+
+        First those still in their TLS handshake (the cheapest to drop, and where a flood of
+        stalled clients sits) or about to close anyway; then those in the middle of a request
+        the client has not finished (headers or a body still to come, an answer not yet read)
+        or that have sent nothing yet, the longest waiting first; last those idle between
+        requests after a complete one, the longest idle first. A scraper's kept-alive
+        connection is of the last kind, so it goes after every stalled client (bench/soak/:
+        1,000 stalled TLS clients a round had it evicted before 454 of 810 scrapes; issue 34:
+        requests announcing a body that never came counted as busy and locked scrapers out).
+        """
+        if self.handshaking or self._force_close or self._close or not self._keepalive:
+            return (0, self.since)
+        if self._deadline is not None or self.served == 0:
+            return (1, self.since)
+        return (2, self.since)
 
     def log_exception(self, *args: Any, **kw: Any) -> None:
         """Log a server fault with its traceback; a client's malformed request in one line.
@@ -355,9 +377,33 @@ class _Connection(web_protocol.RequestHandler):
     def data_received(self, data: bytes) -> None:
         if data and self._deadline is None:
             self._arm()  # the first byte of a request starts its deadline
+        in_head = self._body is None or self._body.is_eof()
+        parsed = self._request_count
         super().data_received(data)
+        if self._request_count != parsed:  # headers complete: what follows is a body
+            self._head_bytes = 0
+            self._body = self._messages[-1][1] if self._messages else None
+        elif in_head and data:
+            # aiohttp bounds each header line and their number, not their sum: 100 lines of
+            # 8 KiB were held per connection (issue 34).
+            self._head_bytes += len(data)
+            if self._head_bytes > self._limits.max_header_bytes:
+                self._refuse_head()
+
+    def _refuse_head(self) -> None:
+        self.rejected_requests += 1
+        log.debug(
+            "request from %s: headers over %d bytes, refused",
+            self._peer(),
+            self._limits.max_header_bytes,
+        )
+        if self.transport is not None:
+            self.transport.write(_HEADERS_TOO_LARGE)
+        self.force_close()  # closes the transport once the answer is written
+        self._gate.reclaim()
 
     def _arm(self) -> None:
+        self.since = self._loop.time()
         self._deadline = self._loop.call_later(self._limits.request_timeout, self._expired)
 
     def _disarm(self) -> None:
@@ -384,8 +430,14 @@ class _Connection(web_protocol.RequestHandler):
         self._gate.release(self)
         transport = self.transport
         if transport is not None:
+            # abort() first: asyncio's TLS transport drops its protocol on a second close()
+            # (CPython Lib/asyncio/sslproto.py, _SSLProtocolTransport.close), after which
+            # abort() raises AttributeError; aiohttp has closed it once already when the
+            # connection was ending (an answer with Connection: close, lingering), which is
+            # where eviction now looks first.
+            with contextlib.suppress(AttributeError):
+                transport.abort()
             self.force_close()
-            transport.abort()
         elif self.sock is not None:
             # Still in its TLS handshake: make the handshake fail at once; asyncio then
             # closes the socket it is watching.
@@ -400,8 +452,9 @@ class _Connection(web_protocol.RequestHandler):
         finally:
             self.busy = False
             self.served += 1
+            self.since = self._loop.time()
             self._disarm()
-            if self._messages:
+            if self._messages and not self._evicted:
                 self._arm()  # a pipelined request is already waiting
 
 
@@ -427,39 +480,53 @@ class _Handler:
 
     async def __call__(self, request: BaseRequest) -> StreamResponse:
         conn = request.protocol
-        if isinstance(conn, _Connection):
-            conn.busy = True
-        resp = await self._respond(request)
+        resp = await self._respond(request, conn if isinstance(conn, _Connection) else None)
         # Configured headers on every response, 401 and 404 included (as exporter-toolkit).
         for name, value in self._headers:
             resp.headers.setdefault(name, value)
         if (
             isinstance(conn, _Connection)
             and conn.served + 1 >= self._limits.max_requests_per_connection
-        ):
+        ) or not request.content.is_eof():
+            # A body left unread (a 401, a GET's, one past max_body) would have to be read to
+            # find the next request: the connection ends with this answer instead.
             resp.force_close()
         return resp
 
-    async def _respond(self, request: BaseRequest) -> StreamResponse:
-        if self._auth is not None and not await self._auth.check(
-            request.headers.get("Authorization")
-        ):
-            return Response(
-                status=401,
-                text="Unauthorized\n",
-                headers={"WWW-Authenticate": f'Basic realm="{REALM}"'},
-            )
+    async def _respond(self, request: BaseRequest, conn: _Connection | None) -> StreamResponse:
+        # No route reads the body of a GET or HEAD (RFC 9110 9.3.1: it has no meaning). One
+        # still to come is not waited for, nor worth a route's work: a flood of them would
+        # cost a /metrics render each (issue 34). One already in whole is ignored.
+        if request.method in ("GET", "HEAD") and not request.content.is_eof():
+            return Response(status=400, text="400 Bad Request: a GET or HEAD takes no body\n")
+        if self._auth is not None:
+            with _working(conn):
+                ok = await self._auth.check(request.headers.get("Authorization"))
+            if not ok:
+                return Response(
+                    status=401,
+                    text="Unauthorized\n",
+                    headers={"WWW-Authenticate": f'Basic realm="{REALM}"'},
+                )
         environ = self._environ(request)
-        if request.body_exists:
+        if request.body_exists and request.method not in ("GET", "HEAD"):
             length = request.content_length
             if length is not None and length > self._limits.max_body:
                 environ["CONTENT_LENGTH"] = str(length)  # the app answers 413
             else:
-                body, size = await self._read_body(request)
+                # Waiting for the client: not busy, so the cap may evict it (issue 34).
+                try:
+                    async with asyncio.timeout(self._limits.body_timeout):
+                        body, size = await self._read_body(request)
+                except TimeoutError:
+                    return Response(status=408, text="408 Request Timeout: no body\n")
+                except ConnectionError:  # evicted, or the client left: nobody reads this
+                    return Response(status=400, text="400 Bad Request\n")
                 environ["CONTENT_LENGTH"] = str(size)
                 environ["wsgi.input"] = io.BytesIO(body)
         loop = asyncio.get_running_loop()
-        status, headers, data = await loop.run_in_executor(self._pool, self._call, environ)
+        with _working(conn):
+            status, headers, data = await loop.run_in_executor(self._pool, self._call, environ)
         code, _, reason = status.partition(" ")
         resp = Response(status=int(code), reason=reason or None, body=data)
         for name, value in headers:
@@ -538,6 +605,29 @@ class _Handler:
             return "500 Internal Server Error", [("Content-Type", "text/plain")], b"500\n"
         status, headers = got[0]
         return status, headers, body
+
+
+@contextlib.contextmanager
+def _working(conn: _Connection | None) -> Iterator[None]:
+    """Mark `conn` busy (the server, not the client, is what it waits for) for the block."""
+    if conn is None:
+        yield
+        return
+    conn.busy = True
+    try:
+        yield
+    finally:
+        conn.busy = False
+
+
+# Sent, then the connection closed, when a request's headers pass Limits.max_header_bytes.
+_HEADERS_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+    b"Content-Type: text/plain; charset=utf-8\r\nContent-Length: 36\r\n"
+    b"Connection: close\r\n\r\n431 Request Header Fields Too Large\n"
+)
+# A connection closed with more partial header bytes than this has the memory reclaimed.
+_RECLAIM_HEAD_BYTES = 4096
 
 
 def _exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -723,6 +813,7 @@ class _Acceptor:
         self._hellos: set[_Hello] = set()  # TLS connections waiting for their ClientHello
         self._reclaim = _Reclaimer(loop)
         gate.on_release = self._resume
+        gate.reclaim = self._reclaim.soon
 
     def start(self) -> None:
         self._resume()

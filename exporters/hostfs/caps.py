@@ -228,3 +228,22 @@ def drop_to(keep: Iterable[int], proc_root: Path = Path("/proc")) -> DropResult:
         if want >> cap & 1:
             libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0)
     return DropResult(current(proc_root), kept_bounding)
+
+
+def raise_effective(cap: int) -> bool:
+    """Make a permitted capability effective in the calling thread only (capset(2) acts on
+    the calling thread): for an exporter's own thread that uses one it kept (the tcp exporter
+    reading other processes' /proc/PID/fd needs CAP_SYS_PTRACE). Whether it is effective now;
+    never raises one that is not permitted."""
+    libc = _libc()
+    hdr = _Header(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_Data * 2)()
+    if libc.capget(ctypes.byref(hdr), data) != 0:
+        return False
+    word, bit = divmod(cap, 32)
+    if not data[word].permitted >> bit & 1:
+        return False
+    if data[word].effective >> bit & 1:
+        return True
+    data[word].effective |= 1 << bit
+    return bool(libc.capset(ctypes.byref(hdr), data) == 0)

@@ -7,6 +7,12 @@ smartctl (runner.py) and publishing its device's result the moment it has it. A 
 renders the last results: it never waits for a drive, and one drive's hang holds one worker
 for at most ``timeout`` while the others publish on their own.
 
+After the kernel's disks have started, the cycle runs ``smartctl --scan-open`` (bounded like a
+read) and reads each disk it finds behind a RAID controller (``-d megaraid,N /dev/bus/0`` ...)
+the same way, labelled ``PATH:CONTROLLER,SLOT``; a member the scan stops listing leaves, a
+scan that fails keeps the last members (docs/exporters/smart.md "Disks behind RAID
+controllers").
+
 Per device, the last good reading is kept while the drive sleeps (``-n standby``: never woken),
 times out or errors, with ``wattbit_disk_smart_last_read_timestamp_seconds`` saying how old it
 is; it is dropped when the device goes away or another disk takes its name (a different
@@ -34,7 +40,15 @@ from exporters.hostfs import caps
 from exporters.hostfs.blockdevs import BLOCK_EXCLUDE, excluded, is_virtual_block, read_topology
 from exporters.hostfs.read import SYS_ROOT
 
-from .parse import NVME_CRITICAL_WARNING_BITS, SmartReading, parse_smartctl
+from .parse import (
+    EXIT_STATUS_BITS,
+    NVME_CRITICAL_WARNING_BITS,
+    NVME_DATA_UNIT_BYTES,
+    RaidMember,
+    SmartReading,
+    parse_scan,
+    parse_smartctl,
+)
 from .runner import HelperRunner, Runner, RunnerChoice, RunOutcome, SmartctlRunner
 
 log = logging.getLogger(__name__)
@@ -49,12 +63,14 @@ NO_SMART, STANDBY, TIMEOUT, ERROR, NO_SMARTCTL = (
 )
 READ_RESULTS = ("ok", STANDBY, TIMEOUT, ERROR)  # wattbit_disk_smart_reads_total{result}
 _SILENT = (NO_SMART, NO_SMARTCTL)  # only wattbit_disk_smart_available is exported for these
+_SCAN = " scan"  # the scan's key among the logged states (no device label has a space)
 
 # Kernel block device names smartctl may be given as /dev/NAME. The kernel writes a "/" of a
 # device name as "!" in sysfs (cciss!c0d0 is /dev/cciss/c0d0).
 _DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+!-]{0,63}$")
 
 Identity = tuple[int, int, str]  # (major, minor, serial) of the disk behind a name
+Raid = tuple[str, str, str]  # a RAID member's (controller, path, slot)
 
 
 @dataclass(frozen=True)
@@ -67,15 +83,33 @@ class DeviceState:
     last_ok: float | None = None  # wall-clock time of that reading
     duration: float | None = None  # how long the last read took
     reads: Mapping[str, int] = field(default_factory=dict)  # result -> count
+    raid: Raid | None = None  # behind a RAID controller: wattbit_disk_raid_member_info
 
 
 @dataclass(frozen=True)
 class Disk:
-    """A disk the exporter reads: kernel name, identity, and whether it is virtual."""
+    """A disk the exporter reads: its label, identity, whether it is virtual, how to open it."""
 
-    name: str
+    name: str  # the device label: a kernel name ("sda"), or "bus/0:megaraid,0" (raid_disk)
     identity: Identity
     virtual: bool
+    path: str = ""  # what smartctl opens ("": device_path(name))
+    dtype: str = "auto"  # smartctl's -d TYPE
+    raid: Raid | None = None
+
+    @property
+    def open_path(self) -> str:
+        """The path given to smartctl."""
+        return self.path or device_path(self.name)
+
+
+def raid_disk(m: RaidMember) -> Disk:
+    """The Disk of a RAID member: labelled PATH:CONTROLLER,SLOT ("bus/0:megaraid,0").
+
+    A sat+ prefix is left out of the label (it says how smartctl talks to the disk, not which
+    disk it is); the type, with it, is the identity, so a change starts the device afresh."""
+    name = f"{m.path.removeprefix('/dev/')}:{m.controller},{m.slot}"
+    return Disk(name, (-1, -1, m.dtype), False, m.path, m.dtype, (m.controller, m.path, m.slot))
 
 
 def list_disks(sys_root: Path, exclude: str, devices: str = "auto") -> list[Disk]:
@@ -112,13 +146,17 @@ class SmartExporter(Exporter):
         devices: str = "auto",
         exclude: str = BLOCK_EXCLUDE,
         concurrency: int = 4,
+        raid: bool = True,
         sys_root: Path = SYS_ROOT,
         runner: Runner | None = None,
         wall_clock: Callable[[], float] = time.time,
         autostart: bool = True,
         choice: RunnerChoice | None = None,
     ) -> None:
-        """choice: how the runner was picked (wattbit_smart_runner_info; None: not shown)."""
+        """choice: how the runner was picked (wattbit_smart_runner_info; None: not shown);
+        raid: also read the disks behind RAID controllers that ``smartctl --scan-open`` finds."""
+        self.raid = raid
+        self._members: list[Disk] = []  # the RAID members of the last scan that answered
         self.interval = interval
         self.timeout = timeout
         self.devices = devices
@@ -157,8 +195,40 @@ class SmartExporter(Exporter):
                 return
 
     def run_cycle(self) -> None:
-        """List the disks and start a read of every one not being read; does not wait."""
+        """List the disks and start a read of every one not being read; does not wait for
+        the reads (the RAID scan, bounded by ``timeout``, runs after the kernel's disks have
+        started)."""
         disks = list_disks(self.sys_root, self.exclude, self.devices)
+        if not self.raid:
+            self._start(disks, disks, last=True)
+            return
+        before = [*disks, *self._members]
+        self._start(before, before, last=False)
+        members = self._scan()
+        started = {d.name for d in self._members}
+        if members is not None:
+            self._members = members  # a member the scan no longer shows leaves with its state
+        fresh = [d for d in self._members if d.name not in started]
+        self._start([*disks, *self._members], fresh, last=True)
+
+    def _scan(self) -> list[Disk] | None:
+        """The RAID members smartctl's scan shows now (None: the scan failed; logged)."""
+        outcome = self.runner.scan(self.timeout)
+        found = parse_scan(outcome.output) if outcome.result == "done" else None
+        with self._lock:
+            if found is None:
+                why = outcome.detail or "not a scan output"
+                if self._logged.get(_SCAN) != why:  # once per change, not once per cycle
+                    self._logged[_SCAN] = why
+                    log.warning("smart: smartctl --scan-open: %s; RAID members kept", why)
+                return None
+            self._logged.pop(_SCAN, None)
+        only = None if self.devices == "auto" else re.compile(self.devices)
+        members = [raid_disk(m) for m in found]
+        return [d for d in members if only is None or only.search(d.name)]
+
+    def _start(self, disks: list[Disk], start: list[Disk], last: bool) -> None:
+        """Make disks the current set; start a read of each of start not being read."""
         to_read: list[tuple[Disk, object]] = []
         with self._lock:
             self._disks = {d.name: d.identity for d in disks}
@@ -166,14 +236,15 @@ class SmartExporter(Exporter):
                 if self._states[name].identity != self._disks.get(name):
                     del self._states[name]  # gone, or another disk took the name
                     self._logged.pop(name, None)
-            for d in disks:
+            for d in start:
                 if d.virtual:
                     self._states[d.name] = DeviceState(d.identity, reason=NO_SMART)
                     self._log(d.name, NO_SMART, "a virtual block device, no hardware")
                 elif d.name not in self._inflight:
                     token = self._inflight[d.name] = object()
                     to_read.append((d, token))
-            self._cycles += 1
+            if last:
+                self._cycles += 1
             self._lock.notify_all()
         for d, token in to_read:
             try:
@@ -195,7 +266,10 @@ class SmartExporter(Exporter):
 
     def _read(self, disk: Disk, token: object) -> None:
         try:
-            outcome = self.runner(device_path(disk.name), self.timeout)
+            if disk.dtype == "auto":
+                outcome = self.runner(disk.open_path, self.timeout)
+            else:
+                outcome = self.runner(disk.open_path, self.timeout, disk.dtype)
             reading = None
             if outcome.result == "done":
                 reading = parse_smartctl(outcome.output, outcome.exit_code)
@@ -229,9 +303,9 @@ class SmartExporter(Exporter):
                 return  # stopping: the run was killed by close(), not by the drive
             if self._disks.get(disk.name) != disk.identity:
                 return  # the device went away (or was replaced) while it was read
-            state = self._states.get(disk.name) or DeviceState(disk.identity)
+            state = self._states.get(disk.name) or DeviceState(disk.identity, raid=disk.raid)
             if reason in _SILENT:
-                new = DeviceState(disk.identity, reason=reason)
+                new = DeviceState(disk.identity, reason=reason, raid=disk.raid)
             else:
                 reads = dict(state.reads)
                 result = reason or "ok"
@@ -404,9 +478,70 @@ def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
         "spare": spare,
         "spare_threshold": spare_threshold,
         "grown": grown,
+        **_log_families(),
         "last_read": last_read,
         "duration": duration,
         "reads": reads,
+    }
+
+
+def _log_families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
+    """The families of smartctl's exit status, the drives' logs and counters, RAID members."""
+    dev = ["device"]
+    exit_bit = GaugeMetricFamily(
+        "wattbit_disk_smartctl_exit_bit",
+        "1 if the bit of smartctl's exit status was set at the last good read (command_failed, "
+        "disk_failing, prefail_below_threshold, past_below_threshold, error_log, "
+        "self_test_log: smartctl(8) EXIT STATUS bits 2-7).",
+        labels=["device", "bit"],
+    )
+    scsi_corrected = CounterMetricFamily(
+        "wattbit_scsi_errors_corrected",
+        "SCSI/SAS error counter log: errors corrected (by ECC, rereads or rewrites), by "
+        "operation (read, write, verify).",
+        labels=["device", "operation"],
+    )
+    scsi_uncorrected = CounterMetricFamily(
+        "wattbit_scsi_errors_uncorrected",
+        "SCSI/SAS error counter log: errors the drive could not correct, by operation (read, "
+        "write, verify).",
+        labels=["device", "operation"],
+    )
+    nvme_read = CounterMetricFamily(
+        "wattbit_nvme_read_bytes",
+        "NVMe Data Units Read in bytes (units of 512,000 bytes, rounded up by the drive).",
+        labels=dev,
+    )
+    nvme_written = CounterMetricFamily(
+        "wattbit_nvme_written_bytes",
+        "NVMe Data Units Written in bytes (units of 512,000 bytes, rounded up by the drive).",
+        labels=dev,
+    )
+    power_cycles = CounterMetricFamily(
+        "wattbit_disk_power_cycles",
+        "Power-on cycles the drive counts (ATA attribute 12, NVMe Power Cycles).",
+        labels=dev,
+    )
+    self_test = GaugeMetricFamily(
+        "wattbit_disk_self_test_passed",
+        "1 if the newest completed self-test in the drive's log passed, 0 if it failed.",
+        labels=dev,
+    )
+    raid = GaugeMetricFamily(
+        "wattbit_disk_raid_member_info",
+        "A drive behind a RAID controller, found by smartctl --scan-open: its controller "
+        "type, the path smartctl opens and its slot there.",
+        labels=["device", "controller", "path", "slot"],
+    )
+    return {
+        "exit_bit": exit_bit,
+        "scsi_corrected": scsi_corrected,
+        "scsi_uncorrected": scsi_uncorrected,
+        "nvme_read": nvme_read,
+        "nvme_written": nvme_written,
+        "power_cycles": power_cycles,
+        "self_test": self_test,
+        "raid": raid,
     }
 
 
@@ -416,6 +551,8 @@ def render(states: Mapping[str, DeviceState]) -> Iterator[Metric]:
     for name in sorted(states):
         st = states[name]
         f["available"].add_metric([name, st.reason], 0.0 if st.reason else 1.0)
+        if st.raid is not None:
+            f["raid"].add_metric([name, *st.raid], 1.0)
         if st.reason in _SILENT:
             continue
         for result in READ_RESULTS:
@@ -443,6 +580,18 @@ def _add_reading(
         f["power_on"].add_metric([name], float(r.power_on_seconds))
     if r.grown_defects is not None:
         f["grown"].add_metric([name], float(r.grown_defects))
+    if r.exit_status is not None:
+        for bit, label in EXIT_STATUS_BITS:
+            f["exit_bit"].add_metric([name, label], float(r.exit_status >> bit & 1))
+    for op, corrected, uncorrected in r.scsi_errors:
+        if corrected is not None:
+            f["scsi_corrected"].add_metric([name, op], float(corrected))
+        if uncorrected is not None:
+            f["scsi_uncorrected"].add_metric([name, op], float(uncorrected))
+    if r.power_cycles is not None:
+        f["power_cycles"].add_metric([name], float(r.power_cycles))
+    if r.self_test_passed is not None:
+        f["self_test"].add_metric([name], 1.0 if r.self_test_passed else 0.0)
     n = r.nvme
     if n is None:
         return
@@ -450,6 +599,8 @@ def _add_reading(
         for bit, label in NVME_CRITICAL_WARNING_BITS:
             f["warning"].add_metric([name, label], float(n.critical_warning >> bit & 1))
     for key, value, scale in (
+        ("nvme_read", _bytes(n.data_units_read), 1),
+        ("nvme_written", _bytes(n.data_units_written), 1),
         ("media_errors", n.media_errors, 1),
         ("error_log", n.error_log_entries, 1),
         ("used", n.percentage_used, 100),
@@ -458,3 +609,8 @@ def _add_reading(
     ):
         if value is not None:
             f[key].add_metric([name], float(value) / scale)
+
+
+def _bytes(units: int | None) -> int | None:
+    """NVMe data units in bytes."""
+    return None if units is None else units * NVME_DATA_UNIT_BYTES

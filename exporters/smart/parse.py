@@ -45,6 +45,34 @@ NVME_CRITICAL_WARNING_BITS = (
 # DEVICE structure, or device is in a low-power mode (see '-n' option above)".
 EXIT_OPEN_FAILED_OR_LOW_POWER = 1 << 1
 
+# smartctl(8) "EXIT STATUS" bits 2-7, bit -> the `bit` label of wattbit_disk_smartctl_exit_bit
+# (bits 0 and 1, a command line or device open that failed, are wattbit_disk_smart_available's
+# "error"). smartctl_exporter exports the whole number (smartctl_device_smartctl_exit_status).
+EXIT_STATUS_BITS = (
+    (2, "command_failed"),  # a SMART or other ATA/SCSI command failed, or a checksum error
+    (3, "disk_failing"),  # SMART status check returned "DISK FAILING"
+    (4, "prefail_below_threshold"),  # "DISK OK", but prefail attributes are <= threshold
+    (5, "past_below_threshold"),  # "DISK OK", but attributes were <= threshold in the past
+    (6, "error_log"),  # the device error log contains records of errors
+    (7, "self_test_log"),  # the device self-test log contains records of errors
+)
+
+# The SCSI Error Counter log pages (SPC-4 7.3: Read 03h, Write 02h, Verify 05h) as smartctl
+# prints them (scsiprint.cpp scsiPrintErrorCounterLog: scsi_error_counter_log.{read,write,verify}).
+SCSI_ERROR_OPERATIONS = ("read", "write", "verify")
+
+# NVMe "Data Units Read/Written" count thousands of 512-byte units (NVMe Base Specification 2.0,
+# Figure 207: "reported in thousands (i.e., a value of 1 corresponds to 1,000 units of 512
+# bytes)"), rounded up.
+NVME_DATA_UNIT_BYTES = 512_000
+
+# The last self-test's result code -> passed (True) / failed (False); codes not listed (aborted,
+# interrupted, in progress, reserved) say nothing about the drive. SCSI: SPC-4 Table 360
+# (self-test results log parameter, SELF-TEST RESULTS field), scsiprint.cpp scsiPrintSelfTest.
+# NVMe: NVMe Base Specification 2.0 Figure 260 (Device Self-test Status, bits 3:0).
+_SCSI_SELF_TEST = {0: True, 3: False, 4: False, 5: False, 6: False, 7: False}
+_NVME_SELF_TEST = {0: True, 5: False, 6: False, 7: False}
+
 # `-n standby` skipping a sleeping drive: "Device is in STANDBY mode, exit(2)" (ATA also
 # SLEEP, STANDBY_Y; SCSI "STANDBY BY TIMER" ...; smartctl.cpp "STANDBY (OS)"), printed with
 # severity "information" from ataprint.cpp / scsiprint.cpp / smartctl.cpp.
@@ -79,6 +107,8 @@ class NvmeHealth:
     percentage_used: int | None = None
     available_spare: int | None = None
     available_spare_threshold: int | None = None
+    data_units_read: int | None = None  # thousands of 512-byte units (NVME_DATA_UNIT_BYTES)
+    data_units_written: int | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +125,10 @@ class SmartReading:
     attributes: tuple[AtaAttribute, ...] = ()
     nvme: NvmeHealth | None = None
     grown_defects: int | None = None  # SCSI: elements in the grown defect list
+    # SCSI error counter log: operation ("read", "write", "verify") -> (corrected, uncorrected)
+    scsi_errors: tuple[tuple[str, int | None, int | None], ...] = ()
+    power_cycles: int | None = None  # ATA attribute 12 / NVMe Power Cycles (power_cycle_count)
+    self_test_passed: bool | None = None  # the last completed self-test (None: none, aborted)
 
 
 def parse_smartctl(data: bytes, exit_code: int | None = None) -> SmartReading:
@@ -131,8 +165,12 @@ def _reading(doc: dict[str, Any], exit_code: int | None) -> SmartReading:
     support = _dict(doc.get("smart_support"))
     if support.get("available") is False:
         return SmartReading("no_smart", "the device has no SMART", exit_status, protocol)
-    if support.get("enabled") is False:
-        # wattbit never changes a drive's settings; `smartctl -s on DEVICE` would.
+    if support.get("enabled") is False and protocol != "SCSI":
+        # wattbit never changes a drive's settings; `smartctl -s on DEVICE` would. On SCSI,
+        # "disabled" is only the DEXCPT bit of the Informational Exceptions mode page (SPC-4
+        # 7.5.10: exception *reporting* off): the drive still answers health, temperature,
+        # power-on time, the defect list and its logs, and smartctl prints them (scsiprint.cpp
+        # reads them whatever DEXCPT says).
         return SmartReading("no_smart", "SMART is disabled on the device", exit_status, protocol)
 
     passed = _dict(doc.get("smart_status")).get("passed")
@@ -141,8 +179,9 @@ def _reading(doc: dict[str, Any], exit_code: int | None) -> SmartReading:
     has_table = isinstance(table, list) and len(table) > 0
     nvme = _nvme(doc.get("nvme_smart_health_information_log"))
     grown = _int(doc.get("scsi_grown_defect_list"), 0, _U64 - 1)
+    scsi_errors = _scsi_errors(doc.get("scsi_error_counter_log"))
 
-    if healthy is None and not has_table and nvme is None and grown is None:
+    if healthy is None and not has_table and nvme is None and grown is None and not scsi_errors:
         for m in messages:
             if _NO_SMART.search(m):
                 return SmartReading("no_smart", m, exit_status, protocol)
@@ -170,6 +209,9 @@ def _reading(doc: dict[str, Any], exit_code: int | None) -> SmartReading:
         attributes=_attributes(table) if isinstance(table, list) else (),
         nvme=nvme,
         grown_defects=grown,
+        scsi_errors=scsi_errors,
+        power_cycles=_int(doc.get("power_cycle_count"), 0, _U64 - 1),
+        self_test_passed=_self_test_passed(doc),
     )
 
 
@@ -245,7 +287,44 @@ def _nvme(log: object) -> NvmeHealth | None:
         percentage_used=_int(log.get("percentage_used"), 0, 255),  # may exceed 100 (spec)
         available_spare=_int(log.get("available_spare"), 0, 255),
         available_spare_threshold=_int(log.get("available_spare_threshold"), 0, 255),
+        data_units_read=_int(log.get("data_units_read"), 0, _U128 - 1),
+        data_units_written=_int(log.get("data_units_written"), 0, _U128 - 1),
     )
+
+
+def _scsi_errors(log: object) -> tuple[tuple[str, int | None, int | None], ...]:
+    """(operation, corrected, uncorrected) of each counter page smartctl could read."""
+    if not isinstance(log, dict):
+        return ()
+    out = []
+    for op in SCSI_ERROR_OPERATIONS:
+        page = log.get(op)
+        if not isinstance(page, dict):
+            continue  # a drive without a verify page (many SSDs) or a page that failed
+        corrected = _int(page.get("total_errors_corrected"), 0, _U64 - 1)
+        uncorrected = _int(page.get("total_uncorrected_errors"), 0, _U64 - 1)
+        if corrected is not None or uncorrected is not None:
+            out.append((op, corrected, uncorrected))
+    return tuple(out)
+
+
+def _self_test_passed(doc: dict[str, Any]) -> bool | None:
+    """Whether the newest entry of the self-test log passed (None: no completed test)."""
+    # ATA: ataprint.cpp writes status.passed only for a test that ran to an end (completed
+    # without error: true; a failed element: false), never for an aborted or running one.
+    ata = _dict(_dict(doc.get("ata_smart_self_test_log")).get("standard")).get("table")
+    if isinstance(ata, list) and ata:
+        passed = _dict(_dict(ata[0]).get("status")).get("passed")
+        return passed if isinstance(passed, bool) else None
+    scsi = _dict(doc.get("scsi_self_test_0"))  # entry 0 is the newest (SPC-4 7.3.19)
+    if scsi:
+        code = _int(_dict(scsi.get("result")).get("value"), 0, 15)
+        return _SCSI_SELF_TEST.get(code) if code is not None else None
+    nvme = _dict(doc.get("nvme_self_test_log")).get("table")
+    if isinstance(nvme, list) and nvme:
+        code = _int(_dict(_dict(nvme[0]).get("self_test_result")).get("value"), 0, 15)
+        return _NVME_SELF_TEST.get(code) if code is not None else None
+    return None
 
 
 def _power_on_seconds(value: object) -> int | None:
@@ -285,3 +364,84 @@ def _text(value: object, limit: int) -> str:
         return ""
     text = "".join(c if c.isprintable() else " " for c in value[: limit * 2]).strip()
     return text[:limit]
+
+
+# --- smartctl --scan-open ---------------------------------------------------------------------
+
+_N = r"(?:0|[1-9][0-9]{0,3})"  # a small decimal number, no sign, no leading zeros
+# The RAID device types of smartctl(8) -d (the same table as the root helper's TYPES,
+# packaging/libexec/smartctl-helper): controller -> the pattern of its slot, what follows the
+# name ("megaraid,N": the disk's device id; "cciss,N" and "3ware,N": the port;
+# "aacraid,H,L,ID": host, LUN, id; "areca,N[/E]": port and enclosure; "hpt,L/M[/N]":
+# controller, channel, pmport; "sssraid,E,S": enclosure, slot). A SATA disk behind one is
+# written "sat+TYPE" once opened. On Linux smartctl's scan lists only megaraid and sssraid
+# members (lib/os_linux.cpp scan_smart_devices: get_dev_megasas, get_dev_sssraid); the other
+# types are taken when a scan lists them, never guessed.
+RAID_SLOTS = {
+    name: re.compile(rf"^{pattern}$")
+    for name, pattern in (
+        ("megaraid", _N),
+        ("cciss", _N),
+        ("3ware", _N),
+        ("aacraid", rf"{_N},{_N},{_N}"),
+        ("areca", rf"{_N}(?:/{_N})?"),
+        ("hpt", rf"{_N}/{_N}(?:/{_N})?"),
+        ("sssraid", rf"{_N},{_N}"),
+    )
+}
+_RAID_TYPE = re.compile(r"^(?:sat\+)?(?P<controller>[a-z0-9]{1,16}),(?P<slot>[0-9,/]{1,32})$")
+
+
+def raid_type(dtype: str) -> tuple[str, str] | None:
+    """(controller, slot) of a RAID -d type ("sat+megaraid,3" -> ("megaraid", "3")), else None."""
+    m = _RAID_TYPE.match(dtype)
+    if m is None:
+        return None
+    slot = RAID_SLOTS.get(m["controller"])
+    if slot is None or not slot.match(m["slot"]):
+        return None
+    return m["controller"], m["slot"]
+
+
+# The device path a scan names (/dev/bus/0, /dev/sda, /dev/twa0, /dev/sg2, /dev/cciss/c0d0).
+SCAN_PATH = re.compile(r"^/dev/(?:[a-z][a-z0-9_-]{0,31}/){0,2}[A-Za-z0-9][A-Za-z0-9_.:+-]{0,63}$")
+MAX_SCANNED = 512  # RAID members kept from one scan (a 4-controller, 128-bay host at most)
+
+
+@dataclass(frozen=True)
+class RaidMember:
+    """A disk behind a RAID controller, as smartctl's scan names it."""
+
+    path: str  # what smartctl opens: "/dev/bus/0"
+    dtype: str  # its -d TYPE: "megaraid,0", "sat+megaraid,0"
+    controller: str  # the -d type's name: "megaraid"
+    slot: str  # the rest: "0", "0,0,1", "1/2"
+
+
+def parse_scan(data: bytes) -> tuple[RaidMember, ...] | None:
+    """The RAID members in a ``smartctl --scan-open --json`` output (None: not a scan output).
+
+    Disks that /sys/block lists (``-d scsi``, ``-d nvme``, ``-d sat``) are left out: the
+    exporter reads those by their kernel name. Malformed entries are skipped, at most
+    MAX_SCANNED kept, each (path, type) once."""
+    if len(data) > MAX_OUTPUT:
+        return None
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("smartctl"), dict):
+        return None
+    devices = doc.get("devices")  # absent when nothing was found (tests/fixtures/smart)
+    seen: dict[tuple[str, str], RaidMember] = {}
+    for entry in devices[:4096] if isinstance(devices, list) else []:
+        path, dtype = _dict(entry).get("name"), _dict(entry).get("type")
+        if not isinstance(path, str) or not isinstance(dtype, str) or ".." in path:
+            continue
+        kind = raid_type(dtype)
+        if kind is None or not SCAN_PATH.match(path) or (path, dtype) in seen:
+            continue
+        seen[(path, dtype)] = RaidMember(path, dtype, *kind)
+        if len(seen) >= MAX_SCANNED:
+            break
+    return tuple(seen.values())

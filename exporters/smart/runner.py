@@ -34,8 +34,23 @@ from .parse import MAX_OUTPUT
 # spin up a drive in STANDBY or SLEEP; smartctl exits 2 with "Device is in STANDBY mode"
 # instead. --info --health --attributes: identity, the overall health self-assessment and the
 # attributes (ATA), the SMART/Health log (NVMe), temperature, power-on time and the grown
-# defect list (SCSI). No logs, no self-tests: nothing that reads more than a few sectors.
-SMARTCTL_ARGS = ("--json=c", "--nocheck=standby", "--info", "--health", "--attributes")
+# defect list (SCSI). --log=error: the SCSI error counter log (scsiprint.cpp prints
+# scsi_error_counter_log only under -l error), the ATA summary error log and NVMe error log
+# (exit status bit 6); --log=selftest: the self-test log (its newest result, exit status bit
+# 7). No self-test is started: each log is one or a few log pages read.
+SMARTCTL_ARGS = (
+    "--json=c",
+    "--nocheck=standby",
+    "--info",
+    "--health",
+    "--attributes",
+    "--log=error",
+    "--log=selftest",
+)
+# `smartctl --scan-open`: the devices smartctl finds, each opened once to learn its type,
+# with the disks behind RAID controllers (`-d megaraid,N` ...) that no /sys/block entry shows.
+SCAN_ARGS = ("--scan-open", "--json=c")
+SCAN_KEY = " scan"  # the runner's key for the scan's process (no device path has a space)
 
 # Where smartmontools installs smartctl when PATH does not say (Debian: /usr/sbin).
 SYSTEM_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
@@ -61,8 +76,12 @@ class RunOutcome:
 class Runner(Protocol):
     """Runs smartctl on one device path ("/dev/sda") within a timeout."""
 
-    def __call__(self, device: str, timeout: float) -> RunOutcome:
-        """Run smartctl on device; never raises."""
+    def __call__(self, device: str, timeout: float, dtype: str = "auto") -> RunOutcome:
+        """Run smartctl on device as -d dtype ("auto": smartctl's own choice); never raises."""
+        ...
+
+    def scan(self, timeout: float) -> RunOutcome:
+        """Run ``smartctl --scan-open`` (the RAID members are in its output); never raises."""
         ...
 
     def close(self) -> None:
@@ -109,8 +128,19 @@ class SmartctlRunner:
             return self.binary if os.access(self.binary, os.X_OK) else None
         return find_smartctl()
 
-    def __call__(self, device: str, timeout: float) -> RunOutcome:
-        """Run smartctl on device with a deadline; never raises."""
+    def __call__(self, device: str, timeout: float, dtype: str = "auto") -> RunOutcome:
+        """Run smartctl on device (as -d dtype unless "auto") with a deadline; never raises."""
+        typed = ("-d", dtype) if dtype != "auto" else ()
+        # A RAID member's key is its device and type: megaraid,0 and megaraid,1 share /dev/bus/0.
+        key = device if dtype == "auto" else f"{device} {dtype}"
+        return self._run((*SMARTCTL_ARGS, *typed, device), key, timeout)
+
+    def scan(self, timeout: float) -> RunOutcome:
+        """Run ``smartctl --scan-open --json=c`` with a deadline; never raises."""
+        return self._run(SCAN_ARGS, SCAN_KEY, timeout)
+
+    def _run(self, args: tuple[str, ...], device: str, timeout: float) -> RunOutcome:
+        """Run smartctl with args; device keys the stuck-process bookkeeping."""
         with self._lock:
             stuck = self._stuck.get(device)
             if stuck is not None:
@@ -128,7 +158,7 @@ class SmartctlRunner:
         start = self._clock()
         try:
             proc = subprocess.Popen(
-                [binary, *SMARTCTL_ARGS, device],
+                [binary, *args],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -226,8 +256,8 @@ HELPER_SOCKET = "/run/wattbit/smartctl.sock"  # wattbit-smartctl.socket (packagi
 class HelperRunner:
     """Runs smartctl through wattbit's root helper (packaging/libexec/smartctl-helper) on a
     unix socket, so that the agent holds no CAP_SYS_RAWIO: one connection per read, the
-    request ``read /dev/NAME auto``, the answer one JSON line bounded like smartctl's own
-    output and waited for within the run's timeout."""
+    request ``read /dev/NAME TYPE`` (or ``scan``), the answer one JSON line bounded like
+    smartctl's own output and waited for within the run's timeout."""
 
     def __init__(
         self,
@@ -243,8 +273,15 @@ class HelperRunner:
         self._socks: set[socket.socket] = set()
         self._closed = False
 
-    def __call__(self, device: str, timeout: float) -> RunOutcome:
-        """Ask the helper to read device within timeout; never raises."""
+    def __call__(self, device: str, timeout: float, dtype: str = "auto") -> RunOutcome:
+        """Ask the helper to read device as dtype within timeout; never raises."""
+        return self._ask(f"read {device} {dtype}\n".encode(), timeout)
+
+    def scan(self, timeout: float) -> RunOutcome:
+        """Ask the helper for ``smartctl --scan-open`` within timeout; never raises."""
+        return self._ask(b"scan\n", timeout)
+
+    def _ask(self, request: bytes, timeout: float) -> RunOutcome:
         start = self._clock()
         deadline = start + timeout
         try:
@@ -257,7 +294,7 @@ class HelperRunner:
                 return RunOutcome("error", detail="stopping")
             self._socks.add(sock)
         try:
-            raw, why = self._exchange(sock, f"read {device} auto\n".encode(), deadline)
+            raw, why = self._exchange(sock, request, deadline)
         finally:
             with self._lock:
                 self._socks.discard(sock)

@@ -47,6 +47,7 @@ NAMES = {
     "WattbitBlockioFallback",
     "WattbitBlockioMapFull",
     "WattbitNicDrops",
+    "WattbitTransferWindowLimited",
     "WattbitTcpRetransmits",
     "WattbitOutletPowerHigh",
     "WattbitEnergyCounterReset",
@@ -55,6 +56,8 @@ NAMES = {
     "WattbitNvmeCriticalWarning",
     "WattbitNvmeSpareLow",
     "WattbitNvmeMediaErrors",
+    "WattbitDiskUncorrectedErrors",
+    "WattbitDiskCommandTimeouts",
     "WattbitPowerSourcesDisagree",
     "WattbitPcieLinkDowngraded",
 }

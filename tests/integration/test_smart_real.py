@@ -66,8 +66,10 @@ def calls(tmp: Path) -> list[tuple[int, list[str]]]:
 
 def hang(tmp: Path) -> str:
     """Script lines for a run that hangs with a child in its process group holding stdout
-    open, as a smartctl stuck in the kernel would; the child's pid goes to sleep-DEV.pid."""
+    open, as a smartctl stuck in the kernel would; the child's pid goes to sleep-DEV.pid.
+    The exporter's `--scan-open` is answered as this VM answers it (no devices)."""
     return (
+        f'[ "$1" = --scan-open ] && exec cat {SMART / "local_scan_open.json"}\n'
         'dev=$(basename "$(eval echo \\${$#})")\n'
         "sleep 600 &\n"
         f"echo $! > {tmp}/sleep-$dev.pid\n"
@@ -110,9 +112,15 @@ def test_real_smartctl_on_this_machines_disks(agent_with_loop_disk: Agent) -> No
         if k[0] == "wattbit_disk_info" and dict(k[1])["parent"] == ""
     }
     smart = {dict(k[1])["device"] for k in s if k[0] == AVAILABLE}
-    assert smart == info == set(expected)
-    assert any(d.virtual for d in expected.values()), "the loop disk is missing"
+    # Other jobs on this machine attach and detach loop devices of their own at any time:
+    # the disks present before and after the scrape are the ones both sets must hold.
+    after = {d.name for d in list_disks(Path("/sys"), r"^(ram|zram|fd|sr)\d+$")}
+    stable = set(expected) & after
+    assert stable <= smart and stable <= info
+    assert any(expected[n].virtual for n in stable), "the loop disk is missing"
     for name, disk in expected.items():
+        if name not in stable:
+            continue
         series = {k: v for k, v in s.items() if _smart(k[0]) and dict(k[1]).get("device") == name}
         if disk.virtual:
             assert series == {(AVAILABLE, (("device", name), ("reason", "no_smart"))): 0.0}
@@ -133,7 +141,7 @@ def test_real_smartctl_on_this_machines_disks(agent_with_loop_disk: Agent) -> No
             assert healthy == float(doc["smart_status"]["passed"])
     # "no SMART" is said in the log once per device (and not again at every read)
     log = agent.log.read_text()
-    for name in expected:
+    for name in stable:
         no_smart = s.get((AVAILABLE, (("device", name), ("reason", "no_smart")))) == 0.0
         assert log.count(f"smart: {name} has no SMART") == int(no_smart), log
 
@@ -153,7 +161,8 @@ def test_a_hanging_smartctl_never_blocks_a_scrape_and_dies_with_the_agent(
     )
     try:
         agent.wait_ready()
-        runs = wait_for(lambda: calls(tmp_path) or None, WAIT, "the stand-in smartctl to start")
+        reads = lambda: [c for c in calls(tmp_path) if c[1][0] != "--scan-open"] or None  # noqa: E731
+        runs = wait_for(reads, WAIT, "the stand-in smartctl to start")
         pid, argv = runs[0]
         assert argv[:-1] == list(SMARTCTL_ARGS), "not the fixed argv"
         assert argv[-1].startswith("/dev/")
@@ -282,3 +291,83 @@ def test_find_smartctl_ignores_relative_path_entries(
     assert find_smartctl(f"bin:{fake.parent}") == str(fake)
     found = find_smartctl("bin:.:")
     assert found != str(fake) and (found is None or os.path.isabs(found))
+
+
+# --- disks behind a RAID controller: a stand-in smartctl answering as a MegaRAID host -------
+
+
+def megaraid_host(tmp: Path, scan: Path, hang_slot: int | None = None) -> Path:
+    """A stand-in smartctl at a fixed path answering as scrutiny's PERC H710 host did: its
+    scan (scan_megaraid.json, or the file scan), `-d megaraid,N /dev/bus/0` with the real
+    captures of slots 0 and 1 (exit 4 as captured); hang_slot hangs instead."""
+    slot = {n: SMART / f"megaraid_sat_WD4000FYYX_slot{n}.json" for n in (0, 1)}
+    answer = {n: f"cat {slot[n]}; exit 4" for n in (0, 1)}
+    if hang_slot is not None:
+        # as hang(): a child in the process group holds stdout open
+        answer[hang_slot] = f"sleep 600 & echo $! > {tmp}/sleep-{hang_slot}.pid; wait"
+    body = (
+        'case "$*" in\n'
+        f"--scan-open*) cat {scan} ;;\n"
+        f'*"-d megaraid,0 /dev/bus/0") {answer[0]} ;;\n'
+        f'*"-d megaraid,1 /dev/bus/0") {answer[1]} ;;\n'
+        f"*) cat {SMART / 'local_vda.json'}; exit 1 ;;\n"
+        "esac"
+    )
+    return fake_smartctl(tmp, body)
+
+
+def test_raid_members_through_a_stand_in_megaraid_host(tmp_path: Path, two_disks: Path) -> None:
+    scan = tmp_path / "scan.json"
+    scan.write_bytes((SMART / "scan_megaraid.json").read_bytes())
+    fake = megaraid_host(tmp_path, scan)
+    e = SmartExporter(
+        timeout=30.0, sys_root=two_disks, runner=SmartctlRunner(str(fake)), autostart=False
+    )
+    try:
+        e.run_cycle()
+        assert e.wait_idle(WAIT)
+        states = e.states()
+        assert sorted(states) == ["bus/0:megaraid,0", "bus/0:megaraid,1", "sda", "sdb"]
+        m0, m1 = states["bus/0:megaraid,0"], states["bus/0:megaraid,1"]
+        assert m0.raid == ("megaraid", "/dev/bus/0", "0")
+        assert m1.raid == ("megaraid", "/dev/bus/0", "1")
+        assert m1.reading is not None and m1.reason == ""
+        assert {a.id: a.raw for a in m1.reading.attributes} == {5: 387, 197: 0, 198: 0}
+        assert m1.reading.exit_status == 4  # bit 2, as the capture says
+        # each member was run with its own type on the controller's path, nothing else
+        argvs = [argv for _, argv in calls(tmp_path)]
+        assert ["--scan-open", "--json=c"] in argvs
+        for n in (0, 1):
+            assert [*SMARTCTL_ARGS, "-d", f"megaraid,{n}", "/dev/bus/0"] in argvs
+        # slot 1 is pulled: the next scan no longer lists it, and its series leave
+        doc = json.loads(scan.read_bytes())
+        doc["devices"] = doc["devices"][:1]
+        scan.write_text(json.dumps(doc))
+        e.run_cycle()
+        assert e.wait_idle(WAIT)
+        assert sorted(e.states()) == ["bus/0:megaraid,0", "sda", "sdb"]
+    finally:
+        e.close()
+
+
+def test_a_hanging_raid_member_is_killed_while_the_other_reads(
+    tmp_path: Path, two_disks: Path
+) -> None:
+    fake = megaraid_host(tmp_path, SMART / "scan_megaraid.json", hang_slot=0)
+    e = SmartExporter(
+        timeout=3.0,
+        concurrency=2,
+        sys_root=two_disks,
+        runner=SmartctlRunner(str(fake)),
+        autostart=False,
+    )
+    try:
+        e.run_cycle()
+        assert e.wait_idle(WAIT)
+        states = e.states()
+        assert states["bus/0:megaraid,1"].reading is not None
+        assert states["bus/0:megaraid,0"].reason == "timeout"
+        sleep_pid = int((tmp_path / "sleep-0.pid").read_text())
+        wait_for(lambda: not _alive(sleep_pid), WAIT, "the hung member's child to die")
+    finally:
+        e.close()

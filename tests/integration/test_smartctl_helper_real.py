@@ -100,6 +100,7 @@ def test_scan_and_read_answer_what_smartctl_says(helper: Activator) -> None:
     _same(ask(helper.path, b"scan\n"), direct("--scan-open", "--json=c"))
     name = whole_disk()
     args = ("--json=c", "--nocheck=standby", "--info", "--health", "--attributes")
+    args += ("--log=error", "--log=selftest")
     _same(
         ask(helper.path, f"read /dev/{name} auto\n".encode()),
         direct(*args, f"/dev/{name}"),
@@ -112,7 +113,7 @@ def test_a_loop_device_of_sys_block_is_read(helper: Activator) -> None:
         answer = ask(helper.path, f"read {disk.device} auto\n".encode())
         assert isinstance(answer["exit_code"], int)
         assert json.loads(answer["output"])["smartctl"]["argv"][-2:] == [
-            "--attributes",
+            "--log=selftest",
             disk.device,
         ]
 
@@ -328,3 +329,43 @@ def test_a_client_that_hangs_up_ends_the_run(tmp_path: Path) -> None:
     assert len(errors) == 1 and "the client went away" in str(errors[0])
     pid = int(pidfile.read_text())
     wait_for(lambda: _gone(pid), 30, "the stand-in killed")
+
+
+# --- disks behind a RAID controller: the helper's own scan decides -------------------------
+
+FIXTURES_SMART = ROOT / "tests" / "fixtures" / "smart"
+
+
+def test_the_helpers_read_is_the_agents_read() -> None:
+    from exporters.smart.runner import SCAN_ARGS, SMARTCTL_ARGS
+
+    assert H.READ_ARGS == SMARTCTL_ARGS and H.SCAN_ARGS == SCAN_ARGS
+
+
+def test_a_raid_member_is_read_only_when_the_helpers_scan_lists_it(tmp_path: Path) -> None:
+    """A stand-in smartctl answering as scrutiny's MegaRAID host (its scan, the real capture
+    of slot 1): the (path, type) pair the scan lists is read with -d TYPE; another slot on
+    the same path, or the listed slot on another path, is refused."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "smartctl"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        'case "$*" in\n'
+        f"--scan-open*) cat {FIXTURES_SMART / 'scan_megaraid.json'} ;;\n"
+        f'*"-d megaraid,1 /dev/bus/0") cat {FIXTURES_SMART}/megaraid_sat_WD4000FYYX_slot1.json'
+        "; exit 4 ;;\n"
+        "*) exit 1 ;;\n"
+        "esac\n"
+    )
+    fake.chmod(0o755)
+    got = H.answer(H.parse_request(b"read /dev/bus/0 megaraid,1\n"), smartctl=str(fake))
+    assert got["exit_code"] == 4
+    assert json.loads(str(got["output"]))["device"]["type"] == "sat+megaraid,1"
+    for line in (b"read /dev/bus/0 megaraid,7\n", b"read /dev/bus/1 megaraid,1\n"):
+        with pytest.raises(H.Refused, match="not a device smartctl's scan"):
+            H.answer(H.parse_request(line), smartctl=str(fake))
+    runs = calls.read_text().splitlines()
+    assert runs[0] == "--scan-open --json=c"
+    assert runs[1] == " ".join([*H.READ_ARGS, "-d", "megaraid,1", "/dev/bus/0"])
+    assert runs[2:] == ["--scan-open --json=c"] * 2  # refused: scanned, never read

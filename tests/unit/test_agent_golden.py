@@ -22,6 +22,7 @@ by default a mismatch fails.
 from __future__ import annotations
 
 import os
+import re
 import tarfile
 from pathlib import Path
 
@@ -33,11 +34,15 @@ from collector.daemon.serve import build_registry
 from collector.web.exposition import metrics_app
 from exporters.smart.exporter import SmartExporter
 from exporters.smart.runner import RunOutcome
+from exporters.tcp.exporter import TcpExporter
 from tests.support.env import FIXTURES
 from tests.support.golden import assert_golden, normalise, promtool_accepts, scrape
+from tests.support.tcpdiag import RecordedDiag
 from tests.support.tree import sys_link, write_file
 
 GOLDEN = FIXTURES / "metrics" / "agent.prom"
+# durations: read 0 in the golden
+VARYING = ("wattbit_exporter_duration_seconds", "wattbit_tcp_sample_duration_seconds")
 
 NIC_PCI = "devices/pci0000:00/0000:00:03.0"  # virtio2 in interrupts-6.18-virtio
 # /sys/class/net/eth0/statistics: the sums of the recorded ethtool queues, a few drops
@@ -106,7 +111,23 @@ def machine(root: Path) -> tuple[Path, Path]:
     for irq, (allowed, effective) in (IRQ_AFFINITY | DISK_IRQ_AFFINITY).items():
         write_file(proc_root / "irq" / irq / "smp_affinity_list", f"{allowed}\n")
         write_file(proc_root / "irq" / irq / "effective_affinity_list", f"{effective}\n")
+    for line in (FIXTURES / "tcp" / "sysctl-net-6.18.44.tsv").read_text().splitlines():
+        path, value = line.split("\t", 1)
+        write_file(proc_root / "sys" / path, value + "\n")
     return sys_root, proc_root
+
+
+def recorded_tcp() -> RecordedDiag:
+    """Three samples of sock_diag as captured on 6.18 (tests/fixtures/tcp): the rwnd-limited
+    pair (the baseline), then the bulk pair appears while the sndbuf-limited pair is born and
+    closes (destroy messages), then the bulk pair later, after 64 MiB more."""
+    rwnd = [("rwnd-limited", s) for s in ("listener", "sender", "receiver")]
+    bulk = [("bulk", s) for s in ("listener", "sender", "receiver")]
+    later = [("bulk", f"{s}-later") for s in ("listener", "sender", "receiver")]
+    return RecordedDiag(
+        dumps=[rwnd, rwnd + bulk, rwnd + later],
+        destroyed=[[], [("sndbuf-limited", "sender"), ("sndbuf-limited", "receiver")]],
+    )
 
 
 class RecordedSmartctl:
@@ -121,6 +142,10 @@ class RecordedSmartctl:
         self.devices.append(device)
         output = (FIXTURES / "smart" / "local_vda.json").read_bytes()
         return RunOutcome("done", output, exit_code=1, duration=0.015)
+
+    def scan(self, timeout: float) -> RunOutcome:
+        # this VM's real `smartctl --scan-open --json`: no devices
+        return RunOutcome("done", (FIXTURES / "smart" / "local_scan_open.json").read_bytes(), 0)
 
     def close(self) -> None:
         self.closed = True
@@ -159,8 +184,14 @@ def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     )
     ethtool = RecordedEthtool()
     smartctl = RecordedSmartctl()
+    tcp = recorded_tcp()
     exporters = build_exporters(
-        cfg, sys_root=sys_root, proc_root=proc_root, ethtool=ethtool, smartctl=smartctl
+        cfg,
+        sys_root=sys_root,
+        proc_root=proc_root,
+        ethtool=ethtool,
+        smartctl=smartctl,
+        tcp_reader=tcp,
     )
     try:
         assert [e.startup_note() for e in exporters] == [
@@ -169,20 +200,28 @@ def agent_metrics(tmp_path_factory: pytest.TempPathFactory) -> bytes:
             "every 300s, timeout 30s; via smartctl (configured)",
             "rapl: no powercap zones; hwmon: 0 power, 0 energy channels",  # a VM: neither
             "",
+            "every 5s, closes by destroy messages (recorded)",
         ]
+        tcp_exporter = exporters[-1]
+        assert isinstance(tcp_exporter, TcpExporter)
+        for _ in range(3):
+            tcp_exporter.sample_once()
         smart = exporters[2]
         assert isinstance(smart, SmartExporter)
         assert smart.wait_idle(timeout=60), "the first SMART cycle did not finish"
         assert smartctl.devices == ["/dev/vda"]  # loop devices are virtual: never run
         app = metrics_app(build_registry(exporters))
         first = scrape(app)
-        assert normalise(scrape(app)) == normalise(first)  # nothing but time varies
+        assert normalise(scrape(app), VARYING) == normalise(
+            first, VARYING
+        )  # nothing but time varies
     finally:
         for e in exporters:
             e.close()
     assert ethtool.closed
     assert smartctl.closed
-    return normalise(first)
+    assert tcp.closed
+    return normalise(first, VARYING)
 
 
 def test_golden_metrics(agent_metrics: bytes) -> None:
@@ -191,7 +230,7 @@ def test_golden_metrics(agent_metrics: bytes) -> None:
 
 def test_golden_covers_every_exporter(agent_metrics: bytes) -> None:
     text = agent_metrics.decode()
-    for exporter in ("blockio", "nic", "smart", "pcie"):
+    for exporter in ("blockio", "nic", "smart", "pcie", "tcp"):
         assert f'wattbit_exporter_up{{exporter="{exporter}"}} 1.0\n' in text
     assert 'wattbit_disk_io_bytes_total{device="vda",op="read"}' in text
     assert 'wattbit_nic_queue_bytes_total{direction="rx",interface="eth0",queue="0"}' in text
@@ -205,7 +244,18 @@ def test_golden_covers_every_exporter(agent_metrics: bytes) -> None:
     assert "wattbit_pcie_link_current_width{" not in text
     assert 'wattbit_controller_cpu_interrupts_total{controller="0000:00:02.0",cpu="1"}' in text
     assert 'interface="docker0"' not in text and 'interface="lo"' not in text
-    assert "process_" not in text
+    assert not re.search(r"(?m)^(# (HELP|TYPE) )?process_", text)
+    # the bulk pair, born after the baseline: its two phases of 64 MiB, once, under its
+    # service port (its listener's); the sndbuf-limited pair, born and closed between two
+    # samples: its 8 MiB from the destroy messages
+    assert (
+        'wattbit_tcp_flow_received_bytes_total{activity="",cgroup="",experiment="",'
+        'peer="127.0.0.1",port="34647",process=""} 1.34217728e+08\n'
+    ) in text
+    assert (
+        'wattbit_tcp_flow_received_bytes_total{activity="",cgroup="",experiment="",'
+        'peer="127.0.0.1",port="60036",process=""} 8.388608e+06\n'
+    ) in text
 
 
 def test_promtool_accepts_the_golden() -> None:
@@ -226,12 +276,13 @@ def test_cpu_exporter_is_opt_in(tmp_path: Path) -> None:
     """Off by default (node_exporter has node_cpu_seconds_total); on, the VM's /proc/stat."""
     sys_root, proc_root = machine(tmp_path)
     (proc_root / "stat").write_text((FIXTURES / "proc" / "stat-6.18-vm").read_text())
-    default = AgentConfig.model_validate(
-        {"blockio": {"backend": "diskstats"}, "smart": {"enabled": False}}
-    )
-    on = AgentConfig.model_validate(
-        {"blockio": {"backend": "diskstats"}, "smart": {"enabled": False}, "cpu": {"enabled": True}}
-    )
+    off = {
+        "blockio": {"backend": "diskstats"},
+        "smart": {"enabled": False},
+        "tcp": {"enabled": False},
+    }
+    default = AgentConfig.model_validate(off)
+    on = AgentConfig.model_validate({**off, "cpu": {"enabled": True}})
     for cfg, expected in (
         (default, ["blockio", "nic", "power", "pcie"]),
         (on, ["blockio", "nic", "power", "pcie", "cpu"]),

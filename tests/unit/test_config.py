@@ -19,7 +19,7 @@ def test_defaults_without_a_file() -> None:
     assert cfg.blockio.size_histogram is False
     assert len(cfg.blockio.latency_buckets) == 16  # the series budget: docs/exporters/blockio.md
     assert (cfg.smart.enabled, cfg.smart.interval, cfg.smart.timeout) == (True, 300.0, 30.0)
-    assert (cfg.smart.devices, cfg.smart.concurrency) == ("auto", 4)
+    assert (cfg.smart.devices, cfg.smart.concurrency, cfg.smart.raid) == ("auto", 4, True)
     assert (cfg.pcie.enabled, cfg.pcie.refresh, cfg.pcie.controller_irqs) == (True, 60.0, True)
     assert cfg.cpu.enabled is False  # node_exporter gives node_cpu_seconds_total
     assert cfg.model_dump(mode="json")["listen"] == ":9731"  # as --print-config shows it

@@ -29,6 +29,9 @@ class _NoSmartctl:
     def __call__(self, device: str, timeout: float) -> RunOutcome:
         return RunOutcome("no_smartctl")
 
+    def scan(self, timeout: float) -> RunOutcome:
+        return RunOutcome("no_smartctl")
+
     def close(self) -> None:
         pass
 
@@ -89,7 +92,7 @@ def _defined() -> set[type[Exporter]]:
 def test_every_built_exporter_is_an_exporter(tmp_path: Path) -> None:
     built = list(_built(tmp_path))
     names = [e.name for e in built]
-    assert names == ["blockio", "nic", "smart", "power", "pcie", "cpu", "pdu", "bmc", "runs"]
+    assert names == ["blockio", "nic", "smart", "power", "pcie", "cpu", "tcp", "pdu", "bmc", "runs"]
     for e in built:
         assert isinstance(e, Exporter)
         assert isinstance(type(e).name, str) and type(e).name

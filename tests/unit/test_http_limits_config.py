@@ -53,24 +53,28 @@ def test_keys_map_to_the_limits(model: type[ProcessConfig], tmp_path: Path) -> N
         "http:\n"
         "  max_connections: 32\n"
         "  request_timeout: 500ms\n"
+        "  body_timeout: 3s\n"
         "  idle_timeout: 1m\n"
         "  tls_handshake_timeout: 2\n"
         "  max_requests_per_connection: 10\n"
         "  max_line_size: 1024\n"
         "  max_field_size: 2048\n"
         "  max_headers: 20\n"
+        "  max_header_bytes: 4096\n"
         "  max_body: 4096\n"
         "  workers: 2\n"
     )
     assert load_model(model, f).http.limits() == Limits(
         max_connections=32,
         request_timeout=0.5,
+        body_timeout=3.0,
         idle_timeout=60.0,
         tls_handshake_timeout=2.0,
         max_requests_per_connection=10,
         max_line_size=1024,
         max_field_size=2048,
         max_headers=20,
+        max_header_bytes=4096,
         max_body=4096,
         workers=2,
     )
@@ -86,12 +90,16 @@ REFUSED = [
     ("request_timeout", ".nan", "finite"),
     ("idle_timeout", ".inf", "finite"),
     ("idle_timeout", "7200s", "at most 1h"),
+    ("body_timeout", "7200s", "at most 1h"),
+    ("body_timeout", "0", "greater than 0"),
     ("tls_handshake_timeout", "'zz(S3CR3T'", "duration"),
     ("max_requests_per_connection", "0", "greater than or equal to 1"),
     ("max_line_size", "17", "greater than or equal to 256"),
     ("max_field_size", "987654321", "less than or equal to 65536"),
     ("max_headers", "3", "greater than or equal to 8"),
     ("max_headers", "987654321", "less than or equal to 1000"),
+    ("max_header_bytes", "100", "greater than or equal to 1024"),
+    ("max_header_bytes", "987654321", "less than or equal to 1048576"),
     ("max_body", "987654321", "less than or equal to 65536"),
     ("max_body", "12.5", "integer"),
     ("workers", "0", "greater than or equal to 1"),

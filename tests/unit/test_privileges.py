@@ -111,7 +111,10 @@ H = _helper()
 @pytest.mark.parametrize(
     "dtype",
     ["auto", "ata", "scsi", "sat", "nvme", "megaraid,0", "megaraid,31", "cciss,3", "3ware,12",
-     "aacraid,0,0,1", "areca,1", "areca,1/2", "hpt,1/1", "hpt,1/2/3"],
+     "aacraid,0,0,1", "areca,1", "areca,1/2", "hpt,1/1", "hpt,1/2/3",
+     # --scan-open names a SATA disk behind a controller sat+TYPE (scrutiny's megaraid captures)
+     "sat+megaraid,0", "sat+cciss,2", "sat+3ware,1", "sat+areca,3", "sat+aacraid,0,0,4",
+     "sssraid,0,3", "sat+sssraid,1,12"],
 )  # fmt: skip
 def test_helper_types_allowed(dtype: str) -> None:
     assert H.valid_type(dtype)
@@ -121,7 +124,9 @@ def test_helper_types_allowed(dtype: str) -> None:
     "dtype",
     ["", "AUTO", "megaraid", "megaraid,", "megaraid,01", "megaraid,-1", "megaraid,1,2",
      "megaraid,99999", "cciss,x", "aacraid,0,0", "areca,1/", "hpt,1", "hpt,1/2/3/4", "test",
-     "sat,12", "nvme,0x1", "usbjmicron", "auto ", "-d", "--all"],
+     "sat,12", "nvme,0x1", "usbjmicron", "auto ", "-d", "--all", "sat+auto", "sat+sat",
+     "sat+megaraid", "sat+megaraid,01", "sat+sat+megaraid,0", "scsi+megaraid,0", "sssraid,1",
+     "sssraid,1,2,3"],
 )  # fmt: skip
 def test_helper_types_refused(dtype: str) -> None:
     assert not H.valid_type(dtype)

@@ -4,6 +4,7 @@ timeouts and errors, and the exposition of real smartctl outputs (tests/fixtures
 
 from __future__ import annotations
 
+import json
 import logging
 import tarfile
 import threading
@@ -23,6 +24,8 @@ SMART = FIXTURES / "smart"
 WAIT = 60.0  # an upper bound for a wait that normally ends at once, never asserted on
 
 Script = RunOutcome | Callable[[], RunOutcome]
+# this project's VM answering `smartctl --scan-open --json` (no RAID, no devices at all)
+SCAN_NONE = RunOutcome("done", (FIXTURES / "smart" / "local_scan_open.json").read_bytes(), 0)
 
 
 def done(name: str, exit_code: int = 0, duration: float = 0.25) -> RunOutcome:
@@ -35,14 +38,23 @@ class ScriptedRunner:
 
     def __init__(self, script: dict[str, list[Script]]) -> None:
         self.script = script
-        self.calls: list[str] = []
+        self.calls: list[str] = []  # device paths ("/dev/bus/0 megaraid,0" with a type)
+        self.scans = 0
         self.closed = False
         self._lock = threading.Lock()
 
-    def __call__(self, device: str, timeout: float) -> RunOutcome:
+    def __call__(self, device: str, timeout: float, dtype: str = "auto") -> RunOutcome:
+        key = device if dtype == "auto" else f"{device} {dtype}"
         with self._lock:
-            self.calls.append(device)
-            steps = self.script[device]
+            self.calls.append(key)
+            steps = self.script[key]
+            step = steps.pop(0) if len(steps) > 1 else steps[0]
+        return step() if callable(step) else step
+
+    def scan(self, timeout: float) -> RunOutcome:
+        with self._lock:
+            self.scans += 1
+            steps = self.script.get("scan", [SCAN_NONE])
             step = steps.pop(0) if len(steps) > 1 else steps[0]
         return step() if callable(step) else step
 
@@ -128,6 +140,16 @@ def of(
 def attr(attr_id: int, name: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     """The key of one wattbit_disk_smart_attribute_raw sample of a device."""
     return ("wattbit_disk_smart_attribute_raw", (("attribute", name), ("id", str(attr_id))))
+
+
+def exit_bits(status: int) -> dict:
+    """The wattbit_disk_smartctl_exit_bit samples of one exit status."""
+    names = ("command_failed", "disk_failing", "prefail_below_threshold",
+             "past_below_threshold", "error_log", "self_test_log")  # fmt: skip
+    return {
+        ("wattbit_disk_smartctl_exit_bit", (("bit", n),)): float(status >> (i + 2) & 1)
+        for i, n in enumerate(names)
+    }
 
 
 def reads(ok: int = 0, standby: int = 0, timeout: int = 0, error: int = 0) -> dict:
@@ -247,6 +269,8 @@ def test_standby_timeout_and_error_keep_the_last_reading(tmp_path: Path, clock: 
         attr(5, "Reallocated_Sector_Ct"): 1040.0,
         attr(197, "Current_Pending_Sector"): 878.0,
         attr(198, "Offline_Uncorrectable"): 1272.0,
+        ("wattbit_disk_power_cycles_total", ()): 55.0,
+        **exit_bits(0),
         ("wattbit_disk_smart_last_read_timestamp_seconds", ()): first_read,
     }
     assert of(samples(e), "sda") == {
@@ -356,6 +380,12 @@ def test_nvme_exposition(tmp_path: Path, clock: Clock) -> None:
         ("wattbit_disk_smart_healthy", ()): 0.0,
         ("wattbit_disk_temperature_celsius", ()): 40.0,
         ("wattbit_disk_power_on_seconds", ()): 18376 * 3600.0,
+        ("wattbit_disk_power_cycles_total", ()): 6.0,
+        **exit_bits(8),
+        ("wattbit_disk_smartctl_exit_bit", (("bit", "disk_failing"),)): 1.0,
+        # data units of 512,000 bytes
+        ("wattbit_nvme_read_bytes_total", ()): 146935678 * 512000.0,
+        ("wattbit_nvme_written_bytes_total", ()): 147556750 * 512000.0,
         **warning,
         ("wattbit_nvme_critical_warning", (("bit", "volatile_backup"),)): 1.0,  # 16 = bit 4
         ("wattbit_nvme_media_errors_total", ()): 0.0,
@@ -392,6 +422,14 @@ def test_sas_exposition(tmp_path: Path, clock: Clock) -> None:
         ("wattbit_disk_temperature_celsius", ()): 29.0,
         ("wattbit_disk_power_on_seconds", ()): 4665 * 3600.0 + 46 * 60,
         ("wattbit_scsi_grown_defects", ()): 0.0,
+        **exit_bits(0),
+        ("wattbit_scsi_errors_corrected_total", (("operation", "read"),)): 170693715.0,
+        ("wattbit_scsi_errors_corrected_total", (("operation", "write"),)): 0.0,
+        ("wattbit_scsi_errors_corrected_total", (("operation", "verify"),)): 26102529.0,
+        ("wattbit_scsi_errors_uncorrected_total", (("operation", "read"),)): 0.0,
+        ("wattbit_scsi_errors_uncorrected_total", (("operation", "write"),)): 0.0,
+        ("wattbit_scsi_errors_uncorrected_total", (("operation", "verify"),)): 0.0,
+        ("wattbit_disk_self_test_passed", ()): 1.0,
         ("wattbit_disk_smart_last_read_timestamp_seconds", ()): clock.now,
         ("wattbit_disk_smart_read_duration_seconds", ()): 0.25,
         **reads(ok=1),
@@ -464,3 +502,145 @@ def _close_exporters() -> Iterator[None]:
     while _MADE:
         _MADE.pop().close()
     assert not [t for t in threading.enumerate() if t.name == "smart-cycle"]
+
+
+def test_a_sas_drive_with_smart_disabled_and_uncorrected_errors(
+    tmp_path: Path, clock: Clock
+) -> None:
+    runner = ScriptedRunner(
+        {
+            "/dev/sdb": [done("scsi_smart_disabled_SEAGATE_ST373453LC.json")],
+            "/dev/sdc": [done("scsi_uncorrected_SEAGATE_ST373453LC.json")],
+        }
+    )
+    e = exporter(machine(tmp_path, "sas_mpt3sas"), runner, clock)
+    cycle(e)
+    got = samples(e)
+    sdb = of(got, "sdb")  # "disabled": exception reporting off, everything still read
+    assert sdb[("wattbit_disk_smart_available", (("reason", ""),))] == 1.0
+    assert sdb[("wattbit_disk_smart_healthy", ())] == 1.0
+    assert sdb[("wattbit_disk_temperature_celsius", ())] == 34.0
+    assert sdb[("wattbit_disk_power_on_seconds", ())] == 91691 * 3600.0 + 24 * 60
+    assert sdb[("wattbit_scsi_grown_defects", ())] == 0.0
+    sdc = of(got, "sdc")
+    assert sdc[("wattbit_scsi_grown_defects", ())] == 260.0
+    assert sdc[("wattbit_scsi_errors_uncorrected_total", (("operation", "read"),))] == 1.0
+    assert sdc[("wattbit_scsi_errors_uncorrected_total", (("operation", "write"),))] == 535.0
+    assert ("wattbit_scsi_errors_uncorrected_total", (("operation", "verify"),)) not in sdc
+
+
+# --- disks behind RAID controllers -----------------------------------------------------------
+
+SCAN_MEGARAID = done("scan_megaraid.json")  # scrutiny's capture of a MegaRAID host's scan
+
+
+def test_raid_members_are_found_read_with_their_type_and_labelled(
+    tmp_path: Path, clock: Clock
+) -> None:
+    runner = ScriptedRunner(
+        {
+            "scan": [SCAN_MEGARAID],
+            "/dev/sda": [done("nosmart_Intel_Raid_1_Volume.json", 4)],  # the RAID volume
+            "/dev/sdb": [done("sata_hdd_WDC_WD140EDFZ-11A0VA0.json")],
+            "/dev/bus/0 megaraid,0": [done("megaraid_sat_WD4000FYYX_slot0.json", 4)],
+            "/dev/bus/0 megaraid,1": [done("megaraid_sat_WD4000FYYX_slot1.json", 4)],
+        }
+    )
+    e = exporter(machine(tmp_path, "sata_ahci"), runner, clock)
+    cycle(e)
+    assert sorted(runner.calls) == [
+        "/dev/bus/0 megaraid,0", "/dev/bus/0 megaraid,1", "/dev/sda", "/dev/sdb"
+    ]  # fmt: skip
+    assert runner.scans == 1
+    got = samples(e)
+    # the volume has no SMART; the disks it hides do, each under its own label
+    assert of(got, "sda") == {("wattbit_disk_smart_available", (("reason", "no_smart"),)): 0.0}
+    m1 = of(got, "bus/0:megaraid,1")
+    assert m1[("wattbit_disk_smart_available", (("reason", ""),))] == 1.0
+    assert m1[attr(5, "Reallocated_Sector_Ct")] == 387.0
+    assert m1[("wattbit_disk_temperature_celsius", ())] == 36.0
+    info = ("wattbit_disk_raid_member_info",
+            (("controller", "megaraid"), ("path", "/dev/bus/0"), ("slot", "1")))  # fmt: skip
+    assert m1[info] == 1.0
+    assert of(got, "bus/0:megaraid,0")[attr(5, "Reallocated_Sector_Ct")] == 0.0
+    assert not any(k[0] == "wattbit_disk_raid_member_info" for k in of(got, "sdb"))
+
+
+def test_a_member_that_leaves_the_scan_leaves_the_metrics(tmp_path: Path, clock: Clock) -> None:
+    one = json.loads((SMART / "scan_megaraid.json").read_bytes())
+    one["devices"] = one["devices"][:1]  # slot 1 pulled
+    runner = ScriptedRunner(
+        {
+            "scan": [SCAN_MEGARAID, RunOutcome("done", json.dumps(one).encode(), 0)],
+            "/dev/sda": [done("local_vda.json", 1)],
+            "/dev/sdb": [done("local_vda.json", 1)],
+            "/dev/bus/0 megaraid,0": [done("megaraid_sat_WD4000FYYX_slot0.json", 4)],
+            "/dev/bus/0 megaraid,1": [done("megaraid_sat_WD4000FYYX_slot1.json", 4)],
+        }
+    )
+    e = exporter(machine(tmp_path, "sata_ahci"), runner, clock)
+    cycle(e)
+    assert of(samples(e), "bus/0:megaraid,1")
+    cycle(e)
+    assert of(samples(e), "bus/0:megaraid,1") == {}
+    assert of(samples(e), "bus/0:megaraid,0")
+
+
+def test_a_failed_scan_keeps_the_members_and_logs_once(
+    tmp_path: Path, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    runner = ScriptedRunner(
+        {
+            "scan": [SCAN_MEGARAID, RunOutcome("timeout", detail="no answer in 30s")],
+            "/dev/sda": [done("local_vda.json", 1)],
+            "/dev/sdb": [done("local_vda.json", 1)],
+            "/dev/bus/0 megaraid,0": [done("megaraid_sat_WD4000FYYX_slot0.json", 4)],
+            "/dev/bus/0 megaraid,1": [done("megaraid_sat_WD4000FYYX_slot1.json", 4)],
+        }
+    )
+    e = exporter(machine(tmp_path, "sata_ahci"), runner, clock)
+    cycle(e)
+    with caplog.at_level(logging.WARNING, logger="exporters.smart.exporter"):
+        cycle(e)
+        cycle(e)
+    assert runner.calls.count("/dev/bus/0 megaraid,1") == 3  # still read every cycle
+    assert of(samples(e), "bus/0:megaraid,1")
+    assert [r.getMessage() for r in caplog.records] == [
+        "smart: smartctl --scan-open: no answer in 30s; RAID members kept"
+    ]
+
+
+def test_a_hanging_member_never_holds_back_the_others(tmp_path: Path, clock: Clock) -> None:
+    hang = Blocking(RunOutcome("timeout", duration=30.0, detail="no answer in 30s"))
+    runner = ScriptedRunner(
+        {
+            "scan": [SCAN_MEGARAID],
+            "/dev/sda": [done("local_vda.json", 1)],
+            "/dev/sdb": [done("local_vda.json", 1)],
+            "/dev/bus/0 megaraid,0": [hang],
+            "/dev/bus/0 megaraid,1": [done("megaraid_sat_WD4000FYYX_slot1.json", 4)],
+        }
+    )
+    e = exporter(machine(tmp_path, "sata_ahci"), runner, clock)
+    e.run_cycle()
+    try:
+        assert hang.started.wait(WAIT)
+        assert e.wait_until(lambda st: st.get("bus/0:megaraid,1") is not None, WAIT)
+        m1 = of(samples(e), "bus/0:megaraid,1")
+        assert m1[attr(5, "Reallocated_Sector_Ct")] == 387.0
+    finally:
+        hang.release.set()
+    assert e.wait_idle(WAIT)
+
+
+def test_raid_false_never_scans(tmp_path: Path, clock: Clock) -> None:
+    runner = ScriptedRunner(
+        {
+            "scan": [SCAN_MEGARAID],
+            "/dev/sda": [done("local_vda.json", 1)],
+            "/dev/sdb": [done("local_vda.json", 1)],
+        }
+    )
+    e = exporter(machine(tmp_path, "sata_ahci"), runner, clock, raid=False)
+    cycle(e)
+    assert runner.scans == 0 and sorted(runner.calls) == ["/dev/sda", "/dev/sdb"]

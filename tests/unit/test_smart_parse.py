@@ -10,11 +10,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exporters.smart.parse import (
+    EXIT_STATUS_BITS,
     MAX_OUTPUT,
+    MAX_SCANNED,
     AtaAttribute,
     NvmeHealth,
+    RaidMember,
     SmartReading,
     attribute_count,
+    parse_scan,
     parse_smartctl,
 )
 from tests.support.env import FIXTURES
@@ -75,44 +79,86 @@ ATA = {
 }  # fmt: skip
 
 
+# behind an LSI MegaRAID controller (`-d megaraid,N`: smartctl talks SAT through it)
+ATA |= {
+    "megaraid_sat_WD4000FYYX_slot0.json": (
+        # exit 4 (bit 2: a command failed) as captured, yet health, attributes and logs read
+        4, True, 36, 37787 * H,
+        ata((5, "Reallocated_Sector_Ct", 0), (197, "Current_Pending_Sector", 0),
+            (198, "Offline_Uncorrectable", 0)),
+    ),
+    "megaraid_sat_WD4000FYYX_slot1.json": (
+        # the drive a RAID volume hides: 387 reallocated sectors
+        4, True, 36, 37788 * H,
+        ata((5, "Reallocated_Sector_Ct", 387), (197, "Current_Pending_Sector", 0),
+            (198, "Offline_Uncorrectable", 0)),
+    ),
+}  # fmt: skip
+
+# file -> (power cycles, the newest self-test passed): ATA attribute 12 as power_cycle_count,
+# ata_smart_self_test_log.standard.table[0].status.passed
+ATA_MORE = {
+    "sata_hdd_WDC_WD140EDFZ-11A0VA0.json": (9, True),
+    "sata_hdd_WDC_WD181KRYZ-01AGBB0.json": (12, None),  # -a without a self-test log entry
+    "sata_ssd_Samsung_SSD_860_EVO_500GB.json": (13, None),
+    "sata_ssd_WDC_WDS400T1R0A-68A4W0.json": (13, None),
+    # exit bit 7 (errors in the self-test log), but the newest test completed without error
+    "failing_Hitachi_HDS721050DLE630.json": (86, True),
+    "failing_HGST_HUS726060ALA640.json": (55, None),  # no -l selftest in its argv
+    "reallocated_ST3500418AS.json": (26, None),
+    "megaraid_sat_WD4000FYYX_slot0.json": (70, True),
+    "megaraid_sat_WD4000FYYX_slot1.json": (68, None),  # newest test "Aborted by host"
+}
+
+
 @pytest.mark.parametrize("name", sorted(ATA))
 def test_ata_drives(name: str) -> None:
     exit_status, healthy, temp, power_on, attributes = ATA[name]
+    cycles, self_test = ATA_MORE[name]
+    # smartctl's first message: both MegaRAID captures carry one (severity warning)
+    detail = "Warning: This result is based on an Attribute check." if "megaraid" in name else ""
     assert parse(name) == SmartReading(
         "ok",
+        detail,
         exit_status=exit_status,
         protocol="ATA",
         healthy=healthy,
         temperature_celsius=temp,
         power_on_seconds=power_on,
         attributes=attributes,
+        power_cycles=cycles,
+        self_test_passed=self_test,
     )
 
 
-# file -> (exit status, healthy, temperature, power-on hours, NVMe health log)
+# file -> (exit status, healthy, temperature, power-on hours, power cycles, NVMe health log:
+# critical warning, media errors, error log entries, % used, spare, spare threshold, data
+# units read, data units written)
 NVME = {
     "nvme_Seagate_FireCuda_530_ZP4000GM30023.json": (
-        0, True, 39, 3113, NvmeHealth(0, 0, 4, 0, 100, 5)
+        0, True, 39, 3113, 2, NvmeHealth(0, 0, 4, 0, 100, 5, 52, 0)
     ),
     "nvme_Samsung_SSD_970_EVO_Plus_250GB.json": (
-        0, True, 35, 3149, NvmeHealth(0, 0, 22, 0, 100, 10)
+        0, True, 35, 3149, 16, NvmeHealth(0, 0, 22, 0, 100, 10, 2025034, 1969459)
     ),
-    "nvme_Force_MP510.json": (0, True, 38, 6487, NvmeHealth(0, 0, 8382, 1, 100, 5)),
+    "nvme_Force_MP510.json": (
+        0, True, 38, 6487, 4, NvmeHealth(0, 0, 8382, 1, 100, 5, 6932144, 16093122)
+    ),
     # critical_warning 0x10: volatile memory backup failed; smartctl fails the health check
     # and sets exit bit 3 (DISK FAILING)
     "nvme_critical_warning_SAMSUNG_MZWLL3T2HAJQ-00005.json": (
-        8, False, 40, 18376, NvmeHealth(16, 0, 0, 0, 100, 10)
+        8, False, 40, 18376, 6, NvmeHealth(16, 0, 0, 0, 100, 10, 146935678, 147556750)
     ),
     # 7 media errors: smartctl still passes it
     "nvme_media_errors_Samsung_SSD_970_EVO_500GB.json": (
-        0, True, 35, 12798, NvmeHealth(0, 7, 62, 3, 99, 10)
+        0, True, 35, 12798, 25, NvmeHealth(0, 7, 62, 3, 99, 10, 17176794, 65602088)
     ),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(NVME))
 def test_nvme_drives(name: str) -> None:
-    exit_status, healthy, temp, hours, log = NVME[name]
+    exit_status, healthy, temp, hours, cycles, log = NVME[name]
     assert parse(name) == SmartReading(
         "ok",
         exit_status=exit_status,
@@ -121,19 +167,147 @@ def test_nvme_drives(name: str) -> None:
         temperature_celsius=temp,
         power_on_seconds=hours * H,
         nvme=log,
+        power_cycles=cycles,
     )
 
 
-def test_sas_drive() -> None:
-    assert parse("sas_SEAGATE_ST600MP0036.json") == SmartReading(
+# file -> (temperature, power-on seconds, grown defects, error counter log, newest self-test)
+SCSI = {
+    "sas_SEAGATE_ST600MP0036.json": (
+        29, 4665 * H + 46 * 60, 0,
+        (("read", 170693715, 0), ("write", 0, 0), ("verify", 26102529, 0)), True,
+    ),
+    "sas_HITACHI_H109060SESUN600G.json": (
+        26, 22364 * H + 52 * 60, 0,
+        (("read", 40247, 0), ("write", 26762907, 0), ("verify", 87, 0)), None,
+    ),
+    # SMART "disabled" (smart_support.enabled false: DEXCPT set), yet everything is read
+    "scsi_smart_disabled_SEAGATE_ST373453LC.json": (
+        34, 91691 * H + 24 * 60, 0,
+        (("read", 128691425, 0), ("write", 0, 0), ("verify", 342052, 0)), None,
+    ),
+    # 260 grown defects, 1 uncorrected read and 535 uncorrected write errors, health "passed"
+    "scsi_uncorrected_SEAGATE_ST373453LC.json": (
+        33, 102880 * H + 59 * 60, 260, (("read", 5330297, 1), ("write", 1973, 535)), None,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(SCSI))
+def test_scsi_drives(name: str) -> None:
+    temp, power_on, grown, errors, self_test = SCSI[name]
+    assert parse(name) == SmartReading(
         "ok",
         exit_status=0,
         protocol="SCSI",
         healthy=True,
-        temperature_celsius=29,
-        power_on_seconds=4665 * H + 46 * 60,
-        grown_defects=0,
+        temperature_celsius=temp,
+        power_on_seconds=power_on,
+        grown_defects=grown,
+        scsi_errors=errors,
+        self_test_passed=self_test,
     )
+
+
+def test_scsi_smart_disabled_is_read_but_ata_disabled_is_not() -> None:
+    # On SCSI "disabled" is exception reporting off (SPC-4 DEXCPT); on ATA it is SMART off.
+    name = "scsi_smart_disabled_SEAGATE_ST373453LC.json"
+    doc = json.loads((SMART / name).read_bytes())
+    assert doc["smart_support"] == {"available": True, "enabled": False}
+    assert parse(name).status == "ok"
+    off = {"smart_support": {"available": True, "enabled": False}}
+    r = parse_smartctl(_edit("sata_hdd_WDC_WD181KRYZ-01AGBB0.json", off))
+    assert (r.status, r.detail) == ("no_smart", "SMART is disabled on the device")
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [(0, True), (1, None), (2, None), (3, False), (4, False), (7, False), (15, None)],
+)
+def test_scsi_self_test_result_codes(value: int, want: bool | None) -> None:
+    # SPC-4 SELF-TEST RESULTS: 0 completed, 1-2 aborted, 3-7 failed, 15 in progress
+    base = "sas_SEAGATE_ST600MP0036.json"
+    doc = json.loads((SMART / base).read_bytes())
+    doc["scsi_self_test_0"]["result"]["value"] = value
+    assert parse_smartctl(json.dumps(doc).encode()).self_test_passed is want
+
+
+@pytest.mark.parametrize(
+    ("value", "want"), [(0, True), (1, None), (5, False), (6, False), (7, False), (15, None)]
+)
+def test_nvme_self_test_result_codes(value: int, want: bool | None) -> None:
+    # NVMe Device Self-test Status: 0 completed, 1-4 aborted, 5-7 failed, 15 unused entry.
+    # smartctl >= 7.4 writes nvme_self_test_log; none of the NVMe captures has one.
+    log = {"table": [{"self_test_code": {"value": 1}, "self_test_result": {"value": value}}]}
+    r = parse_smartctl(_edit("nvme_Force_MP510.json", {"nvme_self_test_log": log}))
+    assert r.self_test_passed is want
+
+
+@pytest.mark.parametrize("name", sorted([*ATA, *NVME, *SCSI]))
+def test_exit_status_bits_agree_with_the_capture(name: str) -> None:
+    """Cross-check: the bits come from smartctl's own exit_status, and bit 3 ("DISK FAILING")
+    is set exactly when the capture's smart_status says failed."""
+    doc = json.loads((SMART / name).read_bytes())
+    r = parse(name)
+    assert r.exit_status == doc["smartctl"]["exit_status"]
+    bits = {label: bool(r.exit_status >> bit & 1) for bit, label in EXIT_STATUS_BITS}
+    assert bits["disk_failing"] is (doc["smart_status"]["passed"] is False)
+    if bits["self_test_log"]:
+        # the self-test log has failed entries: smartctl read the log, so it is in the capture
+        assert "ata_smart_self_test_log" in doc
+
+
+def test_scan_megaraid_host() -> None:
+    got = parse_scan((SMART / "scan_megaraid.json").read_bytes())
+    assert got == (
+        RaidMember("/dev/bus/0", "megaraid,0", "megaraid", "0"),
+        RaidMember("/dev/bus/0", "megaraid,1", "megaraid", "1"),
+    )
+    # this VM: a scan that found nothing has no `devices` key
+    assert parse_scan((SMART / "local_scan_open.json").read_bytes()) == ()
+    assert parse_scan(b"not json") is None
+    assert parse_scan(b"{}") is None
+
+
+def test_scan_keeps_raid_types_only_and_bounds_them() -> None:
+    head = {"json_format_version": [1, 0], "smartctl": {"exit_status": 0}}
+    devices = [
+        {"name": "/dev/sda", "type": "scsi"},  # read by its kernel name, not from the scan
+        {"name": "/dev/nvme0", "type": "nvme"},
+        {"name": "/dev/bus/0", "type": "sat+megaraid,3"},
+        {"name": "/dev/sda", "type": "cciss,2"},
+        {"name": "/dev/twa0", "type": "3ware,1"},
+        {"name": "/dev/sdb", "type": "aacraid,0,0,4"},
+        {"name": "/dev/sg2", "type": "areca,1/2"},
+        {"name": "/dev/sdc", "type": "hpt,1/2/3"},
+        {"name": "/dev/bus/1", "type": "sssraid,0,7"},
+        {"name": "/dev/bus/1", "type": "sssraid,7"},  # wants E,S
+        {"name": "/dev/sda", "type": "cciss,1,2"},  # one number
+        {"name": "/dev/sda", "type": "hpt,1"},  # L/M at least
+        {"name": "/dev/sda", "type": "usbjmicron,0"},  # not a RAID type
+        {"name": "/dev/bus/0", "type": "megaraid,3"},
+        {"name": "/dev/bus/0", "type": "megaraid,3"},  # twice: once
+        {"name": "/dev/../etc/passwd", "type": "megaraid,4"},
+        {"name": "/dev/bus/0", "type": "megaraid,-1"},
+        {"name": "/dev/bus/0", "type": "megaraid,1 -a"},
+        {"name": 7, "type": "megaraid,5"},
+        "junk",
+    ]
+    got = parse_scan(json.dumps({**head, "devices": devices}).encode())
+    assert got is not None
+    assert [(m.path, m.dtype, m.controller, m.slot) for m in got] == [
+        ("/dev/bus/0", "sat+megaraid,3", "megaraid", "3"),
+        ("/dev/sda", "cciss,2", "cciss", "2"),
+        ("/dev/twa0", "3ware,1", "3ware", "1"),
+        ("/dev/sdb", "aacraid,0,0,4", "aacraid", "0,0,4"),
+        ("/dev/sg2", "areca,1/2", "areca", "1/2"),
+        ("/dev/sdc", "hpt,1/2/3", "hpt", "1/2/3"),
+        ("/dev/bus/1", "sssraid,0,7", "sssraid", "0,7"),
+        ("/dev/bus/0", "megaraid,3", "megaraid", "3"),
+    ]
+    many = [{"name": "/dev/bus/0", "type": f"megaraid,{i}"} for i in range(2000)]
+    got = parse_scan(json.dumps({**head, "devices": many}).encode())
+    assert got is not None and len(got) == MAX_SCANNED
 
 
 def test_standby_is_not_woken() -> None:
@@ -170,7 +344,7 @@ def test_outputs_without_health(name: str, status: str, exit_status: int, detail
 
 
 def test_every_fixture_is_asserted() -> None:
-    named = {*ATA, *NVME, "sas_SEAGATE_ST600MP0036.json", "standby_sat_sdc.json"}
+    named = {*ATA, *NVME, *SCSI, "standby_sat_sdc.json", "scan_megaraid.json"}
     named |= {
         "local_vda.json",
         "local_zram0.json",
@@ -190,7 +364,7 @@ def _edit(name: str, edit: dict[str, object]) -> bytes:
 
 
 def test_smart_support_says_no_smart() -> None:
-    base = "sas_SEAGATE_ST600MP0036.json"
+    base = "sata_hdd_WDC_WD181KRYZ-01AGBB0.json"
     r = parse_smartctl(_edit(base, {"smart_support": {"available": False}}))
     assert (r.status, r.detail, r.healthy) == ("no_smart", "the device has no SMART", None)
     r = parse_smartctl(_edit(base, {"smart_support": {"available": True, "enabled": False}}))
@@ -292,7 +466,11 @@ _KEYS = st.sampled_from(
         "name", "raw", "value", "temperature", "current", "power_on_time", "hours", "minutes",
         "nvme_smart_health_information_log", "critical_warning", "media_errors",
         "num_err_log_entries", "percentage_used", "available_spare",
-        "available_spare_threshold", "scsi_grown_defect_list",
+        "available_spare_threshold", "scsi_grown_defect_list", "scsi_error_counter_log",
+        "read", "write", "verify", "total_errors_corrected", "total_uncorrected_errors",
+        "power_cycle_count", "data_units_read", "ata_smart_self_test_log", "standard",
+        "status", "scsi_self_test_0", "result", "nvme_self_test_log", "self_test_result",
+        "devices", "type",
     ]
 )  # fmt: skip
 _JSON = st.recursive(
@@ -322,3 +500,12 @@ def test_parser_never_raises(data: bytes, exit_code: int | None) -> None:
     if r.attributes and any(a.id == 188 for a in r.attributes):
         assert next(a.raw for a in r.attributes if a.id == 188) <= 0xFFFF
     assert len(r.detail) <= 200 and r.detail.isprintable()
+
+
+@BOUNDED
+@given(st.one_of(st.binary(max_size=512), _JSON.map(_dump)))
+def test_scan_parser_never_raises(data: bytes) -> None:
+    got = parse_scan(data)
+    for m in got or ():
+        assert m.path.startswith("/dev/") and ".." not in m.path
+        assert m.dtype.endswith(f"{m.controller},{m.slot}")

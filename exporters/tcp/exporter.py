@@ -1,0 +1,436 @@
+"""The tcp exporter: samples every TCP socket over sock_diag on its own interval and renders
+the flow table (docs/exporters/tcp.md)."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from exporters.base import Exporter
+from exporters.hostfs import caps
+from exporters.tcp import netlink
+from exporters.tcp.flows import COUNTERS, KEY_LABELS, FlowTable, Key, Snapshot, Sock
+from exporters.tcp.owners import CgroupNames, Processes
+from exporters.tcp.tcpinfo import parse_skmeminfo, parse_tcp_info
+from exporters.tcp.tuning import read_tuning
+
+log = logging.getLogger(__name__)
+
+DIMENSIONS = KEY_LABELS
+DEFAULT_KEY = ("peer", "port", "cgroup")
+PTRACE = caps.CAP_NUMBERS["CAP_SYS_PTRACE"]
+DESTROY_DRAIN_BYTES = 64 << 20  # per sample: beyond, the rest waits for the next sample
+FIRST_SAMPLE_WAIT = 10.0  # seconds the first scrape waits for the first sample
+
+
+class SocketReader(Protocol):
+    """Where the sockets come from: sock_diag here, recorded answers in tests."""
+
+    tracking: bool  # destroy messages are received
+    reason: str  # why (or why not)
+
+    def dump(self) -> list[netlink.DiagSocket]:
+        """Every TCP socket of the network namespace (with LISTEN ones)."""
+        ...
+
+    def drain(self) -> tuple[list[netlink.DiagSocket], bool]:
+        """The destroy messages waiting, and whether some were lost."""
+        ...
+
+    def close(self) -> None:
+        """Release the sockets."""
+        ...
+
+
+class NetlinkReader:
+    """sock_diag on this network namespace; destroy messages where CAP_NET_ADMIN allows."""
+
+    def __init__(self, destroy: bool = True) -> None:
+        self.malformed = 0
+        self.listener: netlink.DestroyListener | None = None
+        self.tracking = False
+        self.reason = "disabled in the configuration"
+        if destroy:
+            try:
+                self.listener = netlink.DestroyListener()
+                self.tracking, self.reason = True, "bound the sock_diag destroy groups"
+            except PermissionError:
+                self.reason = "no CAP_NET_ADMIN: the destroy groups refuse the bind"
+            except OSError as exc:
+                self.reason = f"the destroy groups cannot be bound: {exc.strerror}"
+
+    def _parse(self, payloads: Sequence[bytes]) -> list[netlink.DiagSocket]:
+        out = []
+        for p in payloads:
+            try:
+                out.append(netlink.parse_diag_msg(p))
+            except netlink.Malformed:
+                self.malformed += 1
+        return out
+
+    def dump(self) -> list[netlink.DiagSocket]:
+        """Both address families' sockets."""
+        payloads: list[bytes] = []
+        for family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                payloads += [p for t, p in netlink.dump(family) if t == netlink.SOCK_DIAG_BY_FAMILY]
+            except netlink.Malformed:
+                self.malformed += 1
+        return self._parse(payloads)
+
+    def drain(self) -> tuple[list[netlink.DiagSocket], bool]:
+        """Destroy messages since the last drain."""
+        if self.listener is None:
+            return [], False
+        try:
+            payloads, overrun = self.listener.drain(DESTROY_DRAIN_BYTES)
+        except netlink.Malformed:
+            self.malformed += 1
+            return [], False
+        return self._parse(payloads), overrun
+
+    def close(self) -> None:
+        """Leave the destroy groups."""
+        if self.listener is not None:
+            self.listener.close()
+
+
+@dataclass(frozen=True)
+class KeyConfig:
+    """How a socket's flow key is made."""
+
+    dims: tuple[str, ...] = DEFAULT_KEY
+    peer_prefix_v4: int = 32
+    peer_prefix_v6: int = 128
+
+
+def peer_label(address: str, v4: int, v6: int) -> str:
+    """The address (as inet_ntop wrote it), or its network at the configured prefix length."""
+    v6addr = ":" in address
+    bits = v6 if v6addr else v4
+    if bits >= (128 if v6addr else 32):
+        return address
+    try:
+        return str(ipaddress.ip_network(f"{address}/{bits}", strict=False))
+    except ValueError:
+        return ""
+
+
+class TcpExporter(Exporter):
+    """Samples sockets every `interval` in a thread; collect() renders the last sample."""
+
+    name = "tcp"
+
+    def __init__(
+        self,
+        interval: float = 5.0,
+        key: KeyConfig = KeyConfig(),
+        top_k: int = 20,
+        process_refresh: float = 30.0,
+        max_sockets: int = 262_144,
+        proc_root: Path = Path("/proc"),
+        sys_root: Path = Path("/sys"),
+        reader: SocketReader | None = None,
+        destroy: bool = True,
+        processes: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.interval = interval
+        self.key = key
+        self.find_processes = processes or "process" in key.dims
+        self.max_sockets = max_sockets
+        self.proc_root = proc_root
+        self.clock = clock
+        self.background = reader is None
+        self.reader: SocketReader = reader if reader is not None else NetlinkReader(destroy)
+        other = tuple("other" if d in key.dims else "" for d in DIMENSIONS)
+        self.table = FlowTable(top_k, other)  # type: ignore[arg-type]
+        self.cgroups = CgroupNames(sys_root, process_refresh, clock)
+        self.processes = Processes(proc_root, process_refresh, clock)
+        self.snapshot: Snapshot | None = None
+        self.owners: dict[Key, tuple[str, str]] = {}
+        self._peers: dict[str, str] = {}
+        self.samples = 0
+        self.skipped = 0
+        self.overruns = 0
+        self.duration = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._first = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def startup_note(self) -> str:
+        """How closing sockets are followed."""
+        mode = "destroy messages" if self.reader.tracking else "sampling only"
+        return f"every {self.interval:g}s, closes by {mode} ({self.reader.reason})"
+
+    def kept_capabilities(self) -> frozenset[int]:
+        """CAP_SYS_PTRACE while owners are looked up: reading another process's /proc/PID/fd
+        is a ptrace read access check (fs/proc/fd.c, proc_fd_access_allowed), which fails
+        against a process holding capabilities this one lacks (security/commoncap.c
+        cap_ptrace_access_check) unless CAP_SYS_PTRACE is held."""
+        return frozenset({PTRACE}) if self.find_processes else frozenset()
+
+    def _peer(self, address: str) -> str:
+        """peer_label, cached (bounded: cleared when full) for prefixes."""
+        got = self._peers.get(address)
+        if got is None:
+            if len(self._peers) >= 65536:
+                self._peers.clear()
+            got = self._peers[address] = peer_label(
+                address, self.key.peer_prefix_v4, self.key.peer_prefix_v6
+            )
+        return got
+
+    def _sock(self, d: netlink.DiagSocket, listening: set[int]) -> Sock | None:
+        raw = d.attrs.get(netlink.INET_DIAG_INFO)
+        if raw is None:
+            return None
+        info = parse_tcp_info(raw)
+        mem = parse_skmeminfo(d.attrs.get(netlink.INET_DIAG_SKMEMINFO, b""))
+        dims = self.key.dims
+        cg = d.attrs.get(netlink.INET_DIAG_CGROUP_ID)
+        process = ""
+        if "process" in dims:
+            owner = self.processes.owner(d.inode)
+            process = owner[1] if owner else ""
+        key: Key = (
+            self._peer(d.dst) if "peer" in dims else "",
+            str(d.sport if d.sport in listening else d.dport) if "port" in dims else "",
+            self.cgroups.name(netlink.parse_cgroup_id(cg)) if "cgroup" in dims and cg else "",
+            process,
+            "",  # experiment, activity: sock_diag gives no flow label (docs, "Not done")
+            "",
+        )
+        return Sock(
+            cookie=d.cookie,
+            key=key,
+            info=info,
+            rcvbuf=mem.get("rcvbuf"),
+            sndbuf=mem.get("sndbuf"),
+            cong=netlink.parse_cong(d.attrs.get(netlink.INET_DIAG_CONG, b"")),
+            inode=d.inode,
+        )
+
+    def sample_once(self) -> None:
+        """One sample: dump, destroy messages, count, owners of the exported keys."""
+        start = time.perf_counter()
+        diag = self.reader.dump()
+        listening = {d.sport for d in diag if d.state == netlink.TCP_LISTEN}
+        if "process" in self.key.dims and self.processes.due():
+            self.processes.scan()
+        socks: list[Sock] = []
+        for d in diag:
+            if d.state == netlink.TCP_LISTEN:
+                continue
+            if len(socks) >= self.max_sockets:
+                self.skipped += 1
+                continue
+            s = self._sock(d, listening)
+            if s is not None:
+                socks.append(s)
+        gone, overrun = self.reader.drain()
+        self.overruns += overrun
+        destroyed = [s for s in (self._sock(d, listening) for d in gone) if s is not None]
+        snap = self.table.sample(socks, destroyed, self.clock(), self.reader.tracking)
+        owners = self._owners(snap)
+        with self._lock:
+            self.snapshot, self.owners = snap, owners
+            self.samples += 1
+            self.duration = time.perf_counter() - start
+
+    def _owners(self, snap: Snapshot) -> dict[Key, tuple[str, str]]:
+        """(comm, cpu) of the busiest socket's process of every exported key."""
+        if not self.find_processes:
+            return {}
+        wanted = {k: g.busiest_inode for k, g in snap.gauges.items() if k in self.table.exported}
+        if any(self.processes.owner(i) is None for i in wanted.values()) and self.processes.due():
+            self.processes.scan()
+        out: dict[Key, tuple[str, str]] = {}
+        for key, inode in wanted.items():
+            owner = self.processes.owner(inode)
+            if owner is None:
+                continue
+            cpu = self.processes.cpu(owner[0])
+            if cpu is not None:
+                out[key] = (owner[1], str(cpu))
+        return out
+
+    def _loop(self) -> None:
+        if self.find_processes:
+            # the agent keeps CAP_SYS_PTRACE permitted, not effective (collector/agent/
+            # privileges.py): effective in this thread only, the one that reads /proc/PID/fd
+            caps.raise_effective(PTRACE)
+        while True:
+            try:
+                self.sample_once()
+            except Exception:
+                log.exception("tcp: a sample failed")
+            self._first.set()
+            if self._stop.wait(self.interval):
+                return
+
+    def collect(self) -> Iterator[Metric]:
+        """The last sample's flow table and the host's tuning."""
+        if not self.background:
+            if self.snapshot is None:
+                self.sample_once()  # recorded answers: sampled when asked
+        elif self._thread is None:
+            # Started at the first scrape, after the agent dropped its capabilities (threads
+            # inherit the thread's sets); the first scrape waits for the first sample a while.
+            self._thread = threading.Thread(target=self._loop, name="tcp-sample", daemon=True)
+            self._thread.start()
+            self._first.wait(FIRST_SAMPLE_WAIT)
+        with self._lock:
+            snap, owners = self.snapshot, dict(self.owners)
+            samples, duration = self.samples, self.duration
+        if snap is not None:
+            yield from render_flows(snap, owners)
+            yield from self._health(snap, samples, duration)
+        yield from render_tuning(self.proc_root)
+
+    def _health(self, snap: Snapshot, samples: int, duration: float) -> Iterator[Metric]:
+        g, c = GaugeMetricFamily, CounterMetricFamily
+        yield g("wattbit_tcp_sockets", _H["sockets"], value=snap.sockets)
+        yield g("wattbit_tcp_flow_keys", _H["keys"], value=snap.keys)
+        yield c("wattbit_tcp_samples", _H["samples"], value=samples)
+        yield g("wattbit_tcp_sample_duration_seconds", _H["duration"], value=duration)
+        malformed = getattr(self.reader, "malformed", 0)
+        yield c("wattbit_tcp_malformed_messages", _H["malformed"], value=malformed)
+        yield c("wattbit_tcp_destroy_overruns", _H["overruns"], value=self.overruns)
+        yield c("wattbit_tcp_skipped_sockets", _H["skipped"], value=self.skipped)
+        mode = g("wattbit_tcp_close_tracking_info", _H["tracking"], labels=["mode", "reason"])
+        mode.add_metric(
+            ["destroy_messages" if self.reader.tracking else "sampling", self.reader.reason], 1
+        )
+        yield mode
+
+    def close(self) -> None:
+        """Stop sampling, leave the destroy groups."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.reader.close()
+
+
+_H = {
+    "sockets": "TCP sockets in the last sample (listeners not counted).",
+    "keys": "Distinct flow keys in the last sample, before the top-K.",
+    "samples": "Samples taken.",
+    "duration": "How long the last sample took.",
+    "malformed": "Netlink messages or attributes that did not parse.",
+    "overruns": "Times the destroy-message socket overflowed (closes missed).",
+    "skipped": "Sockets over tcp.max_sockets in a sample, not followed.",
+    "tracking": "How closing sockets are followed, and why.",
+    "closed": "Sockets of the key that closed; final: seen (destroy message) or unseen.",
+    "cc": "Congestion control algorithms the key's sockets use.",
+    "process": "The process owning the key's busiest socket and the CPU it last ran on.",
+    "buffers": "Socket buffer limits of the host (sysctl), bytes.",
+    "setting": "TCP options of the host (sysctl), as the kernel gives them.",
+    "tuning": "The host's default congestion control and queueing discipline.",
+}
+_HELP = {
+    "sent_bytes": "Bytes the peers acknowledged (tcpi_bytes_acked).",
+    "received_bytes": "Bytes received (tcpi_bytes_received).",
+    "sent_segments": "Data segments sent (tcpi_data_segs_out).",
+    "retransmitted_segments": "Segments retransmitted (tcpi_total_retrans).",
+    "busy_seconds": "Socket-seconds with data to send (tcpi_busy_time).",
+    "rwnd_limited_seconds": "Busy socket-seconds limited by the peer's receive window.",
+    "sndbuf_limited_seconds": "Busy socket-seconds limited by the send buffer.",
+}
+_GAUGES: tuple[tuple[str, str], ...] = (
+    ("sockets", "The key's sockets in the last sample."),
+    ("app_limited_sockets", "Sockets whose last delivery-rate sample was application-limited."),
+    ("srtt_seconds", "Smoothed RTT, mean over the key's active sockets (else all)."),
+    ("min_rtt_seconds", "The lowest min_rtt of the key's active sockets."),
+    ("delivery_rate_bytes_per_second", "Sum of the active sockets' delivery rates."),
+    ("cwnd_bytes", "Sum of snd_cwnd x snd_mss."),
+    ("mss_bytes", "The largest snd_mss."),
+    ("send_window_bytes", "Sum of the peers' advertised windows (tcpi_snd_wnd)."),
+    ("receive_window_bytes", "Sum of the windows this host advertises (tcpi_rcv_wnd)."),
+    ("receive_space_bytes", "Sum of tcpi_rcv_space."),
+    ("receive_buffer_bytes", "Sum of the sockets' receive buffers (SK_MEMINFO_RCVBUF)."),
+    ("send_buffer_bytes", "Sum of the sockets' send buffers (SK_MEMINFO_SNDBUF)."),
+)
+
+
+def render_flows(snap: Snapshot, owners: dict[Key, tuple[str, str]]) -> Iterator[Metric]:
+    """The per-key families of one snapshot."""
+    labels = list(KEY_LABELS)
+    for i, (_field, name, scale) in enumerate(COUNTERS):
+        fam = CounterMetricFamily(f"wattbit_tcp_flow_{name}", _HELP[name], labels=labels)
+        for key in sorted(snap.totals):
+            fam.add_metric(list(key), snap.totals[key][i] * scale)
+        yield fam
+    closed = CounterMetricFamily(
+        "wattbit_tcp_flow_closed_sockets", _H["closed"], labels=[*labels, "final"]
+    )
+    for (key, final), n in sorted(snap.closed.items()):
+        if key in snap.totals:
+            closed.add_metric([*key, final], n)
+    yield closed
+    gauges = {n: GaugeMetricFamily(f"wattbit_tcp_flow_{n}", h, labels=labels) for n, h in _GAUGES}
+    cc = GaugeMetricFamily(
+        "wattbit_tcp_flow_congestion_control_info", _H["cc"], labels=[*labels, "algorithm"]
+    )
+    for key in sorted(snap.gauges):
+        if key not in snap.totals:
+            continue
+        g = snap.gauges[key]
+        values: dict[str, float | None] = {
+            "sockets": g.sockets,
+            "app_limited_sockets": g.app_limited,
+            "srtt_seconds": g.srtt(),
+            "min_rtt_seconds": g.min_rtt,
+            "delivery_rate_bytes_per_second": g.delivery_rate,
+            "cwnd_bytes": g.cwnd,
+            "mss_bytes": g.mss,
+            "send_window_bytes": g.snd_wnd,
+            "receive_window_bytes": g.rcv_wnd,
+            "receive_space_bytes": g.rcv_space,
+            "receive_buffer_bytes": g.rcvbuf,
+            "send_buffer_bytes": g.sndbuf,
+        }
+        for gname, v in values.items():
+            if v is not None:
+                gauges[gname].add_metric(list(key), v)
+        for algo in sorted(g.algorithms):
+            cc.add_metric([*key, algo], 1)
+    yield from gauges.values()
+    yield cc
+    proc = GaugeMetricFamily(
+        "wattbit_tcp_flow_process_info", _H["process"], labels=[*labels, "comm", "cpu"]
+    )
+    for key, (comm, cpu) in sorted(owners.items()):
+        proc.add_metric([*key, comm, cpu], 1)
+    yield proc
+
+
+def render_tuning(proc_root: Path) -> Iterator[Metric]:
+    """The host's TCP tuning."""
+    buffers, settings, names = read_tuning(proc_root)
+    b = GaugeMetricFamily(
+        "wattbit_tcp_buffer_limit_bytes", _H["buffers"], labels=["sysctl", "bound"]
+    )
+    for (sysctl, bound), v in sorted(buffers.items()):
+        b.add_metric([sysctl, bound], v)
+    yield b
+    s = GaugeMetricFamily("wattbit_tcp_setting", _H["setting"], labels=["sysctl"])
+    for sysctl, v in sorted(settings.items()):
+        s.add_metric([sysctl], v)
+    yield s
+    t = GaugeMetricFamily(
+        "wattbit_tcp_tuning_info", _H["tuning"], labels=["congestion_control", "default_qdisc"]
+    )
+    t.add_metric([names["net.ipv4.tcp_congestion_control"], names["net.core.default_qdisc"]], 1)
+    yield t

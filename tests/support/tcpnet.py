@@ -1,0 +1,254 @@
+"""Real TCP traffic for the tcp exporter's tests and bench: two network namespaces joined by a
+veth pair (every name holds `tcp`), a range of peer addresses, and small programs run inside
+a namespace (`python -m tests.support.tcpnet <command>`): a sink server, a churn of short
+connections, and reads of one socket by the exporter's parser and by `ss` at the same moment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PEERS = "10.231.0.0/16"  # routed to namespace B, where every address of it is local
+
+
+@dataclass
+class TcpNet:
+    """Namespace a (the exporter's side) and b (the far side), joined by a veth."""
+
+    ns_a: str
+    ns_b: str
+    if_a: str
+    if_b: str
+    addr_a: str = "169.254.231.1"
+    addr_b: str = "169.254.231.2"
+
+    def popen(self, ns: str, *cmd: str, **kw: object) -> subprocess.Popen[str]:
+        """Start a command inside a namespace."""
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        return subprocess.Popen(["ip", "netns", "exec", ns, *cmd], text=True, env=env, **kw)  # type: ignore[call-overload, no-any-return]
+
+    def run(self, ns: str, *cmd: str, timeout: float = 120) -> str:
+        """Run a command inside a namespace; its stdout (raises on failure, with stderr)."""
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        r = subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True,
+                           timeout=timeout, env=env)  # fmt: skip
+        if r.returncode:
+            raise RuntimeError(f"{cmd} exited {r.returncode}: {r.stderr[-2000:]}")
+        return r.stdout
+
+    def py(self, ns: str, *args: str, timeout: float = 120) -> str:
+        """`python -m tests.support.tcpnet ARGS` inside a namespace."""
+        return self.run(ns, sys.executable, "-m", "tests.support.tcpnet", *args, timeout=timeout)
+
+
+@contextlib.contextmanager
+def tcp_net() -> Iterator[TcpNet]:
+    """Fresh namespaces and a veth; b answers every address of PEERS. Removed afterwards."""
+    tag = f"{os.getpid() % 10000}{int(time.time() * 1000) % 1000}"
+    net = TcpNet(f"wbtcpA{tag}", f"wbtcpB{tag}", f"tcpa{tag}", f"tcpb{tag}")
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    try:
+        ip("netns", "add", net.ns_a)
+        ip("netns", "add", net.ns_b)
+        ip("link", "add", net.if_a, "netns", net.ns_a, "type", "veth", "peer", "name", net.if_b,
+           "netns", net.ns_b)  # fmt: skip
+        for ns, ifname, addr in (
+            (net.ns_a, net.if_a, net.addr_a),
+            (net.ns_b, net.if_b, net.addr_b),
+        ):
+            net.run(ns, "sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1")
+            ip("-n", ns, "addr", "add", f"{addr}/30", "dev", ifname)
+            ip("-n", ns, "link", "set", ifname, "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+        # many peers without many addresses: b takes all of PEERS as local (a local route)
+        ip("-n", net.ns_b, "route", "add", "local", PEERS, "dev", "lo")
+        ip("-n", net.ns_a, "route", "add", PEERS, "via", net.addr_b)
+        yield net
+    finally:
+        for ns in (net.ns_a, net.ns_b):
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+            for pid in pids.stdout.split():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), 9)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+
+
+def peer(i: int) -> str:
+    """The i-th address of PEERS (10.231.0.1 ...)."""
+    return f"10.231.{(i + 1) >> 8 & 255}.{(i + 1) & 255}"
+
+
+# --- programs run inside a namespace ------------------------------------------------------
+
+
+def _raise_nofile(n: int) -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(max(n, soft), hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+def sink(port: int) -> None:
+    """Accept on 0.0.0.0:port and read every connection to its end (threads, bounded)."""
+    import selectors
+
+    _raise_nofile(1 << 16)
+    lst = socket.socket()
+    lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lst.bind(("0.0.0.0", port))
+    lst.listen(4096)
+    lst.setblocking(False)
+    sel = selectors.DefaultSelector()
+    sel.register(lst, selectors.EVENT_READ)
+    print("ready", flush=True)
+    while True:
+        for k, _ in sel.select():
+            s = k.fileobj
+            assert isinstance(s, socket.socket)
+            if s is lst:
+                with contextlib.suppress(BlockingIOError):
+                    c, _ = lst.accept()
+                    c.setblocking(False)
+                    sel.register(c, selectors.EVENT_READ)
+                continue
+            try:
+                data = s.recv(1 << 20)
+            except BlockingIOError:
+                continue
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                sel.unregister(s)
+                s.close()
+
+
+def churn(host: str, port: int, count: int, size: int, parallel: int) -> None:
+    """`count` connections, each sends `size` bytes and closes; at most `parallel` at once."""
+    payload = b"\0" * size
+    done = 0
+    while done < count:
+        batch = []
+        for _ in range(min(parallel, count - done)):
+            c = socket.create_connection((host, port), timeout=30)
+            batch.append(c)
+        for c in batch:
+            c.sendall(payload)
+            c.shutdown(socket.SHUT_WR)
+        for c in batch:
+            c.settimeout(30)
+            while c.recv(4096):  # wait for the peer's FIN: everything we sent was read
+                pass
+            c.close()
+        done += len(batch)
+    print(json.dumps({"connections": done, "bytes": done * size}), flush=True)
+
+
+def hold(peers: int, port: int, seconds: float) -> None:
+    """Open one connection to each of `peers` peer addresses and keep them open."""
+    _raise_nofile(peers + 1024)
+    conns = [socket.create_connection((peer(i), port), timeout=30) for i in range(peers)]
+    print("ready", len(conns), flush=True)
+    time.sleep(seconds)
+
+
+def _ours(cookie: int | None, dport: int) -> dict[str, object] | None:
+    from exporters.tcp import netlink
+    from exporters.tcp.tcpinfo import parse_skmeminfo, parse_tcp_info
+
+    for _t, payload in netlink.dump(socket.AF_INET):
+        d = netlink.parse_diag_msg(payload)
+        if d.state != netlink.TCP_ESTABLISHED or d.dport != dport:
+            continue
+        if cookie is not None and d.cookie != cookie:
+            continue
+        info = parse_tcp_info(d.attrs[netlink.INET_DIAG_INFO])
+        if cookie is None and info.get("bytes_acked", 0) + info.get("bytes_received", 0) < 1 << 20:
+            continue  # iperf3's control connection, or a data stream not started yet
+        mem = parse_skmeminfo(d.attrs[netlink.INET_DIAG_SKMEMINFO])
+        return {"cookie": d.cookie, "sport": d.sport, "info": info, "mem": mem}
+    return None
+
+
+def ss_record(text: str, cookie: int | None) -> str:
+    """ss's lines for one socket (its first line and the indented ones after it), joined."""
+    records: list[str] = []
+    for line in text.splitlines():
+        if line[:1].isspace() and records:
+            records[-1] += " " + line.strip()
+        else:
+            records.append(line.strip())
+    want = f"sk:{cookie:x} " if cookie is not None else None
+    return next((" ".join(r.split()) for r in records if want and want in r + " "), "")
+
+
+def sandwich(dport: int, timeout: float) -> None:
+    """Ours, then ss, then ours again, on the same socket (a data connection to dport)."""
+    deadline = time.monotonic() + timeout
+    first = None
+    while first is None and time.monotonic() < deadline:
+        first = _ours(None, dport)
+        if first is None:
+            time.sleep(0.05)
+    if first is None:
+        raise SystemExit("no data connection seen")
+    cookie = int(first["cookie"])  # type: ignore[call-overload]
+    first = _ours(cookie, dport)
+    ss = subprocess.run(["ss", "-tinmHe", "state", "established", f"( dport = :{dport} )"],
+                        capture_output=True, text=True, check=True).stdout  # fmt: skip
+    second = _ours(cookie, dport)
+    print(json.dumps({"first": first, "ss": ss_record(ss, cookie), "second": second}))
+
+
+def idle_pair(host: str, port: int, size: int) -> None:
+    """Send `size` bytes to a sink, wait until all is acked and the socket idle, then read
+    it with ours and with ss (nothing moves between the reads)."""
+    c = socket.create_connection((host, port), timeout=30)
+    c.sendall(b"\0" * size)
+    cookie = None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        got = _ours(cookie, port)
+        if got is not None:
+            cookie = int(got["cookie"])  # type: ignore[call-overload]
+            info = got["info"]
+            assert isinstance(info, dict)
+            if info["unacked"] == 0 and info.get("notsent_bytes", 0) == 0:
+                break
+        time.sleep(0.05)
+    time.sleep(0.3)  # delayed ACKs of the far side have gone; nothing is in flight
+    first = _ours(cookie, port)
+    ss = subprocess.run(["ss", "-tinmHe", "state", "established", f"( dport = :{port} )"],
+                        capture_output=True, text=True, check=True).stdout  # fmt: skip
+    second = _ours(cookie, port)
+    print(json.dumps({"first": first, "ss": ss_record(ss, cookie), "second": second}))
+    c.close()
+
+
+if __name__ == "__main__":
+    cmd, *argv = sys.argv[1:]
+    if cmd == "sink":
+        sink(int(argv[0]))
+    elif cmd == "churn":
+        churn(argv[0], int(argv[1]), int(argv[2]), int(argv[3]), int(argv[4]))
+    elif cmd == "hold":
+        hold(int(argv[0]), int(argv[1]), float(argv[2]))
+    elif cmd == "sandwich":
+        sandwich(int(argv[0]), float(argv[1]))
+    elif cmd == "idle":
+        idle_pair(argv[0], int(argv[1]), int(argv[2]))
+    else:
+        raise SystemExit(f"unknown command {cmd}")
