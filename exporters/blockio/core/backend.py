@@ -312,7 +312,9 @@ class CoreBackend:
         lat_dev = slice(h, h + n)
         lat_q = slice(h + n, h + 2 * n)
         size = slice(h + 2 * n, h + 2 * n + SIZE_SLOTS)
-        kernel_before = self.diskstats.read()  # before the maps: see core/unseen.py
+        # /proc/diskstats before the maps (core/unseen.py): busy time and in flight, and the
+        # kernel's completions the program's are compared with
+        kernel = self.diskstats.read()
         raw = self._raw()
         seen: dict[Identity, int] = {}
         for dev, _op, seq in raw:
@@ -361,19 +363,17 @@ class CoreBackend:
                 log.info("blockio: timing requests without kernel timestamps at issue")
             except OSError as exc:
                 log.warning("blockio: cannot attach the issue-side program: %s", exc)
-        kernel_after = self.diskstats.read()
-        for name, kernel in kernel_after.items():
+        for name, row in kernel.items():
             d = out.setdefault(name, DeviceStats())
-            d.busy_seconds = kernel.busy_seconds
-            d.inflight = kernel.inflight
-        self._add_unseen(out, kernel_before, kernel_after, live, by_disk)
+            d.busy_seconds = row.busy_seconds
+            d.inflight = row.inflight
+        self._add_unseen(out, kernel, live, by_disk)
         return out
 
     def _add_unseen(
         self,
         out: dict[str, DeviceStats],
-        before: dict[str, DeviceStats],
-        after: dict[str, DeviceStats],
+        kernel: dict[str, DeviceStats],
         live: dict[Identity, str],
         by_disk: dict[Identity, dict[int, list[int]]],
     ) -> None:
@@ -382,7 +382,7 @@ class CoreBackend:
             live[ident]: (ident, {OPS[o]: v[P_IOS] for o, v in ops.items()})
             for ident, ops in by_disk.items()
         }
-        for name, per_op in self.unseen.update(before, counted, after).items():
+        for name, per_op in self.unseen.update(kernel, counted).items():
             for op_name, count in per_op.items():
                 if count:
                     out[name].ops.setdefault(op_name, OpStats(errors=0)).unseen = count
