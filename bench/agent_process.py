@@ -35,6 +35,7 @@ from bench.harness import (
     free_port,
     load_average,
     median,
+    print_command,
     proc_status,
     spawn,
     stop,
@@ -156,6 +157,7 @@ def main() -> None:
         f"this / {args.against}: ready {ratios['ready_s']:.2f}, scrape CPU "
         f"{ratios['scrape_cpu_ms']:.2f}, VmRSS {ratios['rss_mb']:.2f}"
     )
+    print_command()
 
 
 if __name__ == "__main__":

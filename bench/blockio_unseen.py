@@ -23,6 +23,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+from bench.harness import print_command
 from collector.demo.loopdisks import loop_disks
 from exporters.blockio.bpfshared import BPF_STATS_SYSCTL, fdinfo
 from exporters.blockio.core.backend import CoreBackend
@@ -129,6 +130,7 @@ def main() -> None:
             print(json.dumps(one_run(args.reads, args.hogs)), flush=True)
     finally:
         BPF_STATS_SYSCTL.write_text(old)
+    print_command()
 
 
 if __name__ == "__main__":
