@@ -34,7 +34,7 @@ COPY collector ./collector
 COPY exporters ./exporters
 COPY --from=bpf /src/exporters/blockio/core/blockio.bpf.o ./exporters/blockio/core/
 RUN python3 -m venv --system-site-packages /opt/wattbit/.venv \
- && /opt/wattbit/.venv/bin/pip install --no-cache-dir . \
+ && /opt/wattbit/.venv/bin/pip install --no-cache-dir ".[report]" \
  && mkdir -p /var/lib/wattbit /etc/wattbit
 
 ENV PATH=/opt/wattbit/.venv/bin:$PATH PYTHONUNBUFFERED=1

@@ -2,8 +2,11 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
+# pytest-xdist workers for `make test`; the real-kernel tests run in serial lanes, each lane on
+# one worker, one test at a time (docs/testing.md). TEST_WORKERS=0: all in this process.
+TEST_WORKERS ?= 3
 
-.PHONY: all bootstrap test test-unit lint demo bench clean
+.PHONY: all bootstrap test test-unit lint demo bench clean package
 
 all: test
 
@@ -16,7 +19,8 @@ lint: bootstrap
 	$(VENV)/bin/mypy collector exporters bench
 
 test: bootstrap lint
-	$(PY) -m pytest -ra --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -ra --durations=25 -n $(TEST_WORKERS) --dist loadgroup \
+		--no-loadscope-reorder $(PYTEST_ARGS)
 
 test-unit: bootstrap
 	$(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)
@@ -27,7 +31,11 @@ demo: bootstrap
 bench: bootstrap
 	$(PY) bench/agent_scrape.py
 	$(PY) bench/blockio_read.py
-	$(PY) bench/blockio_overhead.py
+	$(PY) -m bench.blockio_overhead
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache
+
+# dist/: the wheel, the Debian 12 package and the EL9 RPM (docs/install.md)
+package: bootstrap
+	@bash packaging/build.sh

@@ -1,6 +1,6 @@
 """Render time of the agent's /metrics for a large host (synthetic content).
 
-Run: PYTHONPATH=. .venv/bin/python bench/agent_scrape.py [--disks 48] [--ops read,write]
+Run: .venv/bin/python bench/agent_scrape.py [--disks 48] [--ops read,write]
      [--size-histogram] [--nics 8] [--queues 16] [--cpus 64] [--repeat 200]
 Goals: <= 30 ms per render for 48 disks (with the NICs and the pcie exporter's links); the
 blockio series of 48 disks doing reads and writes <= 2,500 by default (issue 15's budget,
@@ -13,14 +13,20 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
+import sys
 import time
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from collector.web.exposition import TextRenderer
-from exporters.base import Exporter, ExportersCollector
-from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, OPS, SIZE_SLOTS
-from tests.support.synthetic import SyntheticBlockio, SyntheticNic, SyntheticPcie
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.harness import alternate, print_command, ratio  # noqa: E402
+from collector.web.exposition import TextRenderer  # noqa: E402
+from exporters.base import Exporter, ExportersCollector  # noqa: E402
+from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, OPS, SIZE_SLOTS  # noqa: E402
+from tests.support.synthetic import SyntheticBlockio, SyntheticNic, SyntheticPcie  # noqa: E402
 
 
 def pcie_series_budget(disks: int, nics: int, cpus: int, hbas: int = 3) -> int:
@@ -112,16 +118,16 @@ def main() -> None:
             SyntheticNic(args.nics, args.queues, args.cpus),
         )
     )
-    times: dict[str, list[float]] = {"wattbit": [], "generate_latest": [], "without pcie": []}
-    for _ in range(args.repeat):
-        for name, fn in (
-            ("wattbit", renderer.render),
-            ("generate_latest", lambda: generate_latest(registry)),
-            ("without pcie", without_pcie.render),
-        ):
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
+    renders = {
+        "wattbit": renderer.render,
+        "generate_latest": lambda: generate_latest(registry),
+        "without pcie": without_pcie.render,
+    }
+    times: dict[str, list[float]] = {name: [] for name in renders}
+    for _, name in alternate(list(renders), args.repeat):  # ABC CBA ABC ...
+        t0 = time.perf_counter()
+        renders[name]()
+        times[name].append(time.perf_counter() - t0)
     print(
         f"host: disks={args.disks} ops={len(ops)} + nic and pcie above: series={series} "
         f"bytes={len(body)}"
@@ -130,8 +136,10 @@ def main() -> None:
         med = statistics.median(ts) * 1e3
         p90 = statistics.quantiles(ts, n=10)[-1] * 1e3
         print(f"{name:16s} render median={med:6.2f} ms p90={p90:6.2f} ms over {args.repeat} runs")
-    ratio = statistics.median(times["generate_latest"]) / statistics.median(times["wattbit"])
-    print(f"speed-up {ratio:.1f}x; goal: wattbit median <= 30 ms")
+    meds = {name: statistics.median(ts) for name, ts in times.items()}
+    speedup = ratio(meds["generate_latest"], meds["wattbit"])
+    print(f"speed-up {speedup or float('nan'):.1f}x; goal: wattbit median <= 30 ms")
+    print_command()
 
 
 if __name__ == "__main__":

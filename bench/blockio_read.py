@@ -5,7 +5,7 @@ Attaches the real core program (exporters/blockio/core), makes --disks loop devi
 and does reads and writes on each (so the map holds disks x 2 (device, op) entries, every CPU's
 copy), then times CoreBackend.read() (a lookup per claimed array slot and a batch lookup of the
 fall-back hash map, the per-CPU sums, /proc/diskstats for busy time) --repeat times,
-alternated with the lookups alone so the two share the
+alternated with the lookups alone (AB BA ...) so the two share the
 machine's drift. The 128-CPU figure is estimated from measured parts, since this VM has 2:
 the per-CPU sum on a synthetic buffer of 128 copies (timed here, the same code), plus the
 kernel's extra copying (value_size x the extra CPUs per entry, timed as two memcpy of as many
@@ -32,6 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.harness import in_turn, print_command  # noqa: E402
 from exporters.blockio.bpfshared import sum_percpu  # noqa: E402
 from exporters.blockio.core.backend import WORDS, CoreBackend  # noqa: E402
 from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS  # noqa: E402
@@ -120,40 +121,43 @@ def main() -> int:
             ours = {n: s for n, s in got.items() if n in names}
             entries = sum(len(s.ops) for s in ours.values())
             assert entries >= 2 * args.disks, f"only {entries} (device, op) entries"
-            read_t: list[float] = []
-            lookup_t: list[float] = []
-            for _ in range(args.repeat):
-                t0 = time.perf_counter()
-                backend.read()
-                read_t.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                rows = list(backend.values())
-                lookup_t.append(time.perf_counter() - t0)
-            total_entries = len(rows)
+            # Each part alternately (AB BA ...), so the machine's drift hits them alike.
+            first = {"read": backend.read, "lookups": lambda: list(backend.values())}
+            times: dict[str, list[float]] = {k: [] for k in first}
+            for r in range(args.repeat):
+                for k in in_turn(list(first), r):
+                    t0 = time.perf_counter()
+                    first[k]()
+                    times[k].append(time.perf_counter() - t0)
+            read_t, lookup_t = times["read"], times["lookups"]
+            total_entries = len(list(backend.values()))
             # The per-CPU sums at --cpus: the same function over a synthetic buffer.
             big = bytes(WORDS * 8 * args.cpus)
             pick = backend._pick
-            sum_t: list[float] = []
             small = bytes(WORDS * 8 * backend.ncpus)
-            small_t: list[float] = []
             # The kernel's extra copying at --cpus (value x CPUs per entry, per-CPU memory to
             # the user buffer), estimated by copying as many bytes here, twice (the kernel
             # reads each CPU's copy and writes it out).
             extra = total_entries * WORDS * 8 * (args.cpus - backend.ncpus)
             src, dst = bytearray(extra), bytearray(extra)
-            copy_t: list[float] = []
-            for _ in range(args.repeat):
-                t0 = time.perf_counter()
+
+            def sums(buf: bytes) -> None:
                 for _ in range(total_entries):
-                    sum_percpu(big, WORDS, pick)
-                sum_t.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
+                    sum_percpu(buf, WORDS, pick)
+
+            def copy() -> None:
                 dst[:] = src
-                copy_t.append(2 * (time.perf_counter() - t0))
-                t0 = time.perf_counter()
-                for _ in range(total_entries):
-                    sum_percpu(small, WORDS, pick)
-                small_t.append(time.perf_counter() - t0)
+
+            second = {"sum": lambda: sums(big), "copy": copy, "small": lambda: sums(small)}
+            twice = {"copy": 2.0}  # the kernel copies each byte in and out
+            for k in second:
+                times[k] = []
+            for r in range(args.repeat):
+                for k in in_turn(list(second), r):
+                    t0 = time.perf_counter()
+                    second[k]()
+                    times[k].append(twice.get(k, 1.0) * (time.perf_counter() - t0))
+            sum_t, copy_t, small_t = times["sum"], times["copy"], times["small"]
     finally:
         backend.close()
     med = statistics.median
@@ -167,6 +171,7 @@ def main() -> int:
     print(f"| per-CPU sums at {args.cpus} CPUs (synthetic buffer) | {_ms(sum_t)} |")
     print(f"| the kernel's extra copying at {args.cpus} CPUs (2 x memcpy) | {_ms(copy_t)} |")
     print(f"| **estimated read() at {args.cpus} CPUs** | {est * 1e3:.1f} ms |")
+    print_command()
     return 0
 
 

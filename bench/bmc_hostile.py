@@ -3,6 +3,7 @@ max_body with [{},{},…] (issue 34: 33 such documents took it to a 4.3 GB peak 
 CPU; three such BMCs to 4.5 GB, 94 % and a scrape p99 of 1.2 s).
 
 Run: .venv/bin/python bench/bmc_hostile.py [--seconds 60] [--bmcs 1,3] [--size 4194304]
+     [--rounds 1]   (each count once a round, the order reversed every other round)
 
 The hostile BMCs are tests/support/hostilebmc.py --mode bloat (synthetic by nature: a valid
 Redfish tree of 32 chassis, each document padded to --size - 1 KiB), polled every 10 s with
@@ -26,11 +27,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import (
+    alternate,
     bench_lock,
     commit,
     cpu_seconds,
     interruptible,
     machine,
+    print_command,
     proc_status,
     table,
 )
@@ -96,13 +99,16 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--bmcs", default="1,3")
     ap.add_argument("--size", type=int, default=4 * 1024 * 1024)
+    ap.add_argument("--rounds", type=int, default=1, help="each count per round, alternating")
     args = ap.parse_args()
     print(machine(), f"commit {commit()}")
     rows = []
     with interruptible(), bench_lock(), tempfile.TemporaryDirectory() as d:
-        for n in (int(x) for x in args.bmcs.split(",")):
+        counts = [int(x) for x in args.bmcs.split(",")]
+        for _, n in alternate(counts, args.rounds):  # 1 3, 3 1, ...: a row per run
             rows.append(run(n, args.seconds, args.size, Path(d)))
     table(["hostile BMCs", "peak RSS MB", "CPU %", "p50 ms", "p99 ms", "healthy up"], rows)
+    print_command()
     return 0
 
 

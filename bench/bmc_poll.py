@@ -40,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import alternate, free_ports, print_command, ratio, table  # noqa: E402
 from exporters.bmc.poller import BmcPoller, BmcTarget  # noqa: E402
 from exporters.bmc.redfish import RedfishTarget  # noqa: E402
 
@@ -70,21 +71,6 @@ async def main():
     await asyncio.Event().wait()
 asyncio.run(main())
 """
-
-
-def free_ports(n: int) -> list[int]:
-    """n TCP ports free now on 127.0.0.1 (held open together so they differ)."""
-    import socket
-
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def check(poller: BmcPoller, expected: dict[str, float]) -> None:
@@ -136,12 +122,10 @@ async def run(args: argparse.Namespace) -> dict:
             await one_poll(poller, mode == "fresh")
             check(poller, expected)
         results: dict[str, list[tuple[float, float]]] = {m: [] for m in pollers}
-        order = list(pollers)
-        for r in range(args.rounds):
-            for mode in order[r % 2 :] + order[: r % 2]:
-                wall, cpu = await one_poll(pollers[mode], mode == "fresh")
-                check(pollers[mode], expected)
-                results[mode].append((wall, cpu))
+        for _, mode in alternate(list(pollers), args.rounds):
+            wall, cpu = await one_poll(pollers[mode], mode == "fresh")
+            check(pollers[mode], expected)
+            results[mode].append((wall, cpu))
         for poller in pollers.values():
             await poller.close()
     finally:
@@ -164,9 +148,8 @@ async def run(args: argparse.Namespace) -> dict:
             "cpu_ms_per_bmc": round(cpu / args.bmcs * 1000, 2),
             "wall_ms_per_bmc": round(wall / args.bmcs * 1000, 2),
         }
-    out["fresh_over_reuse_cpu"] = round(
-        out["modes"]["fresh"]["cpu_s"] / out["modes"]["reuse"]["cpu_s"], 2
-    )
+    cpu_ratio = ratio(out["modes"]["fresh"]["cpu_s"], out["modes"]["reuse"]["cpu_s"])
+    out["fresh_over_reuse_cpu"] = None if cpu_ratio is None else round(cpu_ratio, 2)
     return out
 
 
@@ -180,13 +163,21 @@ def main() -> int:
     args = ap.parse_args()
     out = asyncio.run(run(args))
     print(f"{args.bmcs} Redfish BMCs, concurrency {args.concurrency}, medians of {args.rounds}")
-    print(f"{'mode':8} {'wall s':>8} {'CPU s':>8} {'CPU ms/BMC':>11} {'wall ms/BMC':>12}")
-    for mode, m in out["modes"].items():
-        print(
-            f"{mode:8} {m['wall_s']:8.3f} {m['cpu_s']:8.3f} {m['cpu_ms_per_bmc']:11.2f} "
-            f"{m['wall_ms_per_bmc']:12.2f}"
-        )
+    table(
+        ["mode", "wall s", "CPU s", "CPU ms/BMC", "wall ms/BMC"],
+        [
+            [
+                mode,
+                f"{m['wall_s']:.3f}",
+                f"{m['cpu_s']:.3f}",
+                f"{m['cpu_ms_per_bmc']:.2f}",
+                f"{m['wall_ms_per_bmc']:.2f}",
+            ]
+            for mode, m in out["modes"].items()
+        ],
+    )
     print(f"fresh / reuse CPU: {out['fresh_over_reuse_cpu']}")
+    print_command()
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return 0

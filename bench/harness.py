@@ -1,10 +1,12 @@
 """What the benchmarks share: the machine's one benchmark lock, child processes that die with
-the bench, what a process has used (CPU, memory), the machine's busy time, alternation, medians
-and tables. Each bench/*.py file is its own measurement and imports the rest from here; its
-own numbers and their meaning stay in that file and in docs/benchmarks.md.
+the bench, free ports, what a process has used (CPU, memory), the machine's busy time,
+alternation, medians, ratios, tables and the command that reproduces a run. Each bench is its
+own measurement (bench/NAME.py, or a package bench/NAME/ split by phase) and imports the rest
+from here, never from another bench; its own numbers and their meaning stay in it and in
+docs/benchmarks.md.
 
-Run as ``python bench/NAME.py``: each file puts the repository on sys.path first, then imports
-``bench.harness`` like the product's packages.
+Run as ``python bench/NAME.py`` (each file puts the repository on sys.path first, then imports
+``bench.harness`` like the product's packages) or ``python -m bench.NAME`` from the checkout.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import fcntl
 import os
 import platform
 import resource
+import shlex
 import signal
 import socket
 import statistics
@@ -181,6 +184,55 @@ def stop(
         proc.wait()
 
 
+class Children:
+    """A bench's named children, each started from the checkout (PYTHONPATH too) by spawn()
+    with its output in logdir/NAME.log, and stopped newest first."""
+
+    def __init__(self, logdir: Path) -> None:
+        self.logdir = logdir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
+        """Start cmd with its output in logdir/NAME.log."""
+        with (self.logdir / f"{name}.log").open("ab") as log:
+            p = spawn(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            )
+        self.procs[name] = p
+        return p
+
+    def alive(self, *names: str) -> Callable[[], None]:
+        """A check for wait_for: raise with the log's tail when one of `names` has exited."""
+
+        def check() -> None:
+            for n in names:
+                p = self.procs[n]
+                if p.poll() is not None:
+                    tail = (self.logdir / f"{n}.log").read_text(errors="replace")[-3000:]
+                    raise RuntimeError(f"{n} exited {p.returncode}:\n{tail}")
+
+        return check
+
+    def stop(self, *names: str, timeout: float = 30.0) -> None:
+        """SIGTERM these (all: none given), newest first; SIGKILL after ``timeout`` s."""
+        chosen = [n for n in reversed(self.procs) if not names or n in names]
+        for n in chosen:
+            if self.procs[n].poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self.procs[n].terminate()
+        for n in chosen:
+            p = self.procs.pop(n)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -199,11 +251,20 @@ def interruptible() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    """A port on 127.0.0.1 free a moment ago."""
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
+def free_port(kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1") -> int:
+    """A TCP (or, with kind=socket.SOCK_DGRAM, UDP) port on host free a moment ago."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, kind) as s:
+        s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def free_ports(n: int, kind: int = socket.SOCK_STREAM) -> list[int]:
+    """n distinct ports on 127.0.0.1, all bound at once while they are chosen."""
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket(socket.AF_INET, kind)) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
 
 
 @contextlib.contextmanager
@@ -253,6 +314,28 @@ def alternate(items: Sequence[T], rounds: int) -> Iterator[tuple[int, T]]:
 def median(values: Sequence[float]) -> float | None:
     """The median, None of nothing."""
     return statistics.median(values) if values else None
+
+
+def ratio(num: float | None, den: float | None) -> float | None:
+    """num / den, None when either is missing or den is 0."""
+    return None if num is None or den is None or den == 0 else num / den
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """The command that reproduces this run: the interpreter (relative to the checkout when it
+    is the project's .venv) and its arguments as given (``-m bench.NAME`` or ``bench/NAME.py``,
+    then the options)."""
+    exe = Path(sys.executable)
+    with contextlib.suppress(ValueError):
+        exe = exe.relative_to(ROOT)
+    return shlex.join([str(exe), *(sys.orig_argv[1:] if argv is None else argv)])
+
+
+def print_command(out: Any = None) -> str:
+    """Print the reproducing command under the results (docs/benchmarks.md quotes it)."""
+    cmd = command_line()
+    print(f"reproduce: {cmd}", file=out or sys.stdout, flush=True)
+    return cmd
 
 
 def table(head: Sequence[str], rows: Sequence[Sequence[object]], out: Any = None) -> str:

@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from prometheus_client import CollectorRegistry  # noqa: E402
 
+from bench.harness import in_turn, print_command, ratio  # noqa: E402
 from collector.web.exposition import TextRenderer, metrics_app  # noqa: E402
 from collector.web.server import start_server  # noqa: E402
 from exporters.base import ExportersCollector  # noqa: E402
@@ -89,8 +90,8 @@ def main() -> int:
     size = 0
     for name in servers:
         size = scrape(name)  # warm the renderer's cache and each server
-    for _ in range(a.repeat):
-        for name in servers:
+    for r in range(a.repeat):
+        for name in in_turn(list(servers), r):  # AB BA AB ...
             t0 = time.perf_counter()
             scrape(name)
             times[name].append(time.perf_counter() - t0)
@@ -105,7 +106,8 @@ def main() -> int:
         med, p90 = statistics.median(ts) * 1e3, statistics.quantiles(ts, n=10)[-1] * 1e3
         print(f"{name:24s} median {med:6.2f} ms  p90 {p90:6.2f} ms")
     now, old = (statistics.median(times[n]) for n in servers)
-    print(f"ratio now/old {now / old:.2f}")
+    print(f"ratio now/old {ratio(now, old) or float('nan'):.2f}")
+    print_command()
     return 0
 
 

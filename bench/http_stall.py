@@ -43,6 +43,7 @@ from bench.harness import (  # noqa: E402
     load_average,
     machine,
     median,
+    print_command,
     proc_status,
     spawn,
     stop,
@@ -221,6 +222,7 @@ def main() -> int:
     what = "98 header lines of 8 KB x 256" if a.header_flood else repr(a.attack)
     print(f"{a.server}{' HTTPS' if a.tls else ''}, {what}, load {load_average()}")
     table(head, rows)
+    print_command()
     if a.out:
         out = {"args": {k: str(v) for k, v in vars(a).items()}, "machine": machine()}
         a.out.write_text(json.dumps({**out, "results": results}, indent=1))

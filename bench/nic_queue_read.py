@@ -2,7 +2,7 @@
 
 Run: sudo .venv/bin/python bench/nic_queue_read.py [--repeat 2000]
 
-On the machine's own interfaces that answer qstats-get, alternately (ABAB...): (a) the
+On the machine's own interfaces that answer qstats-get, alternately (AB BA AB ...): (a) the
 exporter's ethtool path for each of them (ETHTOOL_GSTRINGS + ETHTOOL_GSTATS, then the curated
 name table) and (b) one qstats-get dump covering all of them. Medians of the per-round CPU time
 (this process, time.process_time) and the ratio. Also checks that both paths see the same
@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import in_turn, print_command, ratio  # noqa: E402
 from exporters.nic.ethtool import Ethtool, queue_stats  # noqa: E402
 from exporters.nic.qstats import NetdevQstats  # noqa: E402
 
@@ -38,17 +39,19 @@ def main() -> int:
         return 1
     et = Ethtool()
     ethtool_view = {n: queue_stats(et.read_stats(n)) for n in nics}
-    a: list[float] = []
-    b: list[float] = []
-    for _ in range(args.repeat):
-        t0 = time.process_time()
+
+    def ethtool_reads() -> None:
         for n in nics:
             queue_stats(et.read_stats(n))
-        t1 = time.process_time()
-        qs.read()
-        t2 = time.process_time()
-        a.append(t1 - t0)
-        b.append(t2 - t1)
+
+    paths = {"ethtool": ethtool_reads, "qstats": qs.read}
+    times: dict[str, list[float]] = {k: [] for k in paths}
+    for r in range(args.repeat):  # A B, B A, ...: drift falls on both alike
+        for name in in_turn(list(paths), r):
+            t0 = time.process_time()
+            paths[name]()
+            times[name].append(time.process_time() - t0)
+    a, b = times["ethtool"], times["qstats"]
     et.close()
     qs.close()
     ma, mb = statistics.median(a) * 1e6, statistics.median(b) * 1e6
@@ -60,7 +63,8 @@ def main() -> int:
     print(f"{args.repeat} alternating rounds, CPU per round (median):")
     print(f"  ethtool, one read per NIC : {ma:8.1f} us")
     print(f"  netlink qstats, one dump  : {mb:8.1f} us")
-    print(f"  netlink / ethtool         : {mb / ma:8.2f}")
+    print(f"  netlink / ethtool         : {ratio(mb, ma) or float('nan'):8.2f}")
+    print_command()
     return 0
 
 

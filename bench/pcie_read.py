@@ -1,6 +1,6 @@
 """What the pcie exporter costs a scrape on a large host (a SYNTHETIC /sys and /proc tree).
 
-Run: PYTHONPATH=. .venv/bin/python bench/pcie_read.py [--disks 48] [--hbas 3] [--nics 8]
+Run: .venv/bin/python bench/pcie_read.py [--disks 48] [--hbas 3] [--nics 8]
      [--cpus 64] [--repeat 200]
 
 The tree has the kernel's layout: HBAs (mpt3sas-like, one MSI-X vector per CPU) each in its own
@@ -18,14 +18,19 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporters.pcie.exporter import PcieExporter
-from tests.support.tree import sys_link, write_file
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.harness import alternate, print_command, ratio  # noqa: E402
+from exporters.pcie.exporter import PcieExporter  # noqa: E402
+from tests.support.tree import sys_link, write_file  # noqa: E402
 
 
 def _pci(d: Path, speed: str, width: int, driver: str, root: Path) -> None:
@@ -110,14 +115,15 @@ def main() -> None:
                 name = line.split("{", 1)[0]
                 families[name] = families.get(name, 0) + 1
         fresh = PcieExporter(sys_root=root / "sys", proc_root=proc, refresh=1e9)
-        times: dict[str, list[tuple[float, float]]] = {"cached": [], "refresh": []}
-        for _ in range(args.repeat):
-            for name, exporter in (("cached", cached), ("refresh", fresh)):
-                if name == "refresh":
-                    exporter._topology = None  # what a device coming or going triggers
-                w0, c0 = time.perf_counter(), time.process_time()
-                list(exporter.collect())
-                times[name].append((time.perf_counter() - w0, time.process_time() - c0))
+        exporters = {"cached": cached, "refresh": fresh}
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in exporters}
+        for _, name in alternate(list(exporters), args.repeat):  # AB BA AB ...
+            exporter = exporters[name]
+            if name == "refresh":
+                exporter._topology = None  # what a device coming or going triggers
+            w0, c0 = time.perf_counter(), time.process_time()
+            list(exporter.collect())
+            times[name].append((time.perf_counter() - w0, time.process_time() - c0))
         print(
             f"pcie: disks={args.disks} hbas={args.hbas} nics={args.nics} cpus={args.cpus} "
             f"series={series}"
@@ -128,6 +134,10 @@ def main() -> None:
             wall = statistics.median(t[0] for t in ts) * 1e3
             cpu = statistics.median(t[1] for t in ts) * 1e3
             print(f"{name:8s} scrape median wall={wall:7.2f} ms cpu={cpu:7.2f} ms")
+        cpu_of = {n: statistics.median(t[1] for t in ts) for n, ts in times.items()}
+        slower = ratio(cpu_of["refresh"], cpu_of["cached"])
+        print(f"refresh / cached CPU: {slower or float('nan'):.2f}")
+        print_command()
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

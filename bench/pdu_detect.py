@@ -24,7 +24,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import alternate  # noqa: E402
+from bench.harness import alternate, command_line  # noqa: E402
 
 SYS_OBJECT_ID = "1.3.6.1.2.1.1.2.0"
 
@@ -93,6 +93,7 @@ def main() -> int:
         "family_ms_median": statistics.median(r["family_ms"] for r in rows),
         "probe_all_ms_median": statistics.median(r["probe_all_ms"] for r in rows),
         "same_profile_both_ways": sum(r["family_profile"] == r["probe_all_profile"] for r in rows),
+        "command": command_line(),
     }
     print(json.dumps(summary))
     if args.out:

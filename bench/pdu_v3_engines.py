@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -23,14 +24,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import alternate, print_command, proc_status  # noqa: E402
+
 TABLE = "1.3.6.1.4.1.318.1.1.26.9.4.3"
 
 
 def _rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    return proc_status(os.getpid(), ("VmRSS",)).get("VmRSS", 0) / 1024
 
 
 async def _measure(scenario: str, port: int, n: int, rounds: int) -> dict[str, object]:
@@ -102,28 +102,27 @@ def main() -> int:
     ]
     rows: dict[str, list[dict[str, float]]] = {"users": [], "clash": []}
     with SnmpSim([RECORDINGS / "apc_ap8641.snmprec"], v3_users=users) as sim:
-        for _ in range(a.pairs):
-            for scenario in rows:  # alternate the two in one run
-                out = subprocess.run(
-                    [
-                        sys.executable,
-                        __file__,
-                        "--targets",
-                        str(a.targets),
-                        "--rounds",
-                        str(a.rounds),
-                        "--child",
-                        scenario,
-                        str(sim.port),
-                    ],
-                    capture_output=True,
-                    text=True,
-                    timeout=600,
-                    check=True,
-                )
-                row = json.loads(out.stdout.strip().splitlines()[-1])
-                print(json.dumps(row), flush=True)
-                rows[scenario].append(row)
+        for _, scenario in alternate(list(rows), a.pairs):  # AB BA ... in one run
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--targets",
+                    str(a.targets),
+                    "--rounds",
+                    str(a.rounds),
+                    "--child",
+                    scenario,
+                    str(sim.port),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=True,
+            )
+            row = json.loads(out.stdout.strip().splitlines()[-1])
+            print(json.dumps(row), flush=True)
+            rows[scenario].append(row)
     for scenario, rs in rows.items():
         med = {
             k: statistics.median(r[k] for r in rs)
@@ -134,6 +133,7 @@ def main() -> int:
             f"{rs[-1]['auth']} other {rs[-1]['other']}; medians "
             + ", ".join(f"{k} {v:.3f}" for k, v in med.items())
         )
+    print_command()
     return 0
 
 

@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python bench/power_read.py [--repeat 2000]
 
-Alternately (ABC ABC ...), one PowerExporter.collect() (every zone's three files, every hwmon
+Alternately (ABC CBA ABC ...), one PowerExporter.collect() (every zone's three files, every hwmon
 chip's power and energy files, the families built) over: (a) node_exporter's real powercap
 tree (2 zones), (b) kepler's test tree (3 zones, 21 hwmon directories), (c) a large synthetic
 tree made here: 8 packages with package, core and dram zones (24 zones) and 32 hwmon chips
@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import alternate, print_command  # noqa: E402
 from exporters.power.exporter import PowerExporter  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "power"
@@ -64,17 +65,17 @@ def main() -> int:
         cpu: dict[str, list[float]] = {k: [] for k in trees}
         wall: dict[str, list[float]] = {k: [] for k in trees}
         series: dict[str, int] = {}
-        for _ in range(args.repeat):
-            for k, e in exporters.items():
-                c0, w0 = time.process_time(), time.perf_counter()
-                fams = list(e.collect())
-                cpu[k].append(time.process_time() - c0)
-                wall[k].append(time.perf_counter() - w0)
-                series[k] = sum(len(f.samples) for f in fams)
+        for _, k in alternate(list(exporters), args.repeat):  # ABC CBA ABC ...
+            c0, w0 = time.process_time(), time.perf_counter()
+            fams = list(exporters[k].collect())
+            cpu[k].append(time.process_time() - c0)
+            wall[k].append(time.perf_counter() - w0)
+            series[k] = sum(len(f.samples) for f in fams)
     print(f"{args.repeat} alternating rounds, per collection (median):")
     for k in trees:
         print(f"  {k}: {series[k]} series, CPU {statistics.median(cpu[k]) * 1e3:.3f} ms, "
               f"wall {statistics.median(wall[k]) * 1e3:.3f} ms")  # fmt: skip
+    print_command()
     return 0
 
 

@@ -1,6 +1,6 @@
 """Time of `wattbit report` for a 24-hour run scraped every second (4 hosts, 16 outlets).
 
-Run: PYTHONPATH=. .venv/bin/python bench/report.py [--hours 24] [--repeat 3] [--keep DIR]
+Run: .venv/bin/python bench/report.py [--hours 24] [--repeat 3] [--keep DIR]
      [--baseline TREE]   (TREE: another checkout, e.g. `git archive REV | tar -x -C TREE`:
                           its report is timed too, alternating with this one's, same data)
 Goal: <= 10 s end to end (the median of --repeat runs of the real command line, Python start,
@@ -36,6 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.harness import in_turn, print_command, ratio  # noqa: E402
 from tests.support.realparts import prometheus_on_blocks  # noqa: E402  (the same helper the report tests use)
 
 BLOCK = 7200
@@ -226,7 +227,8 @@ def main() -> int:
             trees = {"this": ROOT, **({"baseline": args.baseline} if args.baseline else {})}
             times: dict[str, list[float]] = {k: [] for k in trees}
             for i in range(args.repeat):
-                for name, tree in trees.items():  # alternately: the same load for both
+                for name in in_turn(list(trees), i):  # AB BA ...: the same load for both
+                    tree = trees[name]
                     out = work / f"out-{name}{i}"
                     t = time.monotonic()
                     r = subprocess.run(
@@ -255,7 +257,8 @@ def main() -> int:
             if args.baseline:
                 base = statistics.median(times["baseline"])
                 print(f"baseline ({args.baseline}): median {base:.2f} s; this / baseline "
-                      f"{med / base:.3f}")  # fmt: skip
+                      f"{ratio(med, base) or float('nan'):.3f}")  # fmt: skip
+            print_command()
             return 0 if med <= GOAL_SECONDS or math.isnan(med) else 2
     finally:
         if not args.keep:

@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from collector.runs.registry import STATE_FILE, Run, RunRegistry
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.harness import alternate, print_command  # noqa: E402
+from collector.runs.registry import STATE_FILE, Run, RunRegistry  # noqa: E402
 
 LABELS = {"site": "lab-a", "host": "brick-07", "phase": "full", "part_of": "sc10-stream-42"}
 
@@ -50,16 +55,15 @@ def main() -> None:
             d.mkdir()
             regs[n] = registry(d, n)
             sizes[n] = (d / STATE_FILE).stat().st_size
-        for r in range(args.rounds):
-            for n in args.sizes if r % 2 == 0 else reversed(args.sizes):
-                reg = regs[n]
-                for i in range(args.pairs):
-                    name = f"bench-{r}-{i}"
-                    t0 = time.perf_counter()
-                    reg.start(name, LABELS)
-                    reg.stop(name)
-                    times[n].append((time.perf_counter() - t0) / 2)
-                    # still n runs: the earliest-ended went to make room (max_runs = n)
+        for r, n in alternate(args.sizes, args.rounds):  # sizes forwards, backwards, ...
+            reg = regs[n]
+            for i in range(args.pairs):
+                name = f"bench-{r}-{i}"
+                t0 = time.perf_counter()
+                reg.start(name, LABELS)
+                reg.stop(name)
+                times[n].append((time.perf_counter() - t0) / 2)
+                # still n runs: the earliest-ended went to make room (max_runs = n)
     print("| runs held | file size | median per write | p90 per write |")
     print("|---|---|---|---|")
     for n in args.sizes:
@@ -69,6 +73,7 @@ def main() -> None:
             f"| {n:,} | {sizes[n] / 1000:.0f} kB | {statistics.median(ts) * 1000:.1f} ms "
             f"| {p90 * 1000:.1f} ms |"
         )
+    print_command()
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import alternate, bench_lock, machine, median, table  # noqa: E402
+from bench.harness import alternate, bench_lock, machine, median, print_command, table  # noqa: E402
 from exporters.hostfs.blockdevs import BLOCK_EXCLUDE  # noqa: E402
 from exporters.smart.exporter import device_path, list_disks  # noqa: E402
 from exporters.smart.runner import HelperRunner, Runner, RunOutcome, SmartctlRunner  # noqa: E402
@@ -76,6 +76,7 @@ def main() -> int:
             act.close()
     print(f"{args.repeat} alternating reads per variant and disk, medians:")
     table(["disk", "direct smartctl", "through the helper", "ratio"], rows)
+    print_command()
     return 0
 
 

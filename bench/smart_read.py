@@ -3,10 +3,10 @@
 Run: sudo .venv/bin/python bench/smart_read.py [--repeat 50]
 
 For every disk the smart exporter would read here (blockio's whole disks that are not virtual),
-alternately (ABCABC...): (a) smartctl with the exporter's argv (`--nocheck=standby`, which asks
-the drive's power mode first), (b) the same without `--nocheck=standby` and (c) without the
-two logs (`--log=error --log=selftest`, the read before issue 32). Medians of the wall time per
-run and of smartctl's CPU time (user + system, from the children's rusage); then
+alternately (ABC CBA ABC ...): (a) smartctl with the exporter's argv (`--nocheck=standby`,
+which asks the drive's power mode first), (b) the same without `--nocheck=standby` and (c)
+without the two logs (`--log=error --log=selftest`, the read before issue 32). Medians of the
+wall time per run and of smartctl's CPU time (user + system, from the children's rusage); then
 `smartctl --scan-open` (the RAID discovery, once per cycle); then whole exporter cycles (every
 disk, through the real runner and parser, until every result is published), alternately with
 and without the RAID scan (`smart.raid`). Prints the smartctl version and what each disk answered:
@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import in_turn, print_command, ratio  # noqa: E402
 from exporters.hostfs.blockdevs import BLOCK_EXCLUDE  # noqa: E402
 from exporters.smart.exporter import SmartExporter, device_path, list_disks  # noqa: E402
 from exporters.smart.parse import parse_smartctl  # noqa: E402
@@ -63,32 +64,30 @@ def main() -> int:
     print(f"{args.repeat} alternating runs per variant and disk, medians:")
     for d in disks:
         dev = device_path(d.name)
-        a_wall: list[float] = []
-        a_cpu: list[float] = []
-        b_wall: list[float] = []
-        b_cpu: list[float] = []
-        c_wall: list[float] = []
-        c_cpu: list[float] = []
+        argvs = {
+            "with": [smartctl, *SMARTCTL_ARGS, dev],
+            "without": [smartctl, *without, dev],
+            "nologs": [smartctl, *nologs, dev],
+        }
+        walls: dict[str, list[float]] = {k: [] for k in argvs}
+        cpus: dict[str, list[float]] = {k: [] for k in argvs}
         out, code = b"", 0
-        for _ in range(args.repeat):
-            w, c, out, code = run_once([smartctl, *SMARTCTL_ARGS, dev])
-            a_wall.append(w)
-            a_cpu.append(c)
-            w, c, _, _ = run_once([smartctl, *without, dev])
-            b_wall.append(w)
-            b_cpu.append(c)
-            w, c, _, _ = run_once([smartctl, *nologs, dev])
-            c_wall.append(w)
-            c_cpu.append(c)
+        for r in range(args.repeat):
+            for k in in_turn(list(argvs), r):
+                w, c, got, status = run_once(argvs[k])
+                walls[k].append(w)
+                cpus[k].append(c)
+                if k == "with":  # what the exporter reads
+                    out, code = got, status
         reading = parse_smartctl(out, code)
         size = len(out)
         print(f"  {dev}: smartctl exit {code}, {size} bytes of JSON, read as {reading.status}")
         if reading.detail:
             print(f"    ({reading.detail})")
         for label, wall, cpu in (
-            ("with --nocheck=standby   ", a_wall, a_cpu),
-            ("without --nocheck=standby", b_wall, b_cpu),
-            ("without the two logs     ", c_wall, c_cpu),
+            ("with --nocheck=standby   ", walls["with"], cpus["with"]),
+            ("without --nocheck=standby", walls["without"], cpus["without"]),
+            ("without the two logs     ", walls["nologs"], cpus["nologs"]),
         ):
             print(
                 f"    {label}: wall {statistics.median(wall) * 1e3:7.2f} ms,"
@@ -107,8 +106,9 @@ def main() -> int:
     cycles: dict[bool, list[float]] = {True: [], False: []}
     exporters = {raid: SmartExporter(autostart=False, concurrency=4, raid=raid) for raid in cycles}
     try:
-        for _ in range(args.cycles):
-            for raid, e in exporters.items():
+        for r in range(args.cycles):
+            for raid in in_turn(list(exporters), r):  # with and without the scan, alternately
+                e = exporters[raid]
                 t0 = time.perf_counter()
                 e.run_cycle()
                 if not e.wait_idle(300):
@@ -122,8 +122,10 @@ def main() -> int:
     print(
         f"one exporter cycle over {len(disks)} disk(s) (runner + parser + publish),"
         f" median of {args.cycles}: {with_scan * 1e3:.2f} ms with the RAID scan,"
-        f" {without_scan * 1e3:.2f} ms without (ratio {with_scan / without_scan:.2f})"
+        f" {without_scan * 1e3:.2f} ms without"
+        f" (ratio {ratio(with_scan, without_scan) or float('nan'):.2f})"
     )
+    print_command()
     return 0
 
 

@@ -36,6 +36,7 @@ from bench.harness import (  # noqa: E402
     interruptible,
     machine,
     median,
+    print_command,
     proc_status,
     table,
 )
@@ -175,6 +176,7 @@ def main() -> int:
                     f"{med(r, 'scrape_s', 1e3):.1f}", f"{med(r, 'sample_s', 1e3):.0f}",
                     f"{med(r, 'cpu_per_s'):.3f}", rss])  # fmt: skip
     table(head, lines)
+    print_command()
     return 0
 
 

@@ -8,8 +8,9 @@ VmRSS is sampled after every round and once more after --rest seconds without cl
     .venv/bin/python bench/tls_stall.py --rounds 8 --clients 1000 --hold 3
     .venv/bin/python bench/tls_stall.py --server agent ...   (root: the agent's nic exporter)
 
-Prints one JSON object: RSS per round (MB = 10^6 bytes), after the rest, fds, and whether
-every scrape succeeded. tests/integration/test_tls_stall.py runs the same with fewer rounds.
+Prints one JSON object: RSS per round (MB = 10^6 bytes), after the rest, fds, whether every
+scrape succeeded, and the command that reproduces it. tests/integration/test_tls_stall.py runs
+the same with fewer rounds.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import command_line  # noqa: E402
 from tests.support.tlsstall import run  # noqa: E402
 
 
@@ -38,7 +40,7 @@ def main() -> None:
     args = ap.parse_args()
     env = dict(kv.split("=", 1) for kv in args.env)
     res = run(args.server, args.rounds, args.clients, args.hold, args.rest, env, args.whole_hello)
-    print(json.dumps(res))
+    print(json.dumps(res | {"command": command_line()}))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ many targets are polled at once. A target whose last poll failed may hold at mos
 the slots (a bulkhead), and waits for a slot behind every target that is not failing: a
 failing target spends up to a whole interval in its slot, so without it as many slow or
 garbage-speaking devices as there are slots would keep every good one from being polled at
-all, silently (found by bench/soak.py).
+all, silently (found by bench/soak/).
 Failing targets back off (their next poll 1, 2, 4 … MAX_BACKOFF intervals after the last) and
 wait for their slots most-recently-answered first (then fewest failures), so a target that
 failed once and is back is read at once rather than behind every long-dead one (issue 34:

@@ -13,12 +13,15 @@ cd "$(dirname "$0")/.."
 # their own data directories; the package's own service is not used by anything here.
 # freeipmi-tools is the BMC poller's IPMI DCMI client (ipmi-raw, exporters/bmc/ipmi.py);
 # ipmitool is the independent reader its tests compare with, openipmi's ipmi_sim the IPMI
-# simulator without DCMI. prometheus-snmp-exporter is the comparison point in bench/pdu_poll.py
-# (its own service is not used).
+# simulator without DCMI. prometheus-snmp-exporter is the comparison point in bench/pdu_poll/
+# (its own service is not used). The package tier (docs/install.md): rpm (rpmbuild for the EL9
+# RPM), lintian, mmdebstrap and zstd (the cached Debian 12 roots), ansible (Debian's, for
+# community.general's chroot connection; ansible-core alone has none), cpio.
 PKGS=(python3-bpfcc bpftrace prometheus fio python3-venv python3-dev iproute2 kmod openssl ethtool iperf3
       util-linux bpftool snmp chromium fonts-liberation prometheus-alertmanager fuse3 libfuse2
       prometheus-node-exporter docker-compose smartmontools clang libbpf-dev libbpf1 victoria-metrics
-      freeipmi-tools ipmitool openipmi prometheus-snmp-exporter)
+      freeipmi-tools ipmitool openipmi prometheus-snmp-exporter
+      rpm lintian mmdebstrap zstd ansible cpio)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import socket
 import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
@@ -27,7 +29,7 @@ from collector.web.exposition import metrics_app
 from collector.web.server import WSGIApp, landing_page, start_server
 from exporters.base import Exporter, ExportersCollector
 
-__all__ = ["ListenError", "Work", "build_registry", "serve"]
+__all__ = ["ListenError", "Work", "build_registry", "sd_notify", "serve"]
 
 log = logging.getLogger("wattbit.daemon")
 
@@ -36,6 +38,27 @@ Work = Callable[[asyncio.Event], Coroutine[Any, Any, None]]  # runs until the ev
 
 class ListenError(OSError):
     """The daemon's address cannot be bound (in use, not this machine's, no permission)."""
+
+
+def sd_notify(state: str) -> bool:
+    """Send ``state`` (``READY=1``...) to systemd's $NOTIFY_SOCKET; False when there is none.
+
+    The units are Type=notify (packaging/systemd/): systemd counts a daemon started once it
+    listens, and a failed start (a bad config: exit 2) as a failed start. The protocol is one
+    datagram on a unix socket (sd_notify(3)); hand-written rather than a library because it is
+    these few lines and would otherwise be the agent's only use of libsystemd or a dependency.
+    """
+    addr = os.environ.get("NOTIFY_SOCKET", "")
+    if not addr.startswith(("/", "@")):  # unset, or not a unix socket (vsock: not ours to use)
+        return False
+    target = "\0" + addr[1:] if addr[0] == "@" else addr  # "@": the abstract namespace
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
+            s.sendto(state.encode(), target)
+    except OSError as exc:  # systemd gone or the socket not ours: serving goes on
+        log.debug("sd_notify: %s", exc.strerror)
+        return False
+    return True
 
 
 def build_registry(exporters: Sequence[Exporter]) -> CollectorRegistry:
@@ -90,6 +113,7 @@ def serve(
                 log.info("%s %s", e.name, note)  # e.g. "blockio backend: bcc"
         if serving is not None:
             serving(server.url)
+        sd_notify(f"READY=1\nSTATUS=serving {title} on {server.url}")
 
         async def until_stopped() -> None:
             done = asyncio.Event()
@@ -104,6 +128,7 @@ def serve(
                 await done.wait()
             finally:
                 log.info("stopping")
+                sd_notify("STOPPING=1")
                 # Release the executor thread waiting on `stop`: asyncio.run() joins it.
                 stop.set()
                 if task is not None:

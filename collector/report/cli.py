@@ -46,6 +46,25 @@ def parse_time(text: str, now: float | None = None) -> float:
     return dt.timestamp()
 
 
+# The charts' library is an extra (pyproject.toml): hosts that only run the agent or the
+# collector do not carry matplotlib and numpy (docs/install.md).
+MISSING_REPORT_EXTRA = (
+    "wattbit report: the report's charts need matplotlib, which is not installed: "
+    "pip install 'wattbit[report]' (in wattbit's own environment; the Debian package's is "
+    "/opt/wattbit: /opt/wattbit/bin/pip install matplotlib)"
+)
+
+
+def report_extra_missing() -> bool:
+    """True when matplotlib, the `report` extra, cannot be imported."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("matplotlib") is None
+    except (ImportError, ValueError):  # sys.modules["matplotlib"] = None, a broken install
+        return True
+
+
 def _import_matplotlib() -> None:
     import matplotlib
 
@@ -184,6 +203,9 @@ def run(args: argparse.Namespace) -> int:
     from .prom import PromError, Prometheus
     from .series import Options, ReportError, Window
 
+    if report_extra_missing():
+        print(MISSING_REPORT_EXTRA, file=sys.stderr)
+        return 1
     # matplotlib takes a good part of a second to import: do it while Prometheus works
     threading.Thread(target=_import_matplotlib, daemon=True).start()
 

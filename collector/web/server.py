@@ -349,7 +349,7 @@ class _Connection(web_protocol.RequestHandler):
         the client has not finished (headers or a body still to come, an answer not yet read)
         or that have sent nothing yet, the longest waiting first; last those idle between
         requests after a complete one, the longest idle first. A scraper's kept-alive
-        connection is of the last kind, so it goes after every stalled client (bench/soak.py:
+        connection is of the last kind, so it goes after every stalled client (bench/soak/:
         1,000 stalled TLS clients a round had it evicted before 454 of 810 scrapes; issue 34:
         requests announcing a body that never came counted as busy and locked scrapers out).
         """

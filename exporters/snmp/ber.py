@@ -1,7 +1,7 @@
 """SNMPv2c messages as bytes: encode GET / GETBULK requests, decode Responses (pure functions).
 
 The v2c path of the PDU poller uses this instead of pyasn1's generic BER codec because that
-codec costs 65-70 µs of CPU per var-bind decoded (bench/pdu_poll.py, docs/benchmarks.md), more
+codec costs 65-70 µs of CPU per var-bind decoded (bench/pdu_poll/, docs/benchmarks.md), more
 than the poller's whole budget of 60 µs per exported value. SNMPv2c needs only a handful of
 BER forms (RFC 3416 section 3 for the PDUs, RFC 3417 section 8 for the encoding rules, X.690
 for BER itself), so this module knows exactly those and nothing else; SNMPv3 messages (USM,

@@ -22,6 +22,9 @@ from tests.support.realparts import (
     sample,
 )
 
+# needs root: loop devices, private mounts and BPF; serial (tests/conftest.py)
+pytestmark = pytest.mark.root
+
 READS = 3001  # prime
 
 

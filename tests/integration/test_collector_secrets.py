@@ -171,9 +171,12 @@ def site_config(files: dict[str, Path], sim_port: int, dead_port: int, interval:
     text += "".join(f"  {name}:\n{body}" for name, body in auths.items())
     text += "pdus:\n"
     for name, (auth, port) in pdus.items():
+        # The failing PDUs time out fast; the answering ones get most of the interval, so that
+        # a busy machine (a parallel suite beside one snmpsim) cannot take one down.
+        timeout = "0.5s" if name in BAD else "2.5s"
         text += (
             f"  - name: {name}\n    address: 127.0.0.1:{port}\n    auth: {auth}\n"
-            "    timeout: 0.5s\n    retries: 0\n"
+            f"    timeout: {timeout}\n    retries: 0\n"
         )
     return text
 
@@ -221,11 +224,11 @@ def test_no_secret_in_logs_metrics_or_print_config(sim: SnmpSim, tmp_path: Path)
     """Debug logging, answering and failing PDUs, a few polls: no secret anywhere it writes."""
     files = write_secret_files(tmp_path)
     with silent_udp_port() as dead:
-        config = site_config(files, sim.port, dead, "2s")
+        config = site_config(files, sim.port, dead, "3s")
         collector = DebugCollector(config, tmp_path, ENV)
         try:
             collector.wait_ready()
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 60
             while True:  # every PDU polled (and every failing one failed) at least 3 times
                 text = collector.scrape_text()
                 s = parse_samples(text)

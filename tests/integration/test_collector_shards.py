@@ -11,18 +11,23 @@ state_dir too. The shard function is also checked against Prometheus' own `hashm
 from __future__ import annotations
 
 import json
-import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from collector.site.shard import shard_of
 from tests.support.env import require
 from tests.support.pdufarm import PduFarm
-from tests.support.realparts import Collector, Samples, free_port, have, sample, wait_for
+from tests.support.realparts import (
+    Collector,
+    Samples,
+    have,
+    prometheus_server,
+    sample,
+    wait_for,
+)
 
 PDUS = 100
 SHARDS = 3
@@ -157,40 +162,6 @@ def test_three_shards_poll_every_pdu_exactly_once(tmp_path: Path) -> None:
             assert "run registry is another collector's" in collectors[k - 1].log.read_text()
 
 
-@contextmanager
-def prometheus_with(config: str, tmp: Path) -> Iterator[str]:
-    """A real Prometheus running `config` on 127.0.0.1; always stopped."""
-    (tmp / "prometheus.yml").write_text(config)
-    port = free_port()
-    log = tmp / "prometheus.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            ["prometheus", f"--config.file={tmp / 'prometheus.yml'}",
-             f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-
-    def alive() -> None:
-        if proc.poll() is not None:
-            raise RuntimeError(f"prometheus exited {proc.returncode}: {log.read_text()[-2000:]}")
-
-    def ready() -> bool:
-        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
-            return bool(r.status == 200)
-
-    try:
-        wait_for(ready, 60, "prometheus ready", alive=alive, logs=[log], interval=0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 MODULI = (2, 3, 7, 1000003)
 
 
@@ -210,7 +181,7 @@ def test_the_shard_is_prometheus_hashmod_plus_one(tmp_path: Path) -> None:
         "global: {scrape_interval: 1h}\nscrape_configs:\n  - job_name: hashmod\n"
         f"    static_configs:\n{targets}\n    relabel_configs:\n{relabel}\n"
     )
-    with prometheus_with(config, tmp_path) as url:
+    with prometheus_server(config, tmp_path) as url:
 
         def targets_listed() -> list[dict[str, str]] | None:
             with urllib.request.urlopen(f"{url}/api/v1/targets", timeout=5) as r:

@@ -29,7 +29,11 @@ from typing import Any
 import pytest
 
 from tests.support.env import require, sigint_default
-from tests.support.realparts import prometheus_on_blocks
+from tests.support.realparts import prometheus_on_blocks, wait_for
+
+# needs root (loop devices, a namespace, BPF), and looks for the demo's processes machine-wide:
+# in the serial lane with every other such test (tests/conftest.py)
+pytestmark = pytest.mark.root
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_MARKERS = ("collector.demo", "collector.demo.pdusim", "/wattbit-demo-")
@@ -56,6 +60,22 @@ def _leftovers() -> list[str]:
             continue
         if any(m in cmd for m in DEMO_MARKERS):
             found.append(f"process {d.name}: {cmd[:160]}")
+    return found
+
+
+def _senders(session: int) -> list[int]:
+    """The pids of the demo's stream senders in the process session `session`."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+            sid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[3])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if sid == session and b"collector.demo" in cmd and b"send" in cmd:
+            found.append(int(d.name))
     return found
 
 
@@ -214,7 +234,8 @@ def test_ctrl_c_leaves_nothing_behind(demo_ready: None, tmp_path: Path) -> None:
         if "run demo-stream started" in line or not line:
             break
     assert "run demo-stream started" in seen, seen
-    time.sleep(12)  # into the ramp: its first stream starts 9 s into a 60 s run
+    # into the ramp (its first stream starts 9 s into a 60 s run): a sender of this demo runs
+    wait_for(lambda: _senders(proc.pid), 60, "the demo's first sender")
     os.killpg(proc.pid, signal.SIGINT)
     rest, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, seen + rest

@@ -32,7 +32,7 @@ import yaml
 
 from tests.support import realparts
 from tests.support.env import ROOT, require
-from tests.support.realparts import free_port, wait_for
+from tests.support.realparts import prometheus_server, wait_for
 
 ALERTS = ROOT / "alerts"
 RULE_FILES = sorted(ALERTS.glob("*.yml"))
@@ -275,25 +275,10 @@ def test_prometheus_joins_agents_and_collector_on_host(tmp_path: Path) -> None:
         serve_metrics(agent_body("localhost", t0)) as a1,
         serve_metrics(agent_body("mover02", t0)) as a2,
         serve_metrics(collector_body) as c,
+        prometheus_server(yaml.safe_dump(site_config(a1, a2, c)), tmp_path) as url,
     ):
-        config = tmp_path / "prometheus.yml"
-        config.write_text(yaml.safe_dump(site_config(a1, a2, c)))
-        port = free_port()
-        log = (tmp_path / "prometheus.log").open("w")
-        proc = subprocess.Popen(
-            ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        port = int(url.rsplit(":", 1)[1])
         try:
-            wait_for(
-                lambda: (
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2).status
-                    == 200
-                ),
-                60,
-                "Prometheus to be ready",
-            )
             # the relabel: host from the address without the port, or as set in labels
             wait_for(
                 lambda: (
@@ -348,17 +333,8 @@ def test_prometheus_joins_agents_and_collector_on_host(tmp_path: Path) -> None:
                 "direction=tx",
             }
         except BaseException:
-            log.flush()
             print((tmp_path / "prometheus.log").read_text()[-4000:])  # shown on failure
             raise
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            log.close()
 
 
 # --- what limits it (alerts/tests/limits_test.yml) -----------------------------------------------

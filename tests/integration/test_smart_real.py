@@ -18,6 +18,9 @@ from exporters.smart.runner import SMARTCTL_ARGS, SmartctlRunner, find_smartctl
 from tests.support.env import FIXTURES, require
 from tests.support.realparts import Agent, is_root, loop_disks, wait_for
 
+# needs root: loop devices and smartctl on the machine's disks; serial (tests/conftest.py)
+pytestmark = pytest.mark.root
+
 SMART = FIXTURES / "smart"
 WAIT = 60.0
 AVAILABLE = "wattbit_disk_smart_available"
@@ -85,21 +88,27 @@ def _need_smartctl() -> None:
 
 
 @pytest.fixture
-def agent_with_loop_disk(tmp_path: Path) -> Iterator[Agent]:
+def agent_with_loop_disk(tmp_path: Path) -> Iterator[tuple[Agent, str]]:
+    """The agent over this machine's disks and the test's own loop disk, and its exclude.
+
+    Other loop devices are excluded: another test's come and go while this one waits, and
+    would be (rightly) missing from one side of the comparison or the other.
+    """
     _need_smartctl()
     require(is_root(), "needs root: smartctl opens the disks, loop devices")
-    with loop_disks(1, size_mb=16):
-        agent = Agent("blockio:\n  backend: diskstats\n", tmp_path)
+    with loop_disks(1, size_mb=16) as (disk,):
+        exclude = rf"^(ram|zram|fd|sr)\d+$|^loop(?!{disk.name.removeprefix('loop')}$)"
+        agent = Agent(f"blockio:\n  backend: diskstats\n  exclude: '{exclude}'\n", tmp_path)
         try:
             agent.wait_ready()
-            yield agent
+            yield agent, exclude
         finally:
             agent.stop()
 
 
-def test_real_smartctl_on_this_machines_disks(agent_with_loop_disk: Agent) -> None:
-    agent = agent_with_loop_disk
-    expected = {d.name: d for d in list_disks(Path("/sys"), r"^(ram|zram|fd|sr)\d+$")}
+def test_real_smartctl_on_this_machines_disks(agent_with_loop_disk: tuple[Agent, str]) -> None:
+    agent, exclude = agent_with_loop_disk
+    expected = {d.name: d for d in list_disks(Path("/sys"), exclude)}
 
     def every_disk_reported(s: dict) -> bool:
         return {dict(k[1])["device"] for k in s if k[0] == AVAILABLE} >= set(expected)

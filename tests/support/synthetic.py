@@ -6,7 +6,7 @@ their queues and IRQs, the PCIe links of HBAs and NICs); ``record_exposition`` i
 /metrics through the agent's own registry and renderer, and ``Exposition`` serves it with its
 counters moving. The configurations are a simulated site's: Prometheus scraping the hosts, a
 collector polling the PDUs. Used by bench/agent_scrape.py, bench/http_scrape.py and
-bench/fleet.py, and by the tests of the exposition (tests/unit/test_exposition.py,
+bench/fleet/, and by the tests of the exposition (tests/unit/test_exposition.py,
 tests/unit/test_fleet_sim.py). Nothing here is a recording of a real machine."""
 
 from __future__ import annotations

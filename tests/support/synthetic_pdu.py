@@ -1,7 +1,7 @@
 """A SYNTHETIC rPDU2 recording of any number of outlets, made from a real one (the demo's APC
 AP8641, ../shared/pdu-recordings): its system group and rPDU2 branch with the outlet tables
 extended, each new outlet's metered values the real ones scaled by a seeded factor, the unit's
-totals scaled with them. The PDU benchmarks (bench/pdu_poll.py, bench/soak.py) serve such
+totals scaled with them. The PDU benchmarks (bench/pdu_poll/, bench/soak/) serve such
 recordings to poll a fleet of large PDUs; nothing here is a recording of a real PDU.
 """
 

@@ -1,6 +1,6 @@
 """TLS clients that never finish a handshake against a real `wattbit collector` or `agent`:
 the measurement that tests/integration/test_tls_stall.py asserts on and bench/tls_stall.py and
-bench/soak.py run with their knobs (what tests and benches share lives here, not in bench/)."""
+bench/soak/ run with their knobs (what tests and benches share lives here, not in bench/)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The simulated fleet bench/fleet.py measures (tests/support/synthetic.py), what its numbers
+"""The simulated fleet bench/fleet/ measures (tests/support/synthetic.py), what its numbers
 rest on: the served exposition stays a valid one (counters only go up, histogram buckets stay
 cumulative, trouble counters are still at 0), and the collector and Prometheus configurations
 it writes are accepted by the real loaders.

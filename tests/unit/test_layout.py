@@ -1,5 +1,6 @@
 """The package layout, read from the imports (README.md#layout): no cycle between the
-sub-packages of collector/ and exporters/, and exporters never import collector.
+sub-packages of collector/ and exporters/, exporters never import collector, no test imports
+a bench and no bench imports another (bench/harness.py is what they share).
 
 A node is a sub-package (``collector.site``, ``exporters.pdu``) or a top-level module
 (``collector.config``); an edge is any import of one from another, at module level or inside a
@@ -162,6 +163,54 @@ def test_no_test_imports_a_bench() -> None:
         if module == "bench" or module.startswith("bench.")
     ]
     assert not bad, "tests import a bench:\n" + "\n".join(bad)
+
+
+def bench_of(module: str) -> str | None:
+    """The bench a module of bench/ belongs to: ``bench.soak.farm`` and ``bench.soak`` to
+    ``soak``, ``bench.http_scrape`` to ``http_scrape``; None for the harness and the rest."""
+    parts = module.split(".")
+    if parts[0] != "bench" or len(parts) < 2 or parts[1] in ("harness", "__init__"):
+        return None
+    return parts[1]
+
+
+def bench_imports_of_others(f: Path, tree: ast.AST) -> list[tuple[str, int]]:
+    """(module, line) of every import in a bench file of another bench than its own."""
+    parts = f.relative_to(ROOT).with_suffix("").parts
+    module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    package = module if f.name == "__init__.py" else module.rpartition(".")[0]
+    own = bench_of(module)
+    return [
+        (m, line)
+        for m, line in _imported(tree, package)
+        if (other := bench_of(m)) is not None and other != own
+    ]
+
+
+def test_no_bench_imports_another_bench() -> None:
+    # one bench, one measurement: what several benches share lives in bench/harness.py (or in
+    # tests/support when tests use it too); a bench split by phase imports its own modules
+    bad = [
+        f"{f.relative_to(ROOT)}:{line}: {module}"
+        for f in sorted((ROOT / "bench").rglob("*.py"))
+        for module, line in bench_imports_of_others(f, ast.parse(f.read_text(), str(f)))
+    ]
+    assert not bad, "a bench imports another bench:\n" + "\n".join(bad)
+
+
+def test_the_bench_check_sees_another_bench() -> None:
+    # the reader itself: its own package's modules pass, another bench's do not, lazy too
+    planted = ast.parse(
+        "from bench.soak.common import x\nfrom bench.harness import median\n"
+        "def f():\n    import bench.fleet.sim\n    from bench import pdu_poll\n"
+    )
+    found = bench_imports_of_others(ROOT / "bench" / "soak" / "farm.py", planted)
+    assert [m for m, _ in found] == ["bench.fleet.sim", "bench.pdu_poll"]
+    assert bench_imports_of_others(ROOT / "bench" / "fleet" / "sim.py", planted) == [
+        ("bench.soak.common", 1),
+        ("bench.soak.common.x", 1),
+        ("bench.pdu_poll", 5),
+    ]
 
 
 def _module_imports(package: str) -> list[tuple[str, str]]:

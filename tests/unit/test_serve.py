@@ -6,6 +6,7 @@ anything is served, and the exporters are closed then too."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 import urllib.request
@@ -16,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from collector.agent.config import AgentConfig
-from collector.daemon.serve import ListenError, serve
+from collector.daemon.serve import ListenError, sd_notify, serve
 from collector.demo.procs import free_port
 from exporters.base import Exporter
 
@@ -89,3 +90,38 @@ def test_an_address_in_use_is_a_listen_error_and_the_exporters_are_closed() -> N
             serve("test", cfg, None, [_Probe(events)], stop=threading.Event())
     assert err.value.strerror and "in use" in err.value.strerror
     assert events == ["closed"]
+
+
+@pytest.mark.parametrize("abstract", [False, True], ids=["path", "abstract"])
+def test_tells_systemd_ready_once_serving_and_stopping_at_the_stop(
+    tmp_path, monkeypatch, abstract: bool
+) -> None:
+    """Type=notify units (packaging/systemd/): READY=1 once /metrics answers, STOPPING=1."""
+    name = f"@wattbit-test-notify-{os.getpid()}" if abstract else str(tmp_path / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind("\0" + name[1:] if abstract else name)
+        sock.settimeout(BOUND)
+        monkeypatch.setenv("NOTIFY_SOCKET", name)
+        port = free_port()
+        cfg = AgentConfig.model_validate({"listen": f"127.0.0.1:{port}"})
+        stop = threading.Event()
+        t = threading.Thread(target=serve, args=("test", cfg, None, []), kwargs={"stop": stop})
+        t.start()
+        try:
+            ready = sock.recv(4096).decode().split("\n")
+            assert ready[0] == "READY=1"
+            assert ready[1] == f"STATUS=serving test on http://127.0.0.1:{port}"
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=BOUND) as r:
+                assert r.status == 200  # ready meant serving
+        finally:
+            stop.set()
+            t.join(BOUND)
+        assert sock.recv(4096) == b"STOPPING=1"
+    assert not t.is_alive()
+
+
+def test_no_notify_socket_means_no_notification(monkeypatch) -> None:
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    assert sd_notify("READY=1") is False
+    monkeypatch.setenv("NOTIFY_SOCKET", "vsock:2:1234")  # not a unix socket: not ours
+    assert sd_notify("READY=1") is False
