@@ -406,14 +406,13 @@ def flow_share(counter: str, window: str = RI) -> str:
     return f"{flow_rate(counter, window)} / ({flow_rate('busy_seconds', window)} > 0)"
 
 
-def transfers_row(d: Dashboard) -> Dashboard:
-    """Top flows, their rates and what limits them."""
-    d = d.with_row(Row("Transfers"))
-    top = (
+def top_flows(k: int = 10, w: int = 24, h: int = 8) -> table.Panel:
+    """The ``k`` flow keys that moved the most over the range: bit/s, limited shares, srtt."""
+    return (
         table.Panel()
         .title("Top flows")
         .description(
-            "The 10 flow keys that moved the most (both directions) over the time range: their "
+            f"The {k} flow keys that moved the most (both directions) over the time range: their "
             "mean bit/s, the shares of their busy time limited by the receiver's window and by "
             "the send buffer (the rest of it: cwnd, pacing, the network), and the smoothed "
             "RTT at the range's end. Keys are the agent's tcp.key; `other` sums the flows "
@@ -421,9 +420,9 @@ def transfers_row(d: Dashboard) -> Dashboard:
         )
         .datasource(DS)
         .unit("bps")
-        .span(24)
-        .height(8)
-        .with_target(qi(f"topk(10, {flow_bits(RANGE)})", "A"))
+        .span(w)
+        .height(h)
+        .with_target(qi(f"topk({k}, {flow_bits(RANGE)})", "A"))
         .with_target(qi(flow_share("rwnd_limited_seconds", RANGE), "B"))
         .with_target(qi(flow_share("sndbuf_limited_seconds", RANGE), "C"))
         .with_target(qi(f"max by ({FLOW_KEY}) (wattbit_tcp_flow_srtt_seconds{{{H}}})", "D"))
@@ -450,7 +449,12 @@ def transfers_row(d: Dashboard) -> Dashboard:
         )
         .override_by_name("srtt", [DynamicConfigValue(id_val="unit", value="s")])
     )
-    d = d.with_panel(top)
+
+
+def transfers_row(d: Dashboard) -> Dashboard:
+    """Top flows, their rates and what limits them (the Streaming dashboard's row)."""
+    d = d.with_row(Row("Transfers"))
+    d = d.with_panel(top_flows())
     d = d.with_panel(
         ts(
             "Flow rates",
@@ -1283,7 +1287,23 @@ def wall() -> Dashboard:
     )
     d = d.with_panel(run_picker().height(5))
     # what limits it: one table, a row per host (the Wall stays at a few panels)
-    return d.with_panel(limits_table(h=5))
+    d = d.with_panel(limits_table(h=5))
+    return wall_transfers(d)
+
+
+def wall_transfers(d: Dashboard) -> Dashboard:
+    """The Streaming dashboard's Transfers, cut to the Wall's size: the 5 busiest flows' bit/s
+    in big bars, and the same flows with what limits them (window, send buffer) and srtt."""
+    rates = bars(
+        "Flow rates",
+        "bps",
+        f"topk(5, {FLOW_BITS})",
+        "{{host}} → {{peer}}:{{port}} {{process}}",
+        "The 5 busiest flow keys' bit/s (sent and received) over $__rate_interval.",
+        w=10,
+    )
+    d = d.with_panel(rates.height(7).text(VizTextDisplayOptions().title_size(18).value_size(36)))
+    return d.with_panel(top_flows(k=5, w=14, h=7))
 
 
 DASHBOARDS = {

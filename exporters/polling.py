@@ -10,8 +10,19 @@ Failing targets back off (their next poll 1, 2, 4 … MAX_BACKOFF intervals afte
 wait for their slots most-recently-answered first (then fewest failures), so a target that
 failed once and is back is read at once rather than behind every long-dead one (issue 34:
 with 200 silent BMCs, one down for 12 s needed 144 s to be read again; tests/unit/
-test_polling.py). Not bounded yet: the first round, where nothing tells a dead target from a
-healthy one, so N silent first polls hold the slots for N x deadline / slots.
+test_polling.py). The first round, where nothing tells a dead target from a healthy one yet,
+is bounded apart: each target's first attempt is cut at FIRST_SHARE of an interval (never
+below FIRST_FLOOR nor its protocol's own request timeout, never above its own deadline) and
+runs in a pool of its own, sized so that every target's first attempt fits in one interval
+however many there are (the sum of the cuts / interval, at least the configured
+concurrency). So N silent targets cost their first round one interval, not N x deadline /
+slots, and every target that answers within the cut is read within two intervals of the
+start (issue 34: a healthy BMC's first read came ~60 s after the start beside 200 silent
+ones). The price: more first attempts at once, once, each bounded by its protocol's own
+timeout and the cut (an IPMI attempt is a process: 200 IPMI BMCs at the default 5 s session
+timeout and a 10 s interval start 120 at a time); a target slower than the cut fails its
+first attempt and is then read as a failing one (its full deadline, within its backoff and a
+round of the failing slots).
 
 A subclass reads one device (``poll``) and publishes its outcome with ``_publish``, which
 replaces the dicts whole so the HTTP threads rendering them see the old or the new one, whole.
@@ -25,6 +36,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+import math
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -45,6 +57,11 @@ S = TypeVar("S")
 # A failing target's polls are at most this many intervals apart: a device dead for long is
 # read again within MAX_BACKOFF intervals of its return, and 200 dead ones cost an eighth.
 MAX_BACKOFF = 8
+# A target's first attempt is cut at this share of an interval (not below FIRST_FLOOR seconds,
+# so a short interval leaves a real BMC time to log in): see the module's docstring.
+FIRST_SHARE = 0.25
+FIRST_FLOOR = 2.0
+FIRST_MARGIN = 1.0  # after the target's own request timeout (a process to start and kill)
 
 
 class PrioritySlots:
@@ -111,21 +128,50 @@ class PeriodicPoller(ABC, Generic[T, S]):
         # Targets that answer and targets that fail never share a slot (made in the loop).
         self._slots: PrioritySlots | None = None
         self._failing_slots: PrioritySlots | None = None
+        self._untried = {t.name for t in self.targets}  # no attempt completed yet
+        # A first attempt is cut, but never before the target's own request timeout has had
+        # its say (FIRST_MARGIN after it), so a silent target still fails as "timeout".
+        share = max(interval * FIRST_SHARE, FIRST_FLOOR)
+        self.first_cut = {
+            t.name: min(interval, max(share, self.request_timeout(t) + FIRST_MARGIN))
+            for t in self.targets
+        }
+        # Every first attempt within one interval: pool x interval >= the sum of the cuts.
+        need = math.ceil(math.fsum(self.first_cut.values()) / interval) if interval > 0 else 0
+        self.first_slots = max(concurrency, need)
+        self._first_slots: PrioritySlots | None = None
 
     @abstractmethod
     async def poll(self, t: T) -> S:
         """Poll one target once, within its deadline, and publish the outcome."""
 
+    def request_timeout(self, t: T) -> float:
+        """What one unanswered request of ``t`` costs (its protocol's own timeout): a first
+        attempt is never cut before it. 0 where the subclass has none."""
+        return 0.0
+
+    def _deadline(self, name: str, full: float) -> float:
+        """A poll's deadline: `full`, or the first-attempt cut if the target was never tried."""
+        return min(full, self.first_cut[name]) if name in self._untried else full
+
     @contextlib.asynccontextmanager
     async def _slot(self, name: str) -> AsyncIterator[None]:
-        """Hold a polling slot. A failing target first takes one of the failing quarter (most
-        recently answered first, then fewest failures), then a slot after every target
+        """Hold a polling slot. A target never tried takes one of the first-round pool (its
+        attempt is cut: _deadline). A failing target first takes one of the failing quarter
+        (most recently answered first, then fewest failures), then a slot after every target
         that is not failing: so at most a quarter of the slots ever go to failing targets,
         and a healthy target waits for none of the failing ones queued."""
-        if self._slots is None or self._failing_slots is None:
+        if self._slots is None or self._failing_slots is None or self._first_slots is None:
             self._slots = PrioritySlots(self.concurrency)
             self._failing_slots = PrioritySlots(self.failing_slots)
-        if name in self._failing:
+            self._first_slots = PrioritySlots(self.first_slots)
+        if name in self._untried:
+            try:
+                async with self._first_slots.hold((0.0, 0)):
+                    yield
+            finally:
+                self._untried.discard(name)  # tried, whatever came of it
+        elif name in self._failing:
             # Never answered: +inf, last; one that failed once is likely back: first.
             last = self._answered_at.get(name)
             key = (-last if last is not None else float("inf"), self._streak[name])

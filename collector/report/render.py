@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from .analyse import Result
 from .document import RESOURCES, DiskSummary, LimitedBy, Report, Scope
 from .power import BMC_KINDS, HostPower
+from .verdict import left_out
 
 T = TypeVar("T")
 
@@ -719,12 +720,25 @@ def chart_disks(result: Result, host: str) -> str | None:
     return _png(fig)
 
 
+def chart_left_out(result: Result, host: str) -> dict[tuple[str, str], str]:
+    """The subjects the host's verdict left out (a NIC or link that moved more than its stated
+    capacity: that capacity is wrong), with the evidence's words: never drawn, since their
+    utilisation against a wrong capacity would show as 100 % (the series are capped)."""
+    if result.usage is None:
+        return {}
+    return left_out(result.usage, host, range(result.grid.n))
+
+
 def resource_lines(result: Result, host: str) -> dict[str, list[float | None]]:
-    """Per resource, the utilisation of its busiest subject in each step (the chart's lines)."""
+    """Per resource, the utilisation of its busiest subject in each step (the chart's lines),
+    of the subjects the verdict judged (chart_left_out)."""
     if result.usage is None:
         return {}
     out: dict[str, list[float | None]] = {}
-    for (res, _subj), b in sorted(result.usage.util.get(host, {}).items()):
+    skip = chart_left_out(result, host)
+    for (res, subj), b in sorted(result.usage.util.get(host, {}).items()):
+        if (res, subj) in skip:
+            continue
         line = out.setdefault(res, [None] * len(b))
         for k, v in enumerate(b):
             if v is not None:
@@ -858,6 +872,12 @@ def html_report(result: Result, other: Result | None = None) -> str:
             out.append(f"<p>{e(sentence)}.</p>")
         out.append(_img(chart_disks(result, h), f"{h} disks"))
         out.append(_img(chart_limits(result, h), f"{h} utilisation of every resource"))
+        skipped = chart_left_out(result, h)
+        if skipped:
+            why = "; ".join(skipped[k] for k in sorted(skipped))
+            out.append(
+                f'<p class="note">Not in the utilisation chart, as in the verdict: {e(why)}.</p>'
+            )
     out.append("</div>")
     head, body = disk_cells(doc)
     if body:

@@ -4,8 +4,9 @@ prometheus_client.generate_latest re-validates and re-escapes every label name a
 of every sample on every scrape (about 4.7 us a sample here), which puts a 48-disk host's
 ~10k series over the 30 ms scrape budget (docs/benchmarks.md). Series are stable from one
 scrape to the next, so this renderer keeps each sample's "name{labels} " prefix, as
-generate_latest itself writes it, and formats only the value. Its output is byte-for-byte
-generate_latest's (tests/unit/test_exposition.py).
+generate_latest itself writes it, and formats only the value — and only when it changed
+since the last scrape (most of a host's series do not change between two scrapes). Its
+output is byte-for-byte generate_latest's (tests/unit/test_exposition.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import gzip
 import threading
 from collections.abc import Callable, Iterable
+from math import copysign
 from typing import Any
 
 from prometheus_client import generate_latest
@@ -35,6 +37,11 @@ def _prefix(name: str, labels: dict[str, str]) -> str:
     return f"{om.escape_metric_name(name, om.UNDERSCORES)}{{{pairs}}} "
 
 
+def _same(a: float, b: float) -> bool:
+    """Whether a and b are written alike: equal, and of one sign when zero (-0.0 is "-0.0")."""
+    return a == b and (a != 0 or copysign(1.0, a) == copysign(1.0, b))
+
+
 def _doc(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n")
 
@@ -44,7 +51,8 @@ class TextRenderer:
 
     def __init__(self, registry: Collector) -> None:
         self.registry = registry
-        self._prefixes: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
+        # per series: its "name{labels} " prefix, and its last value and line
+        self._prefixes: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[str, float, str]] = {}
         self._lock = threading.Lock()
 
     def render(self) -> bytes:
@@ -73,10 +81,17 @@ class TextRenderer:
             out.append(f"# HELP {esc} {_doc(metric.documentation)}\n# TYPE {esc} {mtype}\n")
             for s in metric.samples:
                 key = (s.name, tuple(s.labels.items()))
-                prefix = cache.get(key)
-                if prefix is None:
-                    prefix = cache[key] = _prefix(s.name, s.labels)
-                out.append(f"{prefix}{floatToGoString(s.value)}\n")
+                value = s.value
+                entry = cache.get(key)
+                if entry is not None and _same(value, entry[1]):
+                    # Unchanged since the last scrape (most series of a host: info gauges,
+                    # idle disks' buckets): its line as written then.
+                    out.append(entry[2])
+                else:
+                    prefix = _prefix(s.name, s.labels) if entry is None else entry[0]
+                    line = f"{prefix}{floatToGoString(value)}\n"
+                    cache[key] = (prefix, value, line)
+                    out.append(line)
                 seen += 1
         if len(cache) > 4 * seen + 1024:
             cache.clear()  # series churned (devices went away): don't keep the dead ones

@@ -7,6 +7,7 @@ Field layout: Documentation/admin-guide/iostats.rst. Kernels >= 4.18 add discard
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,23 +46,34 @@ class DiskstatsRow:
         return self.fields[index - 1] if len(self.fields) >= index else None
 
 
+# A well-formed line: major, minor, name, then at least 11 counters of ASCII digits (20 at most:
+# int() never sees a 4,300-digit token). One match per line instead of a check per token: the
+# core backend reads it on every scrape (also for core/unseen.py), on hosts with hundreds of disks.
+_LINE = re.compile(
+    r"\s*([0-9]{1,20})\s+([0-9]{1,20})\s+(\S+)((?:\s+[0-9]{1,20}){11,})\s*", re.ASCII
+)
+
+
 def parse_diskstats(text: str) -> dict[str, DiskstatsRow]:
     """Parse /proc/diskstats text; malformed lines (also a number of 2^64 or more) are skipped,
     and the first one is logged (debug) — never a 0 in place of a number."""
     global _noted
     rows: dict[str, DiskstatsRow] = {}
     for line in text.splitlines():
-        parts = line.split()
-        if len(parts) < 14:
+        m = _LINE.fullmatch(line)
+        if m is None:
+            if len(line.split()) >= 14 and not _noted:
+                _noted = True
+                log.debug("skipped a malformed /proc/diskstats line (logged once)")
             continue
-        numbers = [parse_u64(p) for p in (parts[0], parts[1], *parts[3:])]
-        if None in numbers:
+        fields = tuple(map(int, m.group(4).split()))
+        major, minor = int(m.group(1)), int(m.group(2))
+        if max(fields) >= U64 or major >= U64 or minor >= U64:
             if not _noted:
                 _noted = True
                 log.debug("skipped a malformed /proc/diskstats line (logged once)")
             continue
-        major, minor, *fields = (n for n in numbers if n is not None)
-        rows[parts[2]] = DiskstatsRow(major, minor, parts[2], tuple(fields))
+        rows[m.group(3)] = DiskstatsRow(major, minor, m.group(3), fields)
     return rows
 
 

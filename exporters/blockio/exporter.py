@@ -237,6 +237,12 @@ def render(
         "device's clock); only where some were.",
         labels=labels,
     )
+    unseen = CounterMetricFamily(
+        "wattbit_disk_ios_unseen",
+        "Completions /proc/diskstats counted that the BPF program was not run for (core "
+        "backend; read, write, discard); only where some were.",
+        labels=labels,
+    )
     size = HistogramMetricFamily(
         "wattbit_disk_io_size_bytes", "Size of block I/O requests.", labels=labels
     )
@@ -274,7 +280,7 @@ def render(
             s = dev.ops.get(op)
             # An op a device never did has no series: 48 disks x 4 ops of zeros cost
             # thousands of series for nothing.
-            if s is None or (s.ios == 0 and s.bytes == 0 and not s.errors):
+            if s is None or (s.ios == 0 and s.bytes == 0 and not s.errors and not s.unseen):
                 continue
             lv = [name, op]
             nbytes.add_metric(lv, float(s.bytes))
@@ -287,6 +293,8 @@ def render(
                 _add_histogram(lat, name, op, s.lat_slots, lat_le, s.lat_sum_seconds)
             if s.untimed:
                 untimed.add_metric(lv, float(s.untimed))
+            if s.unseen:
+                unseen.add_metric(lv, float(s.unseen))
             if s.size_slots is not None:
                 _add_histogram(size, name, op, s.size_slots, _SIZE_LE, float(s.size_sum_bytes))
     backend_info = GaugeMetricFamily(
@@ -302,6 +310,8 @@ def render(
         yield clock
     if untimed.samples:
         yield untimed
+    if unseen.samples:
+        yield unseen
     yield from _bpf_families(prog_stats, missed, map_full)
     if io_time.samples:
         yield io_time

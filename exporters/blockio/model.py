@@ -60,6 +60,7 @@ class OpStats:
     lat_slots: list[int] | None = None  # one per configured bound, then +Inf
     lat_sum_seconds: float = 0.0
     untimed: int = 0  # completions not in the histogram (no timestamp of the device's clock)
+    unseen: int = 0  # completions the kernel counted that the BPF program was not run for
     size_slots: list[int] | None = None
     size_sum_bytes: int = 0
     time_seconds: float | None = None  # diskstats' summed request time, fallback only

@@ -219,6 +219,11 @@ class BmcPoller(PeriodicPoller[BmcTarget, BmcState]):
         self._redfish: dict[str, RedfishClient] = {}
         self._ipmi: dict[str, IpmiClient] = {}
 
+    def request_timeout(self, t: BmcTarget) -> float:
+        """A silent BMC's request costs its Redfish request timeout or IPMI session timeout."""
+        own = t.redfish if t.redfish is not None else t.ipmi
+        return own.timeout if own is not None else 0.0
+
     def _once(self, name: str, what: str, msg: str, *args: object) -> None:
         if (name, what) not in self._logged:
             self._logged.add((name, what))
@@ -243,7 +248,8 @@ class BmcPoller(PeriodicPoller[BmcTarget, BmcState]):
             start = self._clock()
             error = detail = ""
             reading: BmcReading | None = None
-            deadline = min(t.deadline, self.interval)
+            # (a first attempt's is shorter: exporters/polling.py)
+            deadline = self._deadline(t.name, min(t.deadline, self.interval))
             try:
                 want_identity = t.name not in self._identity
                 reading = await asyncio.wait_for(self._read(t, want_identity), deadline)

@@ -94,6 +94,10 @@ class PduPoller(PeriodicPoller[PduTarget, PduState]):
         self._feed_logged: set[tuple[str, str]] = set()  # (pdu, feed) said to have no watts
         self._late_logged: set[str] = set()
 
+    def request_timeout(self, t: PduTarget) -> float:
+        """A silent PDU's request costs its timeout once per try (exporters/snmp/target.py)."""
+        return t.target.timeout * (t.target.retries + 1)
+
     async def _profile(self, t: PduTarget) -> Profile:
         if t.profile:
             if t.name not in self.detections:
@@ -141,11 +145,12 @@ class PduPoller(PeriodicPoller[PduTarget, PduState]):
             error = ""
             profile_name = ""
             reading: Reading | None = None
+            deadline = self._deadline(t.name, self.interval)  # a first attempt's is shorter
             try:
-                profile, reading = await asyncio.wait_for(self._read(t), self.interval)
+                profile, reading = await asyncio.wait_for(self._read(t), deadline)
                 profile_name = profile.name
             except TimeoutError:
-                error, detail = "deadline", f"no complete answer within {self.interval:g}s"
+                error, detail = "deadline", f"no complete answer within {deadline:g}s"
             except SnmpError as exc:
                 error, detail = exc.reason, str(exc)
             except NoProfile as exc:

@@ -9,6 +9,7 @@ import pytest
 
 from exporters.blockio.core import backend as core
 from exporters.blockio.core.backend import CoreBackend
+from exporters.blockio.core.unseen import Unseen
 from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, BackendUnavailable
 from exporters.hostfs import caps
 
@@ -69,6 +70,7 @@ class _Fake(CoreBackend):
         self.clocks = {}
         self.rows: dict[tuple[int, int, int], list[int]] = {}
         self.attached: list[str] = []
+        self.unseen = Unseen()
 
         class _Disks:
             def live(self, seen: dict[tuple[int, int], int]) -> dict[tuple[int, int], str]:
@@ -187,3 +189,11 @@ def test_gone_disks_are_deleted_from_the_hash_map_and_not_reported() -> None:
     assert list(out) == ["d1"] and out["d1"].ops["read"].ios == 1
     assert sorted(deleted) == sorted([core._KEY.pack(1, 0, 9), core._KEY.pack(2, 1, 5)])
     assert b.clocks == {(1, 10): "device"}
+
+
+def test_claimed_slots_are_read_in_runs() -> None:
+    """One batch lookup per run of claimed slots, runs joined across small gaps."""
+    assert core._runs([], 6) == []
+    assert core._runs([0, 1, 4, 5], 6) == [(0, 5)]
+    assert core._runs([0, 1, 20, 21, 29], 6) == [(0, 1), (20, 21), (29, 29)]
+    assert core._runs([3, 10], 6) == [(3, 10)] and core._runs([3, 11], 6) == [(3, 3), (11, 11)]

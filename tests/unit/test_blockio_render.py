@@ -160,3 +160,17 @@ def test_promtool_accepts_it(tmp_path: Path) -> None:
         ["promtool", "check", "metrics"], input=_text(_devices()), capture_output=True, text=True
     )
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_unseen_completions_only_where_some_were() -> None:
+    """wattbit_disk_ios_unseen_total: absent while zero; an op the program never saw but the
+    kernel completed gets its series (with ios 0, as the program counted)."""
+    devices = _devices()
+    assert not any(k[0] == "wattbit_disk_ios_unseen_total" for k in parse_samples(_text(devices)))
+    devices["nvme0n1"].ops["read"].unseen = 3
+    devices["nvme0n1"].ops["discard"] = OpStats(errors=0, unseen=1)
+    s = parse_samples(_text(devices))
+    assert sample(s, "wattbit_disk_ios_unseen_total", device="nvme0n1", op="read") == 3
+    assert sample(s, "wattbit_disk_ios_unseen_total", device="nvme0n1", op="discard") == 1
+    assert ("wattbit_disk_ios_total", (("device", "nvme0n1"), ("op", "discard"))) in s
+    assert not any(dict(k[1]).get("op") == "write" for k in s)

@@ -200,7 +200,7 @@ def test_the_wall() -> None:
         assert s["y"]["matcher"]["options"] in names[1:]
     assert "@ end()" in xy["targets"][2]["expr"] and "$run" in xy["targets"][2]["expr"]
     assert any(p["type"] == "bargauge" for p in panels(doc))
-    assert len(panels(doc)) <= 8, "the Wall is read from the back of a room: few panels"
+    assert len(panels(doc)) <= 10, "the Wall is read from the back of a room: few panels"
     compose = (ROOT / "docker-compose.yml").read_text()
     assert f"grafana/grafana:{generate.XYCHART_PLUGIN_VERSION}" in compose
 
@@ -261,3 +261,19 @@ def test_the_runs_table_link_zooms_to_the_run() -> None:
                 assert query["from"] == [str(start)] and query["to"] == [str(end)], (name, got)
                 assert query["var-run"] == ["sc10 demo"], (name, got)
     assert found >= 1
+
+
+def test_the_wall_has_the_transfers() -> None:
+    """The Streaming dashboard's Transfers (top flows, their rates, what limits them) were on
+    no other dashboard: the Wall has the 5 busiest flows, by the same queries cut to 5."""
+    docs = dashboards()
+    wall = {p["title"]: p for p in panels(docs["wall"])}
+    streaming = {p["title"]: p for p in panels(docs["streaming"])}
+    top, rates = wall["Top flows"], wall["Flow rates"]
+    assert rates["type"] == "bargauge" and top["type"] == "table"
+    assert rates["targets"][0]["expr"] == f"topk(5, {generate.FLOW_BITS})"
+    same = [t["expr"].replace("topk(10,", "topk(5,") for t in streaming["Top flows"]["targets"]]
+    assert [t["expr"] for t in top["targets"]] == same
+    for share in ("rwnd_limited_seconds", "sndbuf_limited_seconds"):
+        assert any(share in t["expr"] for t in top["targets"]), share
+    assert not any(p["type"] == "row" for p in docs["wall"]["panels"])  # no rows on the Wall

@@ -55,6 +55,10 @@ def test_values_change_prefixes_stay() -> None:
     c.value = 2.5e20
     assert b'x_total{device="sda"} 2.5e+20' in renderer.render()
     assert renderer.render() == generate_latest(r)
+    # the last line is reused only for a value written alike: not 0.0 for -0.0, nor NaN
+    for value in (0.0, -0.0, 0.0, float("nan"), float("nan"), 1, 1.0, float("inf"), 3.0):
+        c.value = value  # type: ignore[assignment]
+        assert renderer.render() == generate_latest(r), value
 
 
 def test_wsgi_app_gzip_and_head() -> None:

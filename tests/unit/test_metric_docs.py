@@ -26,6 +26,7 @@ NOT_IN_GOLDENS = {
     "wattbit_disk_io_size_bytes": "blockio.size_histogram, opt-in (series budget)",
     "wattbit_disk_io_latency_clock_info": "core and bcc only: which clock the latency reads",
     "wattbit_disk_io_untimed_total": "core and bcc only: requests the latency could not time",
+    "wattbit_disk_ios_unseen_total": "core only, and only where the kernel skipped the program",
     "wattbit_cpu_seconds_total": "cpu.enabled, opt-in (where no node_exporter runs)",
 }
 

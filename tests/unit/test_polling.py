@@ -14,6 +14,8 @@ import selectors
 import time
 from dataclasses import dataclass
 
+import pytest
+
 from exporters.polling import PeriodicPoller
 
 INTERVAL = 10.0
@@ -51,6 +53,10 @@ class Fake(PeriodicPoller[T, bool]):
     """Targets are down (silent: the whole deadline, then a failure) in given windows."""
 
     kind = "fake"
+    own_timeout = 0.0  # the protocol's own request timeout (a first attempt is not cut before)
+
+    def request_timeout(self, t: T) -> float:
+        return self.own_timeout
 
     def __init__(self, targets: list[T], down: dict[str, tuple[float, float]], loop: VirtualLoop):
         super().__init__(targets, INTERVAL, concurrency=32, clock=loop.time)
@@ -62,7 +68,7 @@ class Fake(PeriodicPoller[T, bool]):
         async with self._slot(t.name):
             start, end = self.down.get(t.name, (0.0, 0.0))
             if start <= self.loop.now < end:
-                await asyncio.sleep(DEADLINE)
+                await asyncio.sleep(self._deadline(t.name, DEADLINE))  # a first attempt's: cut
                 self._failed(t.name, "timeout", "silent")
                 self._publish(t.name, False)
                 return False
@@ -73,11 +79,19 @@ class Fake(PeriodicPoller[T, bool]):
             return True
 
 
-def _run(dead: int, down: dict[str, tuple[float, float]], until: float) -> Fake:
+def _run(
+    dead: int,
+    down: dict[str, tuple[float, float]],
+    until: float,
+    healthy: int = 0,
+    own_timeout: float = 0.0,
+) -> Fake:
     loop = VirtualLoop()
     names = [f"dead{i}" for i in range(dead)] + ["healthy", "flaky"]
+    names += [f"ok{i}" for i in range(healthy)]  # after every dead one: the worst place
     forever = {f"dead{i}": (0.0, 1e9) for i in range(dead)}
-    poller = Fake([T(n) for n in names], {**forever, **down}, loop)
+    cls = type("OwnTimeout", (Fake,), {"own_timeout": own_timeout}) if own_timeout else Fake
+    poller = cls([T(n) for n in names], {**forever, **down}, loop)
 
     async def scenario() -> None:
         stop = asyncio.Event()
@@ -94,9 +108,7 @@ def _run(dead: int, down: dict[str, tuple[float, float]], until: float) -> Fake:
 
 
 def test_healthy_targets_are_read_within_two_intervals_whatever_the_dead() -> None:
-    """200 silent targets (issue 34: a BMC down for 12 s needed 144 s to be read again). The
-    first round is not bounded yet: before its first poll nothing tells a dead target from a
-    healthy one, and 200 silent first polls hold the slots for 200 x 10 s / 24 (open)."""
+    """200 silent targets (issue 34: a BMC down for 12 s needed 144 s to be read again)."""
     poller = _run(200, {"flaky": (205.0, 217.0)}, until=800.0)
     healthy = poller.reads["healthy"]
     gaps = [b - a for a, b in itertools.pairwise(healthy)]
@@ -118,3 +130,23 @@ def test_a_target_back_after_a_long_outage_is_read_within_a_round() -> None:
     round_ = 201 * DEADLINE / poller.failing_slots
     assert flaky and flaky[0] <= 300.0 + MAX_BACKOFF * INTERVAL + round_, flaky[:3]
     assert max(b - a for a, b in itertools.pairwise(poller.reads["healthy"])) <= 20
+
+
+@pytest.mark.parametrize(("dead", "own_timeout"), [(200, 0.0), (1000, 0.0), (200, 5.0)])
+def test_every_healthy_target_is_first_read_within_two_intervals_of_the_start(
+    dead: int, own_timeout: float
+) -> None:
+    """Before its first poll nothing tells a dead target from a healthy one: silent first
+    attempts held the slots for N x 10 s / 32, and a healthy target listed after 200 of them was
+    first read ~60 s after the start (issue 34). Each first attempt is now cut and the first
+    round sized to one interval, whatever the number of dead ones; never cut before the
+    protocol's own request timeout (5 s: a Redfish request's, an IPMI session's), so a silent
+    target still fails as its protocol says."""
+    poller = _run(dead, {}, until=5 * INTERVAL, healthy=20, own_timeout=own_timeout)
+    if own_timeout:
+        assert set(poller.first_cut.values()) == {own_timeout + 1.0}
+    firsts = {n: r[0] if r else None for n, r in poller.reads.items() if not n.startswith("dead")}
+    late = {n: t for n, t in firsts.items() if t is None or t > 2 * INTERVAL}
+    assert not late, late
+    # and the dead were all tried in that round (none is starved by the healthy)
+    assert all(f"dead{i}" in poller.last_poll for i in range(dead))

@@ -91,3 +91,27 @@ def test_report_output_is_the_golden(window: object, compared: bool, tmp_path: P
     for got in [*paths, text, series]:
         golden = GOLDEN / got.name
         assert_golden(golden, PNG.sub("data:image/png;base64,PNG", got.read_text()))
+
+
+def test_a_nic_the_verdict_leaves_out_is_not_charted_at_100_percent() -> None:
+    """``ph`` with a stated link speed of 0.8 Gbit/s, which its 2-3 Gbit/s disprove: the verdict
+    leaves eth0 out (a wrong capacity), and the HTML's utilisation chart did draw it, capped, at
+    100 %. It is now left out of the chart too, with the verdict's words under it."""
+    g = phased_window()
+    g = replace(g, verdict=VerdictData(nic_speed={("h", "eth0"): [1e8] * g.grid.n}))
+    res = _result(g, compared=False)
+    lb = res.doc.hosts["h"].limited_by
+    assert lb is not None and "NIC eth0 left out" in lb.evidence, lb
+    assert res.usage is not None and ("nic", "eth0") in res.usage.util["h"]  # computed, capped
+    assert "nic" not in render.resource_lines(res, "h")
+    page = render.html_report(res)
+    note = re.search(
+        r'<p class="note">Not in the utilisation chart, as in the verdict: (.*?)</p>', page
+    )
+    assert note is not None, "no note under the chart"
+    assert note.group(1).startswith("NIC eth0 left out: it moved 312 % of its stated 0.8 Gbit/s")
+    assert note.group(1).rstrip(".") in lb.evidence  # the verdict's own words
+    # a capacity that holds (the golden's 3.2 Gbit/s) is charted, and no note is written
+    ok = _result(phased_with_limits(), compared=False)
+    assert "nic" in render.resource_lines(ok, "h")
+    assert "Not in the utilisation chart" not in render.html_report(ok)

@@ -9,7 +9,7 @@ rules. One module per resource — :mod:`.disk`, :mod:`.controller`, :mod:`.pcie
 set of steps (the whole run, a phase). Everything is keyed per host.
 """
 
-from .choice import verdict
+from .choice import left_out, verdict
 from .resources import Usage, usage
 
-__all__ = ["Usage", "usage", "verdict"]
+__all__ = ["Usage", "left_out", "usage", "verdict"]

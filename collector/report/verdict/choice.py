@@ -132,6 +132,17 @@ def _app_limited(u: Usage, host: str, chosen: list[int]) -> list[str]:
     return [tcp.app_note(subj, j)] if j.app_limited else []
 
 
+def left_out(u: Usage, host: str, steps: range | list[int]) -> dict[S.Key, str]:
+    """The subjects the verdict over ``steps`` leaves out (measured above their stated
+    capacity), each with the evidence's words for it: the report's chart leaves them out too."""
+    moving = u.moving.get(host, [])
+    chosen = [k for k in steps if k < len(moving) and moving[k]]
+    if not chosen:
+        return {}
+    _, wrong = _means(u, host, chosen)
+    return {(r, s): _wrong(u, host, r, s, m, chosen) for (r, s), m in wrong}
+
+
 def _means(
     u: Usage, host: str, chosen: list[int]
 ) -> tuple[dict[S.Key, float], list[tuple[S.Key, float]]]:

@@ -14,6 +14,7 @@ import ctypes.util
 import errno
 import logging
 import os
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,31 @@ class Map:
                 return
             ctypes.memmove(in_b, out_b, key_size)
             first = False
+
+    def lookup_array_run(self, first: int, count: int, value_size: int) -> memoryview | None:
+        """Values of array indices first..first+count-1 in one BPF_MAP_LOOKUP_BATCH (5.6+),
+        count * value_size bytes; None where the kernel has no batch operation for the map.
+
+        The batch starts after its in_batch key (the kernel's generic batch walks the map with
+        get_next_key), so index first is asked for as "after first - 1" (from the start for 0).
+        """
+        keys = ctypes.create_string_buffer(4 * count)
+        values = ctypes.create_string_buffer(value_size * count)
+        in_b = ctypes.create_string_buffer(struct.pack("=I", first - 1), 4) if first else None
+        out_b = ctypes.create_string_buffer(4)
+        opts = _BatchOpts(ctypes.sizeof(_BatchOpts), 0, 0)
+        n = ctypes.c_uint32(count)
+        rc = lib().bpf_map_lookup_batch(
+            self.fd, in_b, out_b, keys, values, ctypes.byref(n), ctypes.byref(opts)
+        )
+        err = -rc if rc < 0 else 0
+        if err in (errno.EINVAL, 524, errno.EOPNOTSUPP) and n.value == 0:
+            return None  # 524: ENOTSUPP
+        if err not in (0, errno.ENOENT):
+            raise LibbpfError(err, f"{self.name}: lookup_batch: {os.strerror(err)}")
+        if n.value != count or struct.unpack_from("=I", keys, 0)[0] != first:
+            raise LibbpfError(errno.EIO, f"{self.name}: lookup_batch returned another range")
+        return memoryview(values)
 
     def _lookup_each(self, key_size: int, value_size: int) -> Iterator[tuple[bytes, memoryview]]:
         fd = self.fd
