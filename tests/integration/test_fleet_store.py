@@ -52,7 +52,10 @@ about 15 significant digits under one exponent). The tests then assert:
   deriv, changes, resets) answers at the same times with the same values (1e-9 relative).
   A query with one differs by design — MetricsQL counts from the last
   sample before the window and does not extrapolate (docs/longterm-store.md) — so there only
-  the series and that both engines answer are compared.
+  the series and that both engines answer are compared. A topk over such a query (the busiest
+  flow keys) ranks values that differ by design, so each engine may pick other flows among
+  similar ones: its ranked expression is compared without the topk, and each engine's topk
+  must pick at most k of that engine's ranked series.
 
 The store is read after VictoriaMetrics' -search.latencyOffset (30 s) has passed since the
 window's end: VictoriaMetrics 1.79 replaces range-query points newer than that with older
