@@ -33,7 +33,9 @@ from tests.support.realparts import prometheus_on_blocks, wait_for
 
 # needs root (loop devices, a namespace, BPF), and looks for the demo's processes machine-wide:
 # in the serial lane with every other such test (tests/conftest.py)
-pytestmark = pytest.mark.root
+# alone: the demo's agent sees every disk and flow of the machine, and its report judges them
+# (an idle phase is idle only when nothing else runs: docs/testing.md)
+pytestmark = [pytest.mark.root, pytest.mark.alone]
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_MARKERS = ("collector.demo", "collector.demo.pdusim", "/wattbit-demo-")

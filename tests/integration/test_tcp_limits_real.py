@@ -55,7 +55,8 @@ from tests.support.realparts import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
+# alone: each scenario judges the whole machine's CPUs and flows (docs/testing.md)
+pytestmark = [pytest.mark.root, pytest.mark.alone, pytest.mark.timeout(300)]
 
 SCENARIO_S = 10  # seconds of traffic per scenario
 SKIP_S = 4  # left out of each report window: the rates' windows fill
