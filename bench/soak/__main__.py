@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             scraper.join(SCRAPE_TIMEOUT_S * 3)
             res["collector_peak_rss_mib"]["end"] = vmhwm_mib(collector.pid)
             res["shutdown"] |= stop_children({"collector": collector, "agent": agent})
-            res["shutdown"] |= stop_children({"farm": farm})
+            res["shutdown"] |= stop_children({"farm": farm, **bmcs.healthy_children})
             res["shutdown"]["left_over"] = session_members({p.pid for _, p in procs.procs})
             for name in ("attack", "farm"):
                 path = work / f"{name}-stats.json"

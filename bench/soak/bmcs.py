@@ -68,7 +68,8 @@ class BmcSide:
         self.hostile = {
             f"bmc-bad-{i}": (modes[i % len(modes)], free_port()) for i in range(args.hostile_bmcs)
         }
-        self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self.children: dict[str, subprocess.Popen[bytes]] = {}  # the hostile ones
+        self.healthy_children: dict[str, subprocess.Popen[bytes]] = {}
 
     def start_healthy(self, procs: Procs) -> None:
         """The healthy BMCs, each serving as soon as its port is open."""
@@ -78,7 +79,7 @@ class BmcSide:
                 cmd = [exe, "-i", "127.0.0.1", "-p", str(port), "-m", str(MOCKUPS / mockup)]
             else:  # not hostile: the mockup, each answer 0.25 s late
                 cmd = [*self._hostile_cmd("slow", port), "--mockup", str(MOCKUPS / mockup)]
-            start(procs, name, cmd)
+            self.healthy_children[name] = start(procs, name, cmd)
         for name, (_, port) in self.healthy.items():
             wait_for(lambda port=port: _open(port), 60, name, alive=procs.check,  # type: ignore[misc]
                      logs=[self.work / f"{name}.log"], errors=(OSError,))  # fmt: skip
