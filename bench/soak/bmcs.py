@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,7 @@ class BmcWatch:
         self.ages: list[tuple[float, str, float]] = []  # (scrape time, healthy BMC, age s)
         self.down: list[tuple[float, str]] = []  # healthy BMC with up != 1 (or no series)
         self.missing: list[tuple[float, str]] = []  # hostile BMC's up series not on the page
+        self.hostile_up: list[tuple[float, str]] = []  # hostile BMC with up 1 (read, parsed)
         self.failures: dict[tuple[str, str], float] = {}
         self.marks: dict[str, dict[tuple[str, str], float]] = {}
 
@@ -184,6 +186,7 @@ class BmcWatch:
                 if name in self.last_ok:
                     self.ages.append((now, name, now - self.last_ok[name]))
             self.missing += [(now, n) for n in self.hostile if n not in up]
+            self.hostile_up += [(now, n) for n in self.hostile if up.get(n) == 1.0]
 
     def ready(self) -> bool:
         """Every healthy BMC read successfully once."""
@@ -216,6 +219,7 @@ def analyse_bmcs(
     """The BMC side's figures per phase and its goals."""
     with watch.lock:
         ages, down, missing = list(watch.ages), list(watch.down), list(watch.missing)
+        hostile_up = list(watch.hostile_up)
         marks, final = {k: dict(v) for k, v in watch.marks.items()}, dict(watch.failures)
     nxt = {"idle": "attack", "attack": "recovery"}
     out: dict[str, Any] = {
@@ -239,6 +243,7 @@ def analyse_bmcs(
             "healthy_failures": healthy_fails,
             "hostile_failures": {k: v for k, v in delta.items() if k not in healthy_fails},
             "hostile_series_missing_scrapes": len({t for t, _ in missing if a <= t < b}),
+            "hostile_up_scrapes": dict(Counter(n for t, n in hostile_up if a <= t < b)),
         }
         out[phase]["healthy_fresh"] = (
             not out[phase]["healthy_age_s"]["max"] > 2 * interval
@@ -275,7 +280,8 @@ def report_bmcs(res: dict[str, Any], interval: float) -> None:
                 f"  {phase:<8} healthy last good poll age s median {a['median']:.1f}, p99"
                 f" {a['p99']:.1f}, max {a['max']:.1f} (goal <= {2 * interval:g}); scrapes with"
                 f" one down {p['healthy_down_scrapes']}, failures {p['healthy_failures']};"
-                f" hostile failures {p['hostile_failures']}, scrapes without a hostile"
+                f" hostile failures {p['hostile_failures']}, up in scrapes"
+                f" {p['hostile_up_scrapes']}, scrapes without a hostile"
                 f" one's series {p['hostile_series_missing_scrapes']}"
             )
     print(
