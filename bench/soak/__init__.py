@@ -15,8 +15,8 @@ and is stopped on the way out, Ctrl-C included:
 * --healthy-bmcs (default 2) healthy Redfish BMCs: sushy-static serving the real mockups of
   tests/fixtures/bmc (bench/soak/bmcs.py);
 * a real `wattbit collector` polling all of them (--interval, --concurrency, PDUs with timeout
-  2 s and 1 retry, BMCs with their defaults) and a real `wattbit agent` (blockio backend --agent-blockio: eBPF as
-  root, and nic);
+  2 s and 1 retry, BMCs with their defaults) and a real `wattbit agent` (blockio backend
+  --agent-blockio: eBPF as root, and nic);
 * a well-behaved scraper (this process) getting both /metrics every --scrape-every seconds on
   kept-alive connections, as Prometheus does, timing each scrape (a failed one counts with the
   time it took).
