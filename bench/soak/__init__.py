@@ -12,8 +12,11 @@ and is stopped on the way out, Ctrl-C included:
   Every answer carries the time it was made in the PDU's energy register
   (rPDU2DeviceStatusEnergy, a tenth of a second a unit), so the collector's
   wattbit_pdu_energy_joules_total says when it last read that PDU;
-* a real `wattbit collector` polling all of them (--interval, --concurrency, timeout 2 s,
-  1 retry) and a real `wattbit agent` (blockio backend --agent-blockio: eBPF as root, and nic);
+* --healthy-bmcs (default 2) healthy Redfish BMCs: sushy-static serving the real mockups of
+  tests/fixtures/bmc (bench/soak/bmcs.py);
+* a real `wattbit collector` polling all of them (--interval, --concurrency, PDUs with timeout
+  2 s and 1 retry, BMCs with their defaults) and a real `wattbit agent` (blockio backend
+  --agent-blockio: eBPF as root, and nic);
 * a well-behaved scraper (this process) getting both /metrics every --scrape-every seconds on
   kept-alive connections, as Prometheus does, timing each scrape (a failed one counts with the
   time it took).
@@ -43,6 +46,11 @@ Phases: a warm-up (every PDU read twice; not measured), an idle phase (--idle-mi
   the agent sees disks and NICs come and go for the whole attack; the agent's series count on
   /metrics per phase says whether gone ones leave.
 
+* --hostile-bmcs (default 1) hostile BMCs appear on ports the collector has polled (refused)
+  since its start: tests/support/hostilebmc.py in the modes of --hostile-bmc-modes, in turn
+  (default: bloat, i.e. every document padded to just under 4 MiB of [{},{},...], then
+  strings, session:forbid-one, drip, session:slow-login); they go with the attacker.
+
 Then, beyond --minutes, a recovery phase (--recovery-minutes, default as long as the idle one):
 the attacker gone and every PDU healthy again (the refused ones on their old ports), to see the
 servers' fds come back down, the hostile PDUs read again, and /metrics latency once more without
@@ -57,13 +65,20 @@ counters of every PDU by reason; /metrics p50/p99 idle, under attack and in reco
 server; how soon the hostile PDUs came back; exit codes after SIGTERM and processes left over.
 Slopes from a short run (a steady window under 10 minutes) are mostly noise.
 
+For the BMCs (issue 34): the healthy ones' last successful poll age per phase (from the
+collector's wattbit_bmc_up and wattbit_bmc_last_poll_timestamp_seconds), the collector's peak
+RSS (VmHWM) before the hostile BMCs and at the end, each BMC's failures by reason.
+
 Goals (the issue's): fds, threads and RSS flat (slope at most FLAT per 10 minutes); every good
 PDU fresh every cycle (no missed poll, never down, no failure counted); /metrics p99 under attack
 at most twice the idle p99, for each server. Also checked: both exit 0 on SIGTERM and nothing is
-left running.
+left running. BMCs: every healthy one read within two intervals at every scrape, never down,
+no failure; the collector's peak RSS under 200 MiB with one hostile BMC, 300 with more; no
+failed collector scrape while they run, and each one's series on every page.
 
 The package, by phase: common (settings, goals, /proc readings, numbers), farm and attack (the
 two child processes, each `python -m bench.soak.NAME SPEC.json`), actors (the main process's
-scraper, sampler, stalled TLS, churn and child-process helpers), analysis (the numbers, the
+scraper, sampler, stalled TLS, churn and child-process helpers), bmcs (the BMC side: its
+processes, configuration, what /metrics says of it, its figures), analysis (the numbers, the
 goals, the report) and __main__ (the command line and the phases).
 """

@@ -39,6 +39,7 @@ from bench.soak.actors import (
     stop_children,
 )
 from bench.soak.analysis import analyse, report
+from bench.soak.bmcs import BmcSide, BmcWatch, add_options, analyse_bmcs, vmhwm_mib
 from bench.soak.common import AFTER_S, SCRAPE_TIMEOUT_S, session_members, udp_sockets
 from collector.demo.procs import Procs, wait_for
 from tests.support.synthetic_pdu import SOURCE, synthesize
@@ -88,6 +89,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--churn-loops", type=int, default=8, help="loop devices a cycle")
     ap.add_argument("--churn-veths", type=int, default=4, help="veth pairs a cycle")
     ap.add_argument("--churn-every", type=float, default=6.0, help="seconds a cycle")
+    add_options(ap)
     ap.add_argument("--out", type=Path, help="write the results (and every sample) as JSON")
     ap.add_argument("--keep", action="store_true", help="keep the work directory and its logs")
     a = ap.parse_args(argv)
@@ -95,6 +97,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a.idle_s = a.idle_minutes * 60 if a.idle_minutes is not None else max(60.0, 0.1 * total)
     a.attack_s = total - a.idle_s
     a.recovery_s = a.recovery_minutes * 60 if a.recovery_minutes is not None else a.idle_s
+    if a.hostile_bmcs < 0 or a.healthy_bmcs < 0:
+        ap.error("--hostile-bmcs and --healthy-bmcs >= 0")
     if a.pdus < 2 or a.attack_s < 60 or a.idle_s < 20 or a.interval < 1:
         ap.error("--pdus >= 2, an idle phase >= 20 s, an attack >= 1 minute, --interval >= 1")
     return a
@@ -125,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     marks: dict[str, float] = {}
     pdus: list[PduSpec] = []
     fresh: Freshness | None = None
+    bmcs: BmcSide | None = None
+    bmcw: BmcWatch | None = None
     with signals():
         try:
             # recordings: two templates (24 and 48 outlets) from the real AP8641 one
@@ -163,9 +169,14 @@ def main(argv: list[str] | None = None) -> int:
             for p in pdus:
                 p.port = ready["ports"][p.name]
 
+            # the healthy BMCs (the hostile ones come with the attack)
+            bmcs = BmcSide(args, work)
+            bmcs.start_healthy(procs)
+
             # the servers
             cfg = work / "collector.yml"
-            cfg.write_text(collector_config(pdus, args.interval, args.concurrency, work / "state"))
+            config = collector_config(pdus, args.interval, args.concurrency, work / "state")
+            cfg.write_text(config + (bmcs.config() if bmcs.healthy or bmcs.hostile else ""))
             agent_cfg = work / "agent.yml"
             agent_cfg.write_text(f"blockio:\n  backend: {args.agent_blockio}\n")
             ports = {"collector": free_port(), "agent": free_port()}
@@ -221,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
             # warm-up: the scraper runs (not measured) until every PDU has been read twice
             fresh = Freshness(epoch, [p.name for p in pdus])
             scraper = Scraper(ports, args.scrape_every, fresh, tls)
+            bmcw = BmcWatch(list(bmcs.healthy), list(bmcs.hostile))
+            scraper.also.append(bmcw.update)
             sampler = Sampler(pids, args.sample_every)
             marks["warmup"] = time.time()
             scraper.start()
@@ -232,12 +245,15 @@ def main(argv: list[str] | None = None) -> int:
             )
             wait_for(fresh.polled_twice, 4 * args.interval + 120, "every PDU read twice",
                      alive=procs.check, logs=[work / "collector.log"], interval=1.0)  # fmt: skip
+            wait_for(bmcw.ready, 4 * args.interval + 60, "every healthy BMC read",
+                     alive=procs.check, logs=[work / "collector.log"], interval=1.0)  # fmt: skip
             res["collector_udp_sockets"] = udp_sockets(collector.pid)
 
             # idle
             marks["idle"] = time.time()
             sampler.phase = "idle"
             fresh.mark("idle")
+            bmcw.mark("idle")
             print(f"idle phase: {args.idle_s:.0f} s", flush=True)
             hold(marks["idle"] + args.idle_s, procs)
 
@@ -245,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
             marks["attack"] = time.time()
             sampler.phase = "attack"
             fresh.mark("attack")
+            bmcw.mark("attack")
+            res["collector_peak_rss_mib"] = {"attack_start": vmhwm_mib(collector.pid)}
+            bmcs.start_hostile(procs)
             # an HTTPS agent gets the stalled TLS clients instead: slowloris speaking plain
             # HTTP to it would be closed at their first bytes (not TLS), a reconnect loop
             attacked = {"collector": ports["collector"]} if args.stalled_tls > 0 else ports
@@ -291,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"attack phase: {args.attack_s:.0f} s ({args.slow_clients} slow, "
                 f"{args.idle_clients} idle, {args.body_clients} body clients, "
                 f"{args.flood_pps:g} datagrams/s,"
-                f" {sum(p.kind != 'good' for p in pdus)} hostile PDUs)",
+                f" {sum(p.kind != 'good' for p in pdus)} hostile PDUs,"
+                f" hostile BMCs {[m for m, _ in bmcs.hostile.values()]})",
                 flush=True,
             )
             try:
@@ -306,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
             # are gone (what the attack left behind); the thread's samples in between are neither
             sampler.phase = "stopping_attack"
             sampler.sample("attack")
-            res["shutdown"] = stop_children({"attacker": attacker})
+            res["bmc_hostile_stats"] = bmcs.stats()
+            res["shutdown"] = stop_children({"attacker": attacker, **bmcs.children})
             if stalled is not None:
                 stalled.halt.set()
                 stalled.join(60)
@@ -324,10 +345,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.recovery_s > 0 and "child_died" not in res:
                 marks["recovery"] = time.time()
                 fresh.mark("recovery")
+                bmcw.mark("recovery")
                 farm.send_signal(signal.SIGUSR2)
                 print(f"recovery phase: {args.recovery_s:.0f} s", flush=True)
                 try:
-                    hold(marks["recovery"] + args.recovery_s, procs, frozenset({"attacker"}))
+                    hold(marks["recovery"] + args.recovery_s, procs,
+                         frozenset({"attacker", *bmcs.children}))  # fmt: skip
                 except RuntimeError as exc:
                     res["child_died"] = str(exc)
                     status = 1
@@ -339,8 +362,9 @@ def main(argv: list[str] | None = None) -> int:
             sampler.join()
             scraper.halt.set()
             scraper.join(SCRAPE_TIMEOUT_S * 3)
+            res["collector_peak_rss_mib"]["end"] = vmhwm_mib(collector.pid)
             res["shutdown"] |= stop_children({"collector": collector, "agent": agent})
-            res["shutdown"] |= stop_children({"farm": farm})
+            res["shutdown"] |= stop_children({"farm": farm, **bmcs.healthy_children})
             res["shutdown"]["left_over"] = session_members({p.pid for _, p in procs.procs})
             for name in ("attack", "farm"):
                 path = work / f"{name}-stats.json"
@@ -375,6 +399,11 @@ def main(argv: list[str] | None = None) -> int:
                 assert scraper is not None and sampler is not None
                 try:
                     analyse(res, args, marks, pdus, fresh, scraper, sampler)
+                    if bmcs is not None and bmcw is not None:
+                        phases = {p: (marks[p], marks[q]) for p, q in
+                                  (("idle", "attack"), ("attack", "end"), ("recovery", "stop"))
+                                  if p in marks and q in marks}  # fmt: skip
+                        res["bmcs"] = analyse_bmcs(res, bmcw, bmcs, phases, args.interval)
                     report(res, args)
                 except Exception:  # the raw samples below are still worth writing
                     traceback.print_exc()

@@ -13,6 +13,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,7 @@ class Scraper(threading.Thread):
         self.tls = tls or {}
         self.every = every
         self.fresh = fresh
+        self.also: list[Callable[[float, bytes], None]] = []  # more readers of the collector's
         self.conns: dict[str, http.client.HTTPConnection | None] = dict.fromkeys(targets)
         self.records: list[Scrape] = []
         self.halt = threading.Event()
@@ -172,6 +174,8 @@ class Scraper(threading.Thread):
                 self.records.append(rec)
                 if name == "collector" and body:
                     self.fresh.update(rec.t, body)
+                    for read in self.also:
+                        read(rec.t, body)
             due = max(due + self.every, time.monotonic())
             self.halt.wait(due - time.monotonic())
         for conn in self.conns.values():

@@ -10,6 +10,7 @@ from typing import Any
 from bench.harness import load_average as loadavg
 from bench.harness import print_command
 from bench.soak.actors import Freshness, PduSpec, Sampler, Scrape, Scraper
+from bench.soak.bmcs import report_bmcs
 from bench.soak.common import (
     FLAT,
     LATENCY_RATIO_GOAL,
@@ -325,6 +326,7 @@ def report(res: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"collector UDP socket drops: {res.get('collector_udp_drops')}")
     print(f"shutdown: {res.get('shutdown')}")
     print(f"logs: {res.get('logs')}; agent blockio backend: {res.get('agent_blockio_backend')}")
+    report_bmcs(res, args.interval)
     g = res["goals"]
     print(
         f"\nGOALS: resources flat {g['resources_flat']}; good PDUs fresh every cycle:"
