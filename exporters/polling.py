@@ -152,7 +152,12 @@ class PeriodicPoller(ABC, Generic[T, S]):
 
     def _deadline(self, name: str, full: float) -> float:
         """A poll's deadline: `full`, or the first-attempt cut if the target was never tried."""
-        return min(full, self.first_cut[name]) if name in self._untried else full
+        return min(full, self.first_cut[name]) if self._first(name) else full
+
+    def _first(self, name: str) -> bool:
+        """Whether a poll of `name` is its first attempt: never tried, and not known to fail
+        (a target marked failing has a failure on record, whatever tried it)."""
+        return name in self._untried and name not in self._failing
 
     @contextlib.asynccontextmanager
     async def _slot(self, name: str) -> AsyncIterator[None]:
@@ -165,7 +170,7 @@ class PeriodicPoller(ABC, Generic[T, S]):
             self._slots = PrioritySlots(self.concurrency)
             self._failing_slots = PrioritySlots(self.failing_slots)
             self._first_slots = PrioritySlots(self.first_slots)
-        if name in self._untried:
+        if self._first(name):
             try:
                 async with self._first_slots.hold((0.0, 0)):
                     yield
