@@ -6,7 +6,8 @@ Prometheus (1 s scrapes) watch four short scenarios in a row, each its own windo
 pattern of test_limits_real.py (its Prometheus configuration):
 
 * **window**: the receiver's namespace has `net.ipv4.tcp_rmem` max 16 KiB (per namespace since
-  Linux 4.15): the sender is receive-window-limited → tcp, `receive_window`, its flow key;
+  Linux 4.15) and its reader takes 4 KiB every 2 ms (SLOW_READER): the sender, which always has
+  data, is receive-window-limited → tcp, `receive_window`, its flow key;
 * **congestion**: the receiver behind a router namespace whose tbf (100 Mbit/s) queues three
   packets: it drops a CUBIC sender's bursts → tcp, `congestion` (its retransmits far above
   1 %); the veth's speed is the kernel's placeholder, so the NIC is far from full;
@@ -64,6 +65,33 @@ PACED_BITS = 20e6
 BUSY_CPU = "1"
 # the receiver's tcp_rmem in the window scenario's namespace: min, default, max
 SMALL_RMEM = "4096 8192 16384"
+# The window scenario's receiver reads 4 KiB every 2 ms (about 16 Mbit/s): its window stays
+# closed while the sender always has data, so the sender is receive-window-limited nearly all
+# its busy time and the CPUs stay free. (With iperf3 reading as fast as it can through a
+# 16 KiB window, the sender's CPU did as much as the window: CPU 1 77 % busy against 31 % of
+# busy time window-limited, and the verdict rightly said CPU on a clean-clone run.)
+SLOW_READER = """
+import socket, sys, time
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+srv.bind((sys.argv[1], int(sys.argv[2])))
+srv.listen(8)
+while True:
+    c, _ = srv.accept()
+    while c.recv(4096):
+        time.sleep(0.002)
+    c.close()
+"""
+# The window scenario's sender: always data to send, for `seconds`.
+SENDER = """
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+block, end = bytes(1 << 20), time.monotonic() + float(sys.argv[3])
+while time.monotonic() < end:
+    c.sendall(block)
+c.close()
+"""
 UNSHAPED_BITS = 1e12  # the unshaped veths' stated speed: never the limiter
 
 
@@ -194,10 +222,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         ports = {"window": 5401, "congestion": 5402, "paced": 5403, "cpu": 5404}
         servers = {
             name: ["ip", "netns", "exec", ns, "iperf3", "-s", "-B", addr, "-p", str(ports[name])]
-            for name, ns, addr in (("window", ns_w, "169.254.181.2"),
-                                   ("congestion", FAR_NS, FAR_ADDR),
+            for name, ns, addr in (("congestion", FAR_NS, FAR_ADDR),
                                    ("paced", nets["paced"][0], "169.254.183.2"))
         }  # fmt: skip
+        servers["window"] = ["ip", "netns", "exec", ns_w, sys.executable, "-c", SLOW_READER,
+                             "169.254.181.2", str(ports["window"])]  # fmt: skip
         # the cpu scenario's receiver: in the root namespace, on the paced veth's root end
         servers["cpu"] = ["taskset", "-c", BUSY_CPU, "iperf3", "-s", "-B", "169.254.183.1",
                           "-p", str(ports["cpu"])]  # fmt: skip
@@ -223,8 +252,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         t = ["-t", str(SCENARIO_S)]
         # CUBIC: its window grows without loss, so the receiver's is the one that binds (BBR's
         # own cwnd cap would share the busy time with it on a path of microseconds)
-        scenario("window", ["iperf3", "-c", "169.254.181.2", "-p", str(ports["window"]), "-C",
-                            "cubic", *t])  # fmt: skip
+        scenario("window", [sys.executable, "-c", SENDER, "169.254.181.2", str(ports["window"]),
+                            str(SCENARIO_S)])  # fmt: skip
         scenario("congestion", ["iperf3", "-c", FAR_ADDR, "-p", str(ports["congestion"]),
                                 "-C", "cubic", *t])  # fmt: skip
         scenario("paced", ["iperf3", "-c", "169.254.183.2", "-p", str(ports["paced"]), "-b",
