@@ -48,7 +48,7 @@ class DiskstatsRow:
 
 # A well-formed line: major, minor, name, then at least 11 counters of ASCII digits (20 at most:
 # int() never sees a 4,300-digit token). One match per line instead of a check per token: the
-# core backend reads it on every scrape (also for core/unseen.py), on hosts with hundreds of disks.
+# core backend reads it on every scrape (also for unseen.py), on hosts with hundreds of disks.
 _LINE = re.compile(
     r"\s*([0-9]{1,20})\s+([0-9]{1,20})\s+(\S+)((?:\s+[0-9]{1,20}){11,})\s*", re.ASCII
 )

@@ -125,35 +125,22 @@ def test_counts_bytes_busy_and_latency_match_the_kernel_and_fio(
             nbytes = delta("wattbit_disk_io_bytes_total")
             assert fio_job["total_ios"] == n, "fio itself did not do the I/Os we asked for"
             assert kd[ios_f] == n, f"{d.name} {op}: kernel completed {kd[ios_f]}, not {n}"
+            # Every completion the kernel counted is either counted by the program or, when
+            # the kernel did not run the program for it (6.18 under heavy load sometimes does
+            # not, for tp_btf and classic tracepoints alike: docs/exporters/blockio.md), counted
+            # as unseen against /proc/diskstats: never more than the kernel, and with the
+            # unseen exactly the kernel's count (the disk is quiet across both scrapes).
+            unseen = delta("wattbit_disk_ios_unseen_total")
+            assert ios <= n and ios + unseen == n, f"{d.name} {op}: {ios} + {unseen} vs {n}"
+            assert nbytes == ios * BS and kd[sectors_f] * 512 == n * BS  # whole requests
             if core:
-                # tp_btf runs the program directly (no perf buffer to drop from): every
-                # completion counted, or (6.18 under heavy load sometimes does not run it,
-                # docs/exporters/blockio.md) counted as unseen against /proc/diskstats:
-                # never more than the kernel, and with the unseen exactly the kernel's count.
-                unseen = delta("wattbit_disk_ios_unseen_total")
-                assert ios <= n and ios + unseen == n, f"{d.name} {op}: {ios} + {unseen} vs {n}"
                 assert count == ios, f"{d.name} {op}: timed {count} of {ios}"
-                assert nbytes == ios * BS and kd[sectors_f] * 512 == n * BS
                 assert delta("wattbit_disk_io_size_bytes_sum") == ios * BS
-                mean = delta("wattbit_disk_io_latency_seconds_sum") / count
-                assert 0 < mean < 1.0
-                continue
-            # Completions the kernel skipped (another BPF program on the CPU) are reported;
-            # the deficit, if any, must be no more than what the agent says it missed.
-            missed = sample(s1, "wattbit_blockio_bpf_missed_events_total", event="complete")
-            missed -= sample(s0, "wattbit_blockio_bpf_missed_events_total", event="complete")
-            # (plus 0.1 %: perf can also drop a tracepoint event before BPF sees it, uncounted)
-            assert kd[ios_f] - missed - kd[ios_f] * 0.001 <= ios <= kd[ios_f], (
-                f"{d.name} {op}: {ios} vs {kd[ios_f]}"
-            )
-            assert ios >= kd[ios_f] * 0.995
-            # The histograms time requests paired by (dev, sector); two requests in flight
-            # for one sector (likely here: 16 deep over only 8192 blocks) time only one.
-            assert kd[ios_f] * 0.995 <= count <= ios
-            assert nbytes == pytest.approx(kd[sectors_f] * 512, rel=0.01)
-            assert nbytes == ios * BS  # every completion counted is one whole request
-            assert delta("wattbit_disk_io_size_bytes_sum") == count * BS
-
+            else:
+                # bcc's histograms time requests paired by (dev, sector); two requests in
+                # flight for one sector (likely here: 16 deep over only 8192 blocks) time one.
+                assert ios * 0.995 <= count <= ios, f"{d.name} {op}: timed {count} of {ios}"
+                assert delta("wattbit_disk_io_size_bytes_sum") == count * BS
             mean = delta("wattbit_disk_io_latency_seconds_sum") / count
             assert 0 < mean < 1.0
 

@@ -9,8 +9,8 @@ import pytest
 
 from exporters.blockio.core import backend as core
 from exporters.blockio.core.backend import CoreBackend
-from exporters.blockio.core.unseen import Unseen
 from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, BackendUnavailable
+from exporters.blockio.unseen import Unseen
 from exporters.hostfs import caps
 
 N = len(DEFAULT_LAT_BOUNDS_SECONDS) + 1

@@ -1,11 +1,11 @@
 """The core backend's count of completions the kernel counted and the program did not see
-(core/unseen.py): a lower bound, exact when the disk is quiet across a read, never more than
+(unseen.py): a lower bound, exact when the disk is quiet across a read, never more than
 the kernel's, reset with a re-created disk, gone with a gone disk."""
 
 from __future__ import annotations
 
-from exporters.blockio.core.unseen import Unseen
 from exporters.blockio.model import DeviceStats, OpStats
+from exporters.blockio.unseen import Unseen
 
 
 def _k(read: int, write: int = 0, discard: int | None = None) -> DeviceStats:

@@ -22,8 +22,8 @@ from ..model import (
     OpStats,
     caps_reason,
 )
+from ..unseen import Unseen
 from . import libbpf
-from .unseen import Unseen
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ class CoreBackend:
         self._pick = self._words()
         self._no_batch = False  # the kernel refused a batch lookup of the array: one by one
         # Completions the kernel counts that the program is not run for, baselined now
-        # (core/unseen.py; docs/exporters/blockio.md).
+        # (unseen.py; docs/exporters/blockio.md).
         self.unseen = Unseen()
         self.unseen.start(self.diskstats.read())
 
@@ -312,7 +312,7 @@ class CoreBackend:
         lat_dev = slice(h, h + n)
         lat_q = slice(h + n, h + 2 * n)
         size = slice(h + 2 * n, h + 2 * n + SIZE_SLOTS)
-        # /proc/diskstats before the maps (core/unseen.py): busy time and in flight, and the
+        # /proc/diskstats before the maps (unseen.py): busy time and in flight, and the
         # kernel's completions the program's are compared with
         kernel = self.diskstats.read()
         raw = self._raw()
@@ -377,7 +377,7 @@ class CoreBackend:
         live: dict[Identity, str],
         by_disk: dict[Identity, dict[int, list[int]]],
     ) -> None:
-        """Completions the kernel counted and the program was not run for (core/unseen.py)."""
+        """Completions the kernel counted and the program was not run for (unseen.py)."""
         counted = {
             live[ident]: (ident, {OPS[o]: v[P_IOS] for o, v in ops.items()})
             for ident, ops in by_disk.items()

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..bpfshared import Identity
-from ..model import DeviceStats
+from .bpfshared import Identity
+from .model import DeviceStats
 
 # The ops whose completions /proc/diskstats counts per request as the program does. Flushes
 # are left out: diskstats counts flush sequences (blk_account_io_flush()), not requests.
