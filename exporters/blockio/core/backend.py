@@ -404,3 +404,4 @@ class CoreBackend:
     def close(self) -> None:
         """Detach the programs and free the maps."""
         self.obj.close()
+        self.disks.close()
