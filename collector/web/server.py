@@ -37,17 +37,25 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import bcrypt
-from aiohttp import web_protocol, web_server
-from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_request import BaseRequest
-from aiohttp.web_response import Response, StreamResponse
 
+from collector.web import aiohttp_server
 from collector.web.config import WebConfig
 from collector.web.limits import MAX_BODY_KEY, Limits
+
+if TYPE_CHECKING:
+    from aiohttp import web_protocol, web_server
+    from aiohttp.http_exceptions import HttpProcessingError
+    from aiohttp.web_request import BaseRequest
+    from aiohttp.web_response import Response, StreamResponse
+else:  # without aiohttp's client (aiohttp_server.py)
+    web_protocol, web_server, _exc, _request, _response = aiohttp_server.load()
+    HttpProcessingError = _exc.HttpProcessingError
+    BaseRequest = _request.BaseRequest
+    Response, StreamResponse = _response.Response, _response.StreamResponse
 
 __all__ = ["BCRYPT_CONCURRENCY", "Limits", "Server", "WSGIApp", "landing_page", "start_server"]
 
