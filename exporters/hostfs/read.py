@@ -150,8 +150,9 @@ class HeldAttrs:
     sysfs' links) and opens, checks, reads and closes the file: a scrape reads ~13 attributes
     per interface and one per disk (issue 35). Only for the live /sys: a captured tree's file
     replaced by another would keep its old text here. A descriptor whose device went away
-    reads ENODEV: it is dropped and the value is "" (unknown), as a missing file's. Callers
-    clear() it when what a path names may have changed (the directory listing changed).
+    reads ENODEV: it is dropped and the path opened again (its successor's, else "" as for
+    a missing file). Callers clear() it when what a path names may have changed without
+    the old device leaving (a rename: the directory listing changed).
     Bounded: at most max_open descriptors; past that, attributes are read by path.
     """
 
@@ -174,9 +175,19 @@ class HeldAttrs:
                 return ""
         try:
             data = os.pread(fd, ATTR_MAX + 1, 0)
-        except OSError:  # ENODEV: the device left; EIO &c.: the attribute refuses now
+        except OSError:
+            # ENODEV: the device this descriptor was opened on left, and the path may name
+            # its successor now (a loop device removed and added again under its number);
+            # EIO &c.: the attribute refuses. Either way: once more by the path.
             self._drop(key)
-            return ""
+            fd = self._open(key)
+            if fd is None:
+                return ""
+            try:
+                data = os.pread(fd, ATTR_MAX + 1, 0)
+            except OSError:
+                self._drop(key)
+                return ""
         if len(data) > ATTR_MAX:
             self._drop(key)
             _note(TooLarge(key, ATTR_MAX))
