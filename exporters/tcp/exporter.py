@@ -8,6 +8,7 @@ import logging
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,8 @@ DEFAULT_KEY = ("peer", "port", "cgroup")
 PTRACE = caps.CAP_NUMBERS["CAP_SYS_PTRACE"]
 DESTROY_DRAIN_BYTES = 64 << 20  # per sample: beyond, the rest waits for the next sample
 FIRST_SAMPLE_WAIT = 10.0  # seconds the first scrape waits for the first sample
+MAX_OWNERS = 65_536  # (peer, port) -> owner remembered for closing sockets; oldest leave
+Owner = tuple[str, str]  # (cgroup, process) labels of a key
 
 
 class SocketReader(Protocol):
@@ -160,6 +163,9 @@ class TcpExporter(Exporter):
         self.snapshot: Snapshot | None = None
         self.owners: dict[Key, tuple[str, str]] = {}
         self._peers: dict[str, str] = {}
+        # the owner of each (peer, port)'s sockets in the last sample that had any (None: more
+        # than one), for destroy messages, which carry no cgroup id and no inode (below)
+        self._recent_owners: OrderedDict[tuple[str, str], Owner | None] = OrderedDict()
         self.samples = 0
         self.skipped = 0
         self.overruns = 0
@@ -199,16 +205,11 @@ class TcpExporter(Exporter):
         info = parse_tcp_info(raw)
         mem = parse_skmeminfo(d.attrs.get(netlink.INET_DIAG_SKMEMINFO, b""))
         dims = self.key.dims
-        cg = d.attrs.get(netlink.INET_DIAG_CGROUP_ID)
-        process = ""
-        if "process" in dims:
-            owner = self.processes.owner(d.inode)
-            process = owner[1] if owner else ""
         key: Key = (
             self._peer(d.dst) if "peer" in dims else "",
             str(d.sport if d.sport in listening else d.dport) if "port" in dims else "",
-            self.cgroups.name(netlink.parse_cgroup_id(cg)) if "cgroup" in dims and cg else "",
-            process,
+            self._cgroup(d),
+            self._process(d),
             "",  # experiment, activity: sock_diag gives no flow label (docs, "Not done")
             "",
         )
@@ -226,7 +227,8 @@ class TcpExporter(Exporter):
         """One sample: dump, destroy messages, count, owners of the exported keys."""
         start = time.perf_counter()
         diag = self.reader.dump()
-        listening = {d.sport for d in diag if d.state == netlink.TCP_LISTEN}
+        listeners = [d for d in diag if d.state == netlink.TCP_LISTEN]
+        listening = {d.sport for d in listeners}
         if "process" in self.key.dims and self.processes.due():
             self.processes.scan()
         socks: list[Sock] = []
@@ -239,17 +241,75 @@ class TcpExporter(Exporter):
             s = self._sock(d, listening)
             if s is not None:
                 socks.append(s)
+        self._remember_owners(socks)
         gone, overrun = self.reader.drain()
         self.overruns += overrun
-        destroyed = [s for s in (self._sock(d, listening) for d in gone) if s is not None]
-        snap = self.table.sample(socks, destroyed, self.clock(), self.reader.tracking)
-        owners = self._owners(snap)
+        by_port = self._listener_owners(listeners)
+        destroyed = [self._closed(d, listening, by_port) for d in gone]
+        snap = self.table.sample(
+            socks, [s for s in destroyed if s is not None], self.clock(), self.reader.tracking
+        )
+        owners = self._owners_of(snap)
         with self._lock:
             self.snapshot, self.owners = snap, owners
             self.samples += 1
             self.duration = time.perf_counter() - start
 
-    def _owners(self, snap: Snapshot) -> dict[Key, tuple[str, str]]:
+    def _remember_owners(self, socks: list[Sock]) -> None:
+        """Per (peer, port) of this sample: its sockets' one owner, or None when they differ."""
+        seen: dict[tuple[str, str], Owner | None] = {}
+        for s in socks:
+            pp, owner = (s.key[0], s.key[1]), (s.key[2], s.key[3])
+            seen[pp] = owner if seen.get(pp, owner) == owner else None
+        for pp, one in seen.items():
+            self._recent_owners.pop(pp, None)
+            self._recent_owners[pp] = one
+        while len(self._recent_owners) > MAX_OWNERS:
+            self._recent_owners.popitem(last=False)
+
+    def _listener_owners(self, listeners: list[netlink.DiagSocket]) -> dict[int, Owner | None]:
+        """Per listening port, its listener's owner (None: listeners of different owners)."""
+        out: dict[int, Owner | None] = {}
+        for d in listeners:
+            owner = (self._cgroup(d), self._process(d))
+            out[d.sport] = owner if out.get(d.sport, owner) == owner else None
+        return out
+
+    def _closed(
+        self, d: netlink.DiagSocket, listening: set[int], by_port: dict[int, Owner | None]
+    ) -> Sock | None:
+        """A destroy message's socket, keyed as its live samples would have been.
+
+        The kernel's destroy message (inet_diag_handler_get_info(), net/ipv4/inet_diag.c)
+        carries the socket's identity and tcp_info only: no INET_DIAG_CGROUP_ID, and inode 0.
+        A socket seen alive keeps the key it was seen with (flows.FlowTable); one born and
+        closed between two samples takes, on its listener's port, the listener's owner (an
+        accepted socket inherits its listener's cgroup: sk_clone_lock() copies sk_cgrp_data,
+        cgroup_sk_clone()), else the owner of its (peer, port)'s sockets in the last sample
+        that had any, when they had one; else it stays unknown ("")."""
+        s = self._sock(d, listening)
+        if s is None or netlink.INET_DIAG_CGROUP_ID in d.attrs:
+            return s
+        owner = by_port.get(d.sport) if d.sport in listening else None
+        if owner is None:
+            owner = self._recent_owners.get((s.key[0], s.key[1]))
+        if owner is not None:
+            s.key = (s.key[0], s.key[1], owner[0], owner[1], s.key[4], s.key[5])
+        return s
+
+    def _cgroup(self, d: netlink.DiagSocket) -> str:
+        cg = d.attrs.get(netlink.INET_DIAG_CGROUP_ID)
+        if "cgroup" not in self.key.dims or not cg:
+            return ""
+        return self.cgroups.name(netlink.parse_cgroup_id(cg))
+
+    def _process(self, d: netlink.DiagSocket) -> str:
+        if "process" not in self.key.dims:
+            return ""
+        owner = self.processes.owner(d.inode)
+        return owner[1] if owner else ""
+
+    def _owners_of(self, snap: Snapshot) -> dict[Key, tuple[str, str]]:
         """(comm, cpu) of the busiest socket's process of every exported key."""
         if not self.find_processes:
             return {}
