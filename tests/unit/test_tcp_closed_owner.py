@@ -117,3 +117,42 @@ def test_a_message_with_its_cgroup_keeps_it(tmp_path: Path) -> None:
         ([diag(1, 40000, 5201, 0, ids["/"])], [diag(2, 40002, 5201, 10, ids["backup.service"])]),
     ])  # fmt: skip
     assert got == {(PEER, "5201", "backup.service", "", "", ""): 10}
+
+
+class Labels:
+    """A LabelSource with fixed labels."""
+
+    source, reason = "bpf_iter", "test"
+
+    def __init__(self, labels: dict[int, int]) -> None:
+        self.labels = labels
+
+    def read(self) -> dict[int, int]:
+        return self.labels
+
+    def close(self) -> None:
+        pass
+
+
+def test_scitags_from_the_flow_label_and_for_the_closed_unseen(tmp_path: Path) -> None:
+    """Experiment 3 activity 2 (scitags.encode) on socket 1; socket 2 unmarked (an automatic
+    label's hash: experiment bits 0); socket 3 born and closed unseen takes 1's (peer, port)."""
+    from exporters.tcp import scitags
+
+    ids = cgroups(tmp_path)
+    dims = ("peer", "port", "experiment", "activity")
+    labels = Labels({1: scitags.encode(3, 2, entropy=21), 2: 0x00003})
+    steps = [
+        ([diag(1, 40000, 5201, 0, ids["/"]), diag(2, 40001, 80, 0, ids["/"])], []),
+        ([diag(1, 40000, 5201, 50, ids["/"]), diag(2, 40001, 80, 60, ids["/"])],
+         [diag(3, 40002, 5201, 70)]),
+    ]  # fmt: skip
+    exp = TcpExporter(reader=Steps(steps), sys_root=tmp_path, key=KeyConfig(dims), top_k=50,
+                      labels=labels)  # fmt: skip
+    for _ in steps:
+        exp.sample_once()
+    assert exp.snapshot is not None
+    got = {k: v[0] for k, v in exp.snapshot.totals.items() if v[0]}
+    assert got == {(PEER, "5201", "", "", "3", "2"): 50 + 70, (PEER, "80", "", "", "", ""): 60}
+    text = "".join(f"{m.name} {s.labels}\n" for m in exp.collect() for s in m.samples)
+    assert "wattbit_tcp_flow_label_info {'source': 'bpf_iter', 'reason': 'test'}" in text
