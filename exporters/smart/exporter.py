@@ -588,8 +588,8 @@ def _log_families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
     )
     raid = GaugeMetricFamily(
         "wattbit_disk_raid_member_info",
-        "A drive behind a RAID controller, found by smartctl --scan-open: its controller "
-        "type, the path smartctl opens and its slot there.",
+        "A drive behind a RAID controller, found by smartctl --scan-open or a probe: its "
+        "controller type, the path smartctl opens and its slot there.",
         labels=["device", "controller", "path", "slot"],
     )
     return {
