@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import resource
 import stat
 from pathlib import Path
 
@@ -153,10 +154,16 @@ class HeldAttrs:
     reads ENODEV: it is dropped and the path opened again (its successor's, else "" as for
     a missing file). Callers clear() it when what a path names may have changed without
     the old device leaving (a rename: the directory listing changed).
-    Bounded: at most max_open descriptors; past that, attributes are read by path.
+    Bounded: at most max_open descriptors (by default an eighth of the open-file limit, at
+    most 512); past that, attributes are read by path.
     """
 
-    def __init__(self, max_open: int = 512) -> None:
+    def __init__(self, max_open: int | None = None) -> None:
+        if max_open is None:
+            # an eighth of the open-file limit each (the agent holds two of these, and the HTTP
+            # server keeps its connections under half): 128 under a shell's 1024, 512 at most
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            max_open = 512 if soft == resource.RLIM_INFINITY else min(512, soft // 8)
         self.max_open = max_open
         self._fds: dict[str, int] = {}
 
