@@ -14,6 +14,7 @@ into the device's "base" stats), so per-queue sums can be lower than the totals 
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import importlib
 import importlib.util
@@ -94,13 +95,27 @@ class QstatsUnavailable(OSError):
 
 
 class NetdevQstats:
-    """Reads every device's per-queue counters with one netlink dump (pyroute2)."""
+    """Reads every device's per-queue counters with one netlink dump (pyroute2).
+
+    Every pyroute2 call runs in one thread of its own. pyroute2 (0.9) keeps an asyncio event
+    loop and a datagram transport per socket *per thread* (threading.local in
+    pyroute2/netlink/core.py) and closes only the calling thread's: read from the HTTP
+    server's 8 route threads, one socket grew up to 8 loops and 8 transports over its fd, and
+    close() at stop closed none of them (ResourceWarning "unclosed transport" and "unclosed
+    event loop" at every agent exit under `python -X dev`; issue 34's stray asyncio errors).
+    """
 
     def __init__(self) -> None:
         self._sock: Any = None
         self._msg: Any = None
         self._netlink: Any = None
         self._exceptions: Any = None
+        self._thread: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def _in_thread(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._thread is None:
+            self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qstats")
+        return self._thread
 
     def _open(self) -> None:
         try:  # a dependency; a broken install costs per-queue netlink counters, not the agent
@@ -135,6 +150,9 @@ class NetdevQstats:
 
     def read(self) -> dict[int, list[QueueStat]]:
         """ifindex -> per-queue counters; QstatsUnavailable when the kernel cannot say."""
+        return self._in_thread().submit(self._read).result()
+
+    def _read(self) -> dict[int, list[QueueStat]]:
         if self._sock is None:
             self._open()
         NLM_F_DUMP, NLM_F_REQUEST = self._netlink.NLM_F_DUMP, self._netlink.NLM_F_REQUEST
@@ -167,7 +185,13 @@ class NetdevQstats:
         return queue_stats_by_ifindex(records)
 
     def close(self) -> None:
-        """Close the netlink socket."""
+        """Close the netlink socket, its event loop and transport, in the thread they live in."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.submit(self._close).result()
+            thread.shutdown(wait=True)
+
+    def _close(self) -> None:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
