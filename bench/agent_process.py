@@ -1,15 +1,27 @@
-"""The real agent process with every exporter on: ready time, memory, CPU per scrape.
+"""The real agent process with every exporter on: ready time, memory, CPU per scrape; against
+another revision of wattbit, or head to head with ebpf_exporter (issue 35).
 
 Run (root): PYTHONPATH=. .venv/bin/python bench/agent_process.py [--against main]
-     [--disks 48] [--rounds 5] [--scrapes 40]
-Compares this checkout with another revision (``--against``, extracted with git archive into
-a temporary directory, the BPF object copied from here) started alternately (A B, B A, ...) on
-the same loop disks (``--disks`` of them, each given reads and writes first so the core
-backend has them in its maps): per start, seconds from spawn to the first /metrics answer
-naming the core backend, VmRSS after it, and the CPU seconds the process spends per scrape
-(utime + stime over ``--scrapes`` sequential scrapes). Medians, and this/against ratios.
-Both trees' bytecode is compiled first (an installed package's is).
-Issue 35's goals for a 48-disk host: scrape <= 5 ms CPU, ready <= 0.25 s, VmRSS <= 45 MB.
+     [--disks 48] [--rounds 5] [--scrapes 40] [--fio-iops 200]
+or:  ... bench/agent_process.py --ebpf-exporter /path/to/ebpf_exporter [--libbpf-include DIR]
+Started alternately (A B, B A, ...) on the same loop disks (``--disks`` of them, named
+``wattbit-bench-h2h-*`` in /dev/shm, each given reads and writes after every start so each
+exporter has them in its maps): per start, seconds from spawn to the first /metrics answer
+that shows the BPF program attached, VmRSS after the scrapes, the series of a scrape, and the
+CPU seconds the process spends per scrape (utime + stime over ``--scrapes`` sequential
+scrapes), idle and again while fio reads and writes every disk (``--fio-iops`` per disk).
+Medians, and ratios to the last contender.
+
+Without ``--ebpf-exporter``: this checkout against another revision (``--against``, extracted
+with git archive into a temporary directory, the BPF object copied from here), both with
+every exporter on. With it: this checkout twice (blockio alone; every exporter on) against
+ebpf_exporter with its ``biolatency`` example (per-disk, per-operation latency histograms: the
+closest equivalent), whose BPF object is built here into a temporary directory with clang as
+its examples/Makefile does, from the source tree beside the binary (``--ebpf-exporter-src``)
+and libbpf's headers (``--libbpf-include``: a libbpf >= 1.2 whose bpf_core_read.h includes
+bpf_helpers.h, as the libbpf its Makefile builds). Both trees' bytecode is compiled first (an
+installed package's is). Issue 35's goals for a 48-disk host: scrape <= 5 ms CPU, ready
+<= 0.25 s, VmRSS <= 45 MB.
 """
 
 from __future__ import annotations
@@ -24,6 +36,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -50,8 +63,51 @@ blockio:
 cpu:
   enabled: true
 """
+# blockio alone: the part ebpf_exporter's biolatency does
+BLOCKIO_ONLY = """\
+blockio:
+  backend: core
+nic:
+  enabled: false
+smart:
+  enabled: false
+power:
+  enabled: false
+pcie:
+  enabled: false
+tcp:
+  enabled: false
+cpu:
+  enabled: false
+"""
 MARK = 'wattbit_blockio_backend_info{backend="core"'
+# ebpf_exporter listens only once its configs' programs are attached (cmd/ebpf_exporter)
+EBPFX_MARK = 'ebpf_exporter_enabled_configs{name="biolatency"} 1'
 OBJECT = Path("exporters/blockio/core/blockio.bpf.o")
+KEYS = ("ready_s", "idle_cpu_ms", "fio_cpu_ms", "rss_mb", "series")
+
+
+@dataclass
+class Contender:
+    """One compared exporter: how to start it listening on a port, and what says it is ready."""
+
+    name: str
+    argv: list[str]  # "{port}" and "{config}" replaced at each start
+    cwd: Path
+    mark: str
+    config: str = ""  # written to the start's own file when set
+    env: dict[str, str] = field(default_factory=dict)
+
+    def command(self, port: int, config: Path) -> list[str]:
+        """The argv of one start."""
+        return [a.format(port=port, config=config) for a in self.argv]
+
+
+def wattbit(name: str, tree: Path, config: str) -> Contender:
+    """`wattbit agent` of `tree` with that configuration."""
+    argv = [sys.executable, "-m", "collector.cli", "agent", "--config", "{config}"]
+    argv += ["--listen", "127.0.0.1:{port}", "--log-level", "warning"]
+    return Contender(name, argv, tree, MARK, config, {"PYTHONPATH": str(tree)})
 
 
 @contextlib.contextmanager
@@ -69,45 +125,92 @@ def revision(rev: str) -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def _clang_sys_includes() -> list[str]:
+    """clang's default include directories as -idirafter options, as ebpf_exporter's
+    examples/Makefile passes them (from libbpf-bootstrap: -target bpf drops them)."""
+    r = subprocess.run(
+        ["clang", "-v", "-E", "-"], input="", capture_output=True, text=True, check=True
+    )
+    lines = r.stderr.splitlines()
+    start = lines.index("#include <...> search starts here:") + 1
+    end = lines.index("End of search list.")
+    return [x for line in lines[start:end] for x in ("-idirafter", line.strip())]
+
+
+@contextlib.contextmanager
+def ebpf_exporter(binary: Path, src: Path, libbpf_include: Path) -> Iterator[Contender]:
+    """ebpf_exporter with its biolatency example, the object built into a temporary directory
+    (the source tree is only read)."""
+    arch = {"x86_64": "x86", "aarch64": "arm64"}[os.uname().machine]
+    examples = src / "examples"
+    with tempfile.TemporaryDirectory(prefix="wattbit-bench-h2h-ebpfx-") as d:
+        cmd = ["clang", "-mcpu=v3", "-g", "-O2", "-Wall", "-Werror", f"-D__TARGET_ARCH_{arch}"]
+        cmd += [*_clang_sys_includes(), f"-I{src / 'include' / arch}", f"-I{libbpf_include}"]
+        cmd += ["-c", "-target", "bpf", "biolatency.bpf.c", "-o", f"{d}/biolatency.bpf.o"]
+        subprocess.run(cmd, cwd=examples, check=True)
+        shutil.copy2(examples / "biolatency.yaml", d)
+        argv = [str(binary), f"--config.dir={d}", "--config.names=biolatency"]
+        argv += ["--web.listen-address=127.0.0.1:{port}"]
+        yield Contender("ebpf_exporter", argv, Path(d), EBPFX_MARK)
+
+
 def _get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=10) as r:
         return bytes(r.read())
 
 
-def one_start(tree: Path, workdir: Path, scrapes: int, devices: list[str]) -> dict[str, float]:
-    """Start the agent of `tree`, wait for it, scrape it; its figures."""
-    cfg = workdir / "agent.yaml"
-    cfg.write_text(CONFIG)
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, mark: bytes, log: Path) -> float:
+    """Seconds from now until `url` answers with `mark` (the caller started proc just before)."""
+    t0 = time.monotonic()
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exporter exited {proc.returncode}: see {log}")
+        with contextlib.suppress(OSError):
+            if mark in _get(url):
+                return time.monotonic() - t0
+        if time.monotonic() - t0 > 60:
+            raise RuntimeError("exporter not ready in 60 s")
+        time.sleep(0.01)
+
+
+def _cpu_per_scrape(pid: int, url: str, scrapes: int) -> tuple[float, bytes]:
+    """CPU ms the process spends per scrape over `scrapes` sequential ones; the last body."""
+    body = _get(url)
+    c0 = cpu_seconds(pid)
+    for _ in range(scrapes):
+        body = _get(url)
+    return (cpu_seconds(pid) - c0) / scrapes * 1e3, body
+
+
+def one_start(
+    c: Contender, workdir: Path, scrapes: int, devices: list[str], fio_iops: int
+) -> dict[str, float]:
+    """Start the contender, wait for it, scrape it idle and under fio; its figures."""
+    cfg = workdir / "exporter.yaml"
+    cfg.write_text(c.config)
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
-    cmd = [sys.executable, "-m", "collector.cli", "agent", "--config", str(cfg)]
-    cmd += ["--listen", f"127.0.0.1:{port}", "--log-level", "warning"]
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    with (workdir / "agent.log").open("ab") as log:
-        t0 = time.monotonic()
-        proc = spawn(cmd, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
+    log = workdir / f"{c.name.replace(' ', '-')}.log"
+    with log.open("ab") as out:
+        proc = spawn(
+            c.command(port, cfg),
+            cwd=c.cwd,
+            env=dict(os.environ, **c.env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"agent exited {proc.returncode}: see {workdir}/agent.log")
-            with contextlib.suppress(OSError):
-                if MARK.encode() in _get(url):
-                    break
-            if time.monotonic() - t0 > 60:
-                raise RuntimeError("agent not ready in 60 s")
-            time.sleep(0.01)
-        ready = time.monotonic() - t0
-        _load_disks(devices)  # after the start: the program counts only what completes then
-        body = _get(url)
-        c0 = cpu_seconds(proc.pid)
-        for _ in range(scrapes):
-            body = _get(url)
-        per_scrape = (cpu_seconds(proc.pid) - c0) / scrapes
+        ready = _wait_ready(proc, url, c.mark.encode(), log)
+        _load_disks(devices)  # after the start: the programs count only what completes then
+        idle, _ = _cpu_per_scrape(proc.pid, url, scrapes)
+        with _fio(devices, fio_iops):
+            busy, body = _cpu_per_scrape(proc.pid, url, scrapes)
         rss = proc_status(proc.pid).get("VmRSS", 0) / 1000  # MB
         series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
         return {
             "ready_s": ready,
-            "scrape_cpu_ms": per_scrape * 1e3,
+            "idle_cpu_ms": idle,
+            "fio_cpu_ms": busy,
             "rss_mb": rss,
             "series": series,
         }
@@ -124,7 +227,7 @@ def _compile(tree: Path) -> None:
 
 
 def _load_disks(devices: list[str]) -> None:
-    """Reads and writes on every disk, so the core backend counts each (and renders them)."""
+    """Reads and writes on every disk, so each exporter counts each (and renders them)."""
     for rw in ("randread", "randwrite"):
         args = ["fio", f"--rw={rw}", "--bs=4k", "--ioengine=psync", "--direct=1", "--io_size=64k"]
         for dev in devices:
@@ -132,42 +235,90 @@ def _load_disks(devices: list[str]) -> None:
         subprocess.run(args, check=True, capture_output=True)
 
 
+def _completed(devices: list[str]) -> int:
+    """Reads + writes completed on the devices so far (/proc/diskstats)."""
+    names = {Path(d).name for d in devices}
+    total = 0
+    for line in Path("/proc/diskstats").read_text().splitlines():
+        f = line.split()
+        if f[2] in names:
+            total += int(f[3]) + int(f[7])
+    return total
+
+
+@contextlib.contextmanager
+def _fio(devices: list[str], iops: int) -> Iterator[None]:
+    """fio reading and writing every disk (4k random, half each, `iops` per disk) meanwhile:
+    started, seen completing I/O on the disks (with a deadline), stopped after."""
+    args = ["fio", "--thread", "--rw=randrw", "--rwmixread=50", "--bs=4k", "--ioengine=psync"]
+    args += ["--direct=1", "--time_based", "--runtime=3600", f"--rate_iops={iops // 2}"]
+    for dev in devices:
+        args += [f"--name={Path(dev).name}", f"--filename={dev}"]
+    proc = spawn(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        before, t0 = _completed(devices), time.monotonic()
+        while _completed(devices) < before + len(devices) * 10:
+            if proc.poll() is not None:
+                raise RuntimeError(f"fio exited {proc.returncode}")
+            if time.monotonic() - t0 > 30:
+                raise RuntimeError("fio completed no I/O in 30 s")
+            time.sleep(0.05)
+        yield
+    finally:
+        stop(proc)
+
+
+def _report(results: dict[str, list[dict[str, float]]]) -> None:
+    """Medians per contender, and each one's ratio to the last (the reference)."""
+    med = {n: {k: median([x[k] for x in res]) or 0.0 for k in KEYS} for n, res in results.items()}
+    table(
+        ["exporter", *(f"median {k}" for k in KEYS)],
+        [[n, *(f"{m[k]:.3f}" for k in KEYS)] for n, m in med.items()],
+    )
+    *others, ref = med
+    for name in others:
+        a, b = med[name], med[ref]
+        ratios = ", ".join(f"{k} {a[k] / b[k]:.2f}" if b[k] else f"{k} -" for k in KEYS)
+        print(f"{name} / {ref}: {ratios}")
+
+
 def main() -> None:
-    """Alternate the two revisions' agents; print medians and ratios."""
+    """Alternate the contenders' starts; print medians and ratios."""
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--against", default="main", help="git revision to compare with")
+    ap.add_argument("--ebpf-exporter", type=Path, help="ebpf_exporter's binary (head to head)")
+    ap.add_argument("--ebpf-exporter-src", type=Path, help="its source tree (the binary's dir)")
+    ap.add_argument("--libbpf-include", type=Path, default=Path("/usr/include"))
     ap.add_argument("--disks", type=int, default=48)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--scrapes", type=int, default=40)
+    ap.add_argument("--fio-iops", type=int, default=200, help="per disk, while scraping busy")
     args = ap.parse_args()
-    results: dict[str, list[dict[str, float]]] = {"this": [], args.against: []}
-    with (
-        revision(args.against) as other,
-        loop_disks(args.disks, size_mb=4, prefix="wattbit-bench-scrape-") as disks,
-        tempfile.TemporaryDirectory(prefix="wattbit-bench-agent-") as work,
-        bench_lock(),
-    ):
-        trees = {"this": ROOT, args.against: other}
-        for tree in trees.values():
+    with contextlib.ExitStack() as stack:
+        if args.ebpf_exporter:
+            src = args.ebpf_exporter_src or args.ebpf_exporter.resolve().parent
+            contenders = [
+                wattbit("wattbit blockio", ROOT, BLOCKIO_ONLY),
+                wattbit("wattbit all", ROOT, CONFIG),
+                stack.enter_context(ebpf_exporter(args.ebpf_exporter, src, args.libbpf_include)),
+            ]
+        else:
+            other = stack.enter_context(revision(args.against))
+            contenders = [wattbit("this", ROOT, CONFIG), wattbit(args.against, other, CONFIG)]
+        disks = stack.enter_context(loop_disks(args.disks, 4, prefix="wattbit-bench-h2h-"))
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wattbit-bench-h2h-")))
+        stack.enter_context(bench_lock())
+        for tree in {c.cwd for c in contenders if c.mark == MARK}:
             _compile(tree)
         print(f"load average before: {load_average()}")
-        for r, name in alternate(list(trees), args.rounds):
-            res = one_start(trees[name], Path(work), args.scrapes, [d.device for d in disks])
-            results[name].append(res)
-            print(f"round {r} {name}: {res}", flush=True)
+        results: dict[str, list[dict[str, float]]] = {c.name: [] for c in contenders}
+        devices = [d.device for d in disks]
+        for r, c in alternate(contenders, args.rounds):
+            res = one_start(c, work, args.scrapes, devices, args.fio_iops)
+            results[c.name].append(res)
+            print(f"round {r} {c.name}: {res}", flush=True)
         print(f"load average after: {load_average()}")
-    keys = ("ready_s", "scrape_cpu_ms", "rss_mb", "series")
-    med = {n: {k: median([x[k] for x in res]) or 0.0 for k in keys} for n, res in results.items()}
-    table(
-        ["agent", *(f"median {k}" for k in keys)],
-        [[n, *(f"{m[k]:.3f}" for k in keys)] for n, m in med.items()],
-    )
-    a, b = med["this"], med[args.against]
-    ratios = {k: a[k] / b[k] if b[k] else float("nan") for k in keys[:3]}
-    print(
-        f"this / {args.against}: ready {ratios['ready_s']:.2f}, scrape CPU "
-        f"{ratios['scrape_cpu_ms']:.2f}, VmRSS {ratios['rss_mb']:.2f}"
-    )
+    _report(results)
     print_command()
 
 
