@@ -89,27 +89,27 @@ def bpf_stats() -> Iterator[None]:
 
 
 def fio(dev: str, runtime: int) -> int:
-    """fio 4k random reads, QD32, on dev; the I/Os it completed."""
+    """fio 4k random reads, QD32, on dev; its IOPS."""
     cmd = ["fio", "--name=parts", f"--filename={dev}", "--ioengine=libaio", "--iodepth=32"]
     cmd += ["--direct=1", "--rw=randread", "--bs=4k", "--time_based", f"--runtime={runtime}"]
     cmd += ["--output-format=terse", "--terse-version=3"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return int(out.strip().splitlines()[-1].split(";")[7])  # read: total I/Os
+    return int(out.strip().splitlines()[-1].split(";")[7])  # terse v3: read IOPS
 
 
 def one_run(obj: Path, dev: str, runtime: int) -> tuple[float, int, int]:
-    """ns per program run, fio's I/Os and the program's runs, with that variant attached."""
+    """ns per program run, fio's IOPS and the program's runs, with that variant attached."""
     from exporters.blockio.core.backend import CoreBackend
 
     backend = CoreBackend(BOUNDS, obj_path=obj)
     try:
         before = (backend.prog_stats() or {})["complete"]
-        ios = fio(dev, runtime)
+        iops = fio(dev, runtime)
         after = (backend.prog_stats() or {})["complete"]
     finally:
         backend.close()
     d_ns, d_cnt = after[0] - before[0], after[1] - before[1]
-    return (d_ns / d_cnt if d_cnt else float("nan")), ios, d_cnt
+    return (d_ns / d_cnt if d_cnt else float("nan")), iops, d_cnt
 
 
 def main() -> None:
@@ -129,9 +129,9 @@ def main() -> None:
         stack.enter_context(bpf_stats())
         print(f"load average before: {load_average()}")
         for r, name in alternate(list(objs), args.rounds):
-            per_run, ios, runs = one_run(objs[name], disk.device, args.runtime)
+            per_run, iops, runs = one_run(objs[name], disk.device, args.runtime)
             ns[name].append(per_run)
-            print(f"round {r} {name}: {per_run:.1f} ns per run, fio {ios} I/Os, {runs} runs")
+            print(f"round {r} {name}: {per_run:.1f} ns per run, fio {iops} IOPS, {runs} runs")
         print(f"load average after: {load_average()}")
         shutil.rmtree(work, ignore_errors=True)
     med = {n: median(v) or 0.0 for n, v in ns.items()}
