@@ -50,7 +50,8 @@ CUTS = (
     ("op+disk", "\t/* The kernel's internal MKDEV", "op + (int)(long)disk"),
     ("+key+slot lookup", "\ts->ios += 1;\n", "(int)(long)s"),
     ("+counts", "\tu64 ts = device_stamp(rq);\n", "0"),
-    ("+stamp+clock", "\tu32 slot = wb_bound_slot(", "(int)lat"),
+    ("+stamp", "\tu64 now = bpf_ktime_get_ns();\n", "(int)ts + clock"),
+    ("+clock", "\tu32 slot = wb_bound_slot(", "(int)lat"),
     ("full", "", ""),
 )
 BOUNDS = [b * 10.0**e for e in (-5, -4, -3, -2) for b in (1, 2.5, 5)] + [0.1, 0.25, 0.5, 1.0]
