@@ -24,6 +24,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -268,6 +269,17 @@ def query(port: int, expr: str, at: float | None = None) -> dict[str, float]:
     return out
 
 
+def _evaluated_after(port: int, at: float) -> bool:
+    """Every rule group's evaluation before `at` is complete: each one began a later one."""
+    url = f"http://127.0.0.1:{port}/api/v1/rules"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        groups = json.load(resp)["data"]["groups"]
+    # 3.11's fromisoformat takes Prometheus' "Z" and nanoseconds (truncated)
+    return bool(groups) and all(
+        datetime.fromisoformat(g["lastEvaluation"]).timestamp() > at for g in groups
+    )
+
+
 def test_prometheus_joins_agents_and_collector_on_host(tmp_path: Path) -> None:
     require(shutil.which("prometheus") is not None, "prometheus (Debian package) missing")
     t0 = time.monotonic() - 30  # counters already running
@@ -310,8 +322,8 @@ def test_prometheus_joins_agents_and_collector_on_host(tmp_path: Path) -> None:
             # One evaluation, read at a fixed time: the first minute's rates are extrapolated
             # from a partly filled window (too low), so the checks are on what the rates do
             # not change: the join, the label sets, the directions' ratio, watts / Gbit/s.
-            time.sleep(3)
-            at = time.time() - 1.5  # a completed evaluation, after the ratio first appeared
+            at = time.time() + 1.5  # after the ratio first appeared
+            wait_for(lambda: _evaluated_after(port, at), 60, "every rule group evaluated")
             assert query(port, "host:wattbit_power_watts:sum", at) == {
                 "host=localhost,source=outlets": 360.0,
                 "host=mover02,source=outlets": 250.0,
