@@ -334,6 +334,20 @@ def test_standby_is_not_woken() -> None:
          "Smartctl open device: /dev/sda failed: \\\\.\\PhysicalDrive0: Open failed, Error=5"),
         # --scan-open that found nothing: no `devices` key at all, and no health either
         ("local_scan_open.json", "error", 0, "no SMART data in the output"),
+        # a RAID -d type on a node of no such controller (what a probe of an absent
+        # controller or slot meets: exporters/smart/probe.py): the open fails, exit 2
+        ("local_probe_cciss_0_vda.json", "error", 2,
+         "Smartctl open device: /dev/vda [cciss_disk_00] [SCSI/SAT] failed: Operation not"
+         " permitted"),
+        ("local_probe_3ware_0_vda.json", "error", 2,
+         "Smartctl open device: /dev/vda [3ware_disk_00] failed: Operation not permitted"),
+        ("local_probe_aacraid_0_0_0_vda.json", "error", 2,
+         "Smartctl open device: /dev/vda [aacraid_disk_00_00_0] [SCSI/SAT] failed: aac entry not"
+         " found in /proc/devices"),
+        ("local_probe_areca_1_vda.json", "error", 2,
+         "Smartctl open device: /dev/vda [areca_disk#01_enc#01] failed: Input/output error"),
+        ("local_probe_hpt_1_1_vda.json", "error", 2,
+         "Smartctl open device: /dev/vda [hpt_disk_1/1/1] failed: Operation not permitted"),
     ],
 )  # fmt: skip
 def test_outputs_without_health(name: str, status: str, exit_status: int, detail: str) -> None:
@@ -353,6 +367,8 @@ def test_every_fixture_is_asserted() -> None:
         "local_vda_d_sat.json",
         "nosmart_open_failed_windows.json",
         "local_scan_open.json",
+        *(f"local_probe_{t}_vda.json" for t in ("cciss_0", "3ware_0", "aacraid_0_0_0")),
+        *(f"local_probe_{t}_vda.json" for t in ("areca_1", "hpt_1_1")),
     }
     assert {p.name for p in SMART.glob("*.json")} == named
 
