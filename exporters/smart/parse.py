@@ -140,8 +140,10 @@ def parse_smartctl(data: bytes, exit_code: int | None = None) -> SmartReading:
     if len(data) > MAX_OUTPUT:
         return SmartReading("error", f"output larger than {MAX_OUTPUT} bytes", exit_code)
     try:
-        # ValueError covers malformed JSON and UTF-8, and integers past Python's digit limit.
-        doc = json.loads(data)
+        # ValueError covers malformed JSON and integers past Python's digit limit. Bytes that
+        # are not UTF-8 (smartctl copies a drive's IDENTIFY strings as they are) cost their own
+        # characters, never the disk's reading (issue 34).
+        doc = json.loads(data.decode("utf-8", "replace"))
     except (ValueError, RecursionError):
         return SmartReading("error", "output is not JSON", exit_code)
     if not isinstance(doc, dict):
