@@ -59,6 +59,7 @@ import statistics
 import sys
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -328,7 +329,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             streamed = time.time()  # the full stream's end: what a live Wall showed then
             time.sleep(IDLE_S)
             run_api(collector.port, "POST", f"/api/v1/runs/{RUN}/stop")
-            time.sleep(3)  # the stop is scraped and the last rule evaluation done
+            _settled(url, time.time())  # the stop scraped, and every rule evaluated after it
             end = time.time()
             out = queries.run_all(url, start, end, STEP, SCRAPE)
             _instant_while_streaming(out, url, streamed)
@@ -347,6 +348,33 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 with contextlib.suppress(OSError):
                     print(f"--- {name}\n" + (tmp / name).read_text()[-3000:])
             raise
+
+
+def _rfc3339(text: str) -> float:
+    """A Prometheus API time ("2026-11-29T11:22:00.123456789Z") as Unix seconds."""
+    return datetime.fromisoformat(text).timestamp()  # 3.11: "Z" and nanoseconds (truncated)
+
+
+def _settled(url: str, after: float) -> None:
+    """Wait until the collector was scraped after `after`, then every rule group evaluated
+    after that scrape (what a fixed 3 s pause used to stand for)."""
+
+    def collector_scraped() -> float | None:
+        targets = queries.api(url, "/api/v1/targets", {"state": "active"})["activeTargets"]
+        times = [
+            _rfc3339(t["lastScrape"])
+            for t in targets
+            if t["labels"].get("job") == "wattbit-collector"
+        ]
+        return min(times) if times and min(times) > after else None
+
+    scraped = wait_for(collector_scraped, 60, "a scrape of the collector after the run's stop")
+
+    def evaluated() -> bool:
+        groups = queries.api(url, "/api/v1/rules", {})["groups"]
+        return bool(groups) and all(_rfc3339(g["lastEvaluation"]) > scraped for g in groups)
+
+    wait_for(evaluated, 60, "every rule group evaluated after the run's stop was scraped")
 
 
 def _instant_while_streaming(out: dict[str, Any], url: str, streamed: float) -> None:
