@@ -1031,6 +1031,7 @@ def test_general_not_fitted(profiles: list[Profile], name: str) -> None:
         expected[f"U.{field}"] = total * doc[f"U.{field}"]
 
     outlets_expected: dict[str, dict[str, float]] = {}
+    on_expected: dict[str, bool] = {}
     if p.outlets is not None:
         o = p.outlets
         arcs = len(o.index)
@@ -1048,6 +1049,11 @@ def test_general_not_fitted(profiles: list[Profile], name: str) -> None:
         for k, row in enumerate(rows):
             ident: int | str = k + 1 if o.index_from in conditioned else f"id-{row}"
             _put(walk, f"{o.index_from}.{row}", ident)
+            if o.state is not None:
+                # the switched state, on and off in turn (it may be the index column)
+                states = (o.state.on_states[0], o.state.off_states[0])
+                walk[f"{o.state.oid}.{row}"] = Value("Integer32", states[k % 2])
+                on_expected[row] = k % 2 == 0
             if o.name and o.name[0] != o.index_from:
                 _put(walk, f"{o.name[0]}.{row}", f"syn {row}")
             for cond in o.skip_if:
@@ -1081,6 +1087,7 @@ def test_general_not_fitted(profiles: list[Profile], name: str) -> None:
     for x in r.outlets:
         for field, value in outlets_expected[x.index].items():
             assert getattr(x, field) == pytest.approx(value), (name, x.index, field)
+        assert x.on == on_expected.get(x.index), (name, x.index)
         if p.outlets is not None and p.outlets.name and p.outlets.name[0] != p.outlets.index_from:
             assert x.name == f"syn {x.index}"
     assert metered(r) == bool(expected or any(v for v in outlets_expected.values()))
