@@ -9,7 +9,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ...hostfs import caps
+from ...hostfs import caps, libbpf
 from ..bpfshared import Identity, LiveDisks, fdinfo, kernel_at_least, prog_stats, sum_percpu
 from ..diskstats import DiskstatsBackend
 from ..layout import CLOCK_DEVICE, CLOCK_QUEUE, Layout
@@ -23,7 +23,6 @@ from ..model import (
     caps_reason,
 )
 from ..unseen import Unseen
-from . import libbpf
 
 log = logging.getLogger(__name__)
 
