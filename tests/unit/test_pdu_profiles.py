@@ -599,6 +599,21 @@ def test_cyberpower_unmetered_outlets_export_nothing(profiles: list[Profile]) ->
     assert metered(r)  # the unit is metered even though the outlets are not
 
 
+def test_cyberpower_outlet_states_agree_with_centreon(profiles: list[Profile]) -> None:
+    """ePDUOutletStatusOutletState on(1) off(2): Centreon's plugin reads the same recording's
+    ten outlets as "on" (its outlets.robot), the raw column answers 1 for each."""
+    w = recording("cyberpower_pdu44005.snmpwalk")
+    _, r = decoded(profiles, w)
+    col = E + "3808.1.1.3.3.5.1.1.4."
+    robot = (RECORDINGS / "expected" / "cyberpower_pdu44005.outlets.robot").read_text()
+    line = next(x for x in robot.splitlines() if "outlet 'Outlet1 bank 1' state:" in x)
+    said = dict(re.findall(r"outlet 'Outlet(\d+) bank \d+' state: '(\w+)'", line))
+    assert len(said) == 10 and len(r.outlets) == 10
+    for o in r.outlets:
+        assert raw(w, col + o.index) == 1
+        assert o.on is (said[o.index] == "on") is True
+
+
 def test_cyberpower_metering_follows_the_device_statement(profiles: list[Profile]) -> None:
     w = recording("cyberpower_pdu44005.snmpwalk")
     w[E + "3808.1.1.3.3.1.5.0"] = Value("Integer32", 10)  # ePDUOutletDevMonitoredOutlets
