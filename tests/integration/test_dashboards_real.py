@@ -34,10 +34,10 @@ Assertions:
 * every query returns at least one series (a series of zeros counts), except the allow-list
   ALLOWED_EMPTY, each entry with its reason;
 * the story: on the Wall, the site's Gbit/s and watts both change over the window (idle
-  against a stream of at least 0.05 Gbit/s: the stream runs at `nice 15`, and a loaded machine
-  gave it 0.35 Gbit/s where a quiet one gives several), and their Pearson correlation over the window's
-  query_range samples is above 0.5. This cannot fail by chance: the stream is on or off, not
-  a little more or less, and the watts are a function of the stream alone (9.8 W per Gbit/s
+  against a stream of at least 0.05 Gbit/s: the stream runs at `nice 15`, and a loaded
+  machine gave it 0.35 Gbit/s where a quiet one gives several), and their Pearson correlation
+  over the window's query_range samples is above 0.5. This cannot fail by chance: the stream
+  is on or off, not a little more or less, and the watts are a function of the stream alone (9.8 W per Gbit/s
   of the veth, 6 W per busy loop disk, whole watts per outlet), so the points lie in two
   clusters, idle and full, along a rising line; only the few samples at the two steps lie
   between them (the PDU's watts trail the traffic rate by a poll or two). The fitted line

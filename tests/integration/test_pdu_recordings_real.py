@@ -45,6 +45,12 @@ UNIT_METRICS = {
     "voltage_volts": "wattbit_pdu_voltage_volts",
     "energy_joules": "wattbit_pdu_energy_joules_total",
 }
+# a phase's or bank's current: family -> (the profile's table, the label naming its row)
+PART_METRICS = {
+    "wattbit_pdu_phase_current_amperes": ("phases", "phase"),
+    "wattbit_pdu_bank_current_amperes": ("banks", "bank"),
+}
+OUTLET_ON = "wattbit_pdu_outlet_on"
 
 
 # A whole PDU, bank or phase mapped to one host (collector.yml `feeds:`): pdu -> (feed, host)
@@ -407,6 +413,39 @@ def _outlet_table(w: Snmpwalk, profile: Profile) -> Outlets | None:
     return next((spec for spec in chain if _table_rows(w, spec)), chain[-1])
 
 
+def _part_rows(w: Snmpwalk, table: Outlets) -> dict[str, str]:
+    """A phase or bank table as net-snmp reads it: label -> row. The label is the number the
+    MIB states in the table's `number` column where every row has a distinct one, else the
+    row index (the MIB's rule, as the profile writes it down)."""
+    rows = sorted(
+        r for r in _table_rows(w, table) if not any(_holds(w, c, r) for c in table.skip_if)
+    )
+    if table.number is not None:
+        numbers = [w.number(f"{table.number}.{r}", table.number) for r in rows]
+        if None not in numbers and len(set(numbers)) == len(numbers):
+            return {str(n): r for n, r in zip(numbers, rows, strict=True)}
+    return {r: r for r in rows}
+
+
+def _simulated(pdu: str) -> set[str]:
+    """OIDs the recording holds as snmpsim variations (`2:numeric|...`), not captured values:
+    snmpsim makes them change from one read to the next, so nothing can be compared there."""
+    path = _recordings()[_origin(pdu)]
+    out = set()
+    for line in path.read_text(encoding="utf-8", errors="surrogateescape").splitlines():
+        parts = line.split("|", 2)
+        if len(parts) == 3 and ":" in parts[1]:
+            out.add(parts[0].lstrip("."))
+    return out
+
+
+def _switched_rows(w: Snmpwalk, table: Outlets) -> set[str]:
+    """The outlets net-snmp shows a state for (the state column's rows)."""
+    if table.state is None:
+        return set()
+    return {r for r in w.rows(table.state.oid) if len(r.split(".")) == len(table.index)}
+
+
 def _profile(scraped: dict, pdu: str, profiles: dict[str, Profile]) -> Profile:
     for (name, labels), _ in scraped.items():
         lab = dict(labels)
@@ -435,6 +474,26 @@ def test_every_exported_value_equals_snmpwalk(
             assert expected is not None, f"{pdu} {name} outlet {lab['outlet']}: snmpwalk has none"
             assert value == pytest.approx(float(expected), rel=1e-9, abs=1e-9), (pdu, name, lab)
             assert expected >= 0
+            checked += 1
+        elif name in PART_METRICS:
+            kind, label = PART_METRICS[name]
+            part: Outlets | None = getattr(profile, kind)
+            assert part is not None and part.current_amperes is not None, (pdu, name)
+            row = _part_rows(w, part)[lab[label]]
+            expected = _expected(w, part.current_amperes, row)
+            assert expected is not None and expected >= 0, (pdu, name, lab)
+            assert value == pytest.approx(float(expected), rel=1e-9, abs=1e-9), (pdu, name, lab)
+            checked += 1
+        elif name == OUTLET_ON:
+            table = _outlet_table(w, profile)  # the table read (CyberPower: its fallback)
+            assert table is not None and table.state is not None, (pdu, name)
+            oid = f"{table.state.oid}.{lab['outlet']}"
+            assert value in (0.0, 1.0), (pdu, lab)
+            if oid in _simulated(pdu):
+                continue  # a variation: snmpsim changes it between reads
+            raw = w.number(oid, table.state.oid)
+            assert raw in (*table.state.on_states, *table.state.off_states), (pdu, oid, raw)
+            assert value == float(raw in table.state.on_states), (pdu, lab, raw)
             checked += 1
         elif name in UNIT_METRICS.values():
             key = next(k for k, v in UNIT_METRICS.items() if v == name)
@@ -483,6 +542,11 @@ def test_every_exported_value_equals_snmpwalk(
     elif _origin(pdu) == "cyberpower_pdu44005":
         assert not outlet_series, "CyberPower's unmetered outlets read 0: never export them"
     assert checked > 0 or _origin(pdu).startswith("servertech_sentry4"), f"nothing for {pdu}"
+    # APC rack PDUs, both generations, say their phases' current (issue 32); the
+    # Avocent's and others' tables have no such column in their profiles (yet)
+    if profile.name in ("apc_rpdu", "apc_rpdu2"):
+        phases = [k for k in scraped if k[0] == "wattbit_pdu_phase_current_amperes"]
+        assert [k for k in phases if dict(k[1])["pdu"] == pdu], f"{pdu}: no phase current"
 
 
 @pytest.mark.parametrize("pdu", list(_variants()))
@@ -524,9 +588,38 @@ def test_every_reading_snmpwalk_shows_is_exported(
 ) -> None:
     profile = _profile(scraped, pdu, by_name)
     w = walks[pdu]
+    exported_parts = {
+        (name, dict(labels)[PART_METRICS[name][1]])
+        for (name, labels) in scraped
+        if dict(labels).get("pdu") == pdu and name in PART_METRICS
+    }
+    for name, (kind, _) in PART_METRICS.items():
+        part: Outlets | None = getattr(profile, kind)
+        if part is None or part.current_amperes is None:
+            continue
+        shown = [
+            label
+            for label, row in _part_rows(w, part).items()
+            if _reading(w, part.current_amperes, row)
+        ]
+        assert {(name, label) for label in shown} <= exported_parts, (pdu, name, shown)
     spec = _outlet_table(w, profile)
     if spec is None:
         return
+    if spec.state is not None:
+        states = {
+            dict(labels)["outlet"]
+            for (name, labels) in scraped
+            if dict(labels).get("pdu") == pdu and name == OUTLET_ON
+        }
+        valid = (*spec.state.on_states, *spec.state.off_states)
+        shown_states = {
+            r
+            for r in _switched_rows(w, spec)
+            if w.number(f"{spec.state.oid}.{r}", spec.state.oid) in valid
+            or f"{spec.state.oid}.{r}" in _simulated(pdu)
+        }
+        assert shown_states <= states, (pdu, sorted(shown_states - states)[:5])
     rows = _table_rows(w, spec)
     rows = {r for r in rows if not any(_holds(w, c, r) for c in spec.skip_if)}
     if spec.metered_if:
@@ -594,9 +687,10 @@ def test_feeds_carry_the_unit_bank_or_phase_values_to_their_host(
                 if joules in feeds:
                     assert feeds[joules] == unit[("wattbit_pdu_energy_joules_total", pdu)]
             else:
-                kind, _, row = feed.partition(":")
+                kind, _, label = feed.partition(":")
                 table = profile.banks if kind == "bank" else profile.phases
                 assert table is not None and table.power_watts is not None, (pdu, feed)
+                row = _part_rows(w, table)[label]
                 expected = _expected(w, table.power_watts, row)
                 assert expected is not None and feeds[watts] == pytest.approx(float(expected))
                 if table.energy_joules is not None:
