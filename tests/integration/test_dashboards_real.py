@@ -37,8 +37,9 @@ Assertions:
   against a stream of at least 0.05 Gbit/s: the stream runs at `nice 15`, and a loaded
   machine gave it 0.35 Gbit/s where a quiet one gives several), and their Pearson correlation
   over the window's query_range samples is above 0.5. This cannot fail by chance: the stream
-  is on or off, not a little more or less, and the watts are a function of the stream alone (9.8 W per Gbit/s
-  of the veth, 6 W per busy loop disk, whole watts per outlet), so the points lie in two
+  is on or off, not a little more or less, and the watts are a function of the stream alone
+  (9.8 W per Gbit/s of the veth, 6 W per busy loop disk, whole watts per outlet), so the
+  points lie in two
   clusters, idle and full, along a rising line; only the few samples at the two steps lie
   between them (the PDU's watts trail the traffic rate by a poll or two). The fitted line
   rises, J/Gbit exists during the stream, and the energy in the range lies between the least
