@@ -668,8 +668,10 @@ def settled(st: Stack, since: float) -> None:
         newest = [float(scraped[0]["value"][1]), *evaluated] if scraped and evaluated else []
         return bool(newest) and min(newest) > since
 
-    wait_for(after, 60, "Prometheus: the run's last samples", alive=st.procs.check,
-             errors=(Exception,))  # fmt: skip
+    def alive() -> None:
+        st.procs.check(ending=("sender",))  # the streams have ended
+
+    wait_for(after, 60, "Prometheus: the run's last samples", alive=alive, errors=(Exception,))
 
 
 def report(
