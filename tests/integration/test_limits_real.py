@@ -203,6 +203,17 @@ def fuse_loop_disks(tmp: Path, n: int) -> Iterator[list[str]]:
             control.write_text("pass\n")  # detaching must not wait on the delay
             for dev in devices:
                 subprocess.run(["losetup", "-d", dev], check=False, capture_output=True)
+            # A loop device still open (udev probing it) is detached when it is closed, after
+            # `losetup -d` returns; unmounted before that, the file system is only lazily
+            # unmounted and its process outlives its 10 s wait. Its backing file gone, the
+            # plain unmount works and the process ends at once.
+            with contextlib.suppress(TimeoutError):
+                wait_for(lambda: not any(_backed(dev) for dev in devices), 10, "loop detached")
+
+
+def _backed(dev: str) -> bool:
+    """The loop device still has its backing file."""
+    return Path(f"/sys/block/{Path(dev).name}/loop/backing_file").exists()
 
 
 def _cpu_count() -> int:
