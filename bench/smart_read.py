@@ -7,7 +7,11 @@ alternately (ABC CBA ABC ...): (a) smartctl with the exporter's argv (`--nocheck
 which asks the drive's power mode first), (b) the same without `--nocheck=standby` and (c)
 without the two logs (`--log=error --log=selftest`, the read before issue 32). Medians of the
 wall time per run and of smartctl's CPU time (user + system, from the children's rusage); then
-`smartctl --scan-open` (the RAID discovery, once per cycle); then whole exporter cycles (every
+`smartctl --scan-open` (the RAID discovery, once per cycle); then one probe of an empty slot
+per probe type (`-d cciss,0`, `3ware,0`, `aacraid,0,0,0`, `areca,1`, `hpt,1/1` on the first
+disk, alternately: what each slot tried behind a controller the scan does not list costs when
+no disk answers; exporters/smart/probe.py) and the probe plan read from /sys; then whole
+exporter cycles (every
 disk, through the real runner and parser, until every result is published), alternately with
 and without the RAID scan (`smart.raid`). Prints the smartctl version and what each disk answered:
 on a VM without SMART the numbers are those of smartctl starting, probing and giving up.
@@ -28,8 +32,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench.harness import in_turn, print_command, ratio  # noqa: E402
 from exporters.hostfs.blockdevs import BLOCK_EXCLUDE  # noqa: E402
+from exporters.hostfs.scsihosts import cciss_controllers, scsi_hosts  # noqa: E402
 from exporters.smart.exporter import SmartExporter, device_path, list_disks  # noqa: E402
 from exporters.smart.parse import parse_smartctl  # noqa: E402
+from exporters.smart.probe import plan  # noqa: E402
 from exporters.smart.runner import CHILD_ENV, SCAN_ARGS, SMARTCTL_ARGS, find_smartctl  # noqa: E402
 
 
@@ -102,6 +108,29 @@ def main() -> int:
     print(
         f"  smartctl --scan-open: wall {statistics.median(scan_wall) * 1e3:7.2f} ms,"
         f" smartctl CPU {statistics.median(scan_cpu) * 1e3:6.2f} ms (exit {code})"
+    )
+    probe_types = ["cciss,0", "3ware,0", "aacraid,0,0,0", "areca,1", "hpt,1/1"]
+    first = device_path(disks[0].name)
+    probe_wall: dict[str, list[float]] = {t: [] for t in probe_types}
+    probe_cpu: dict[str, list[float]] = {t: [] for t in probe_types}
+    for r in range(args.repeat):
+        for t in in_turn(probe_types, r):
+            w, c, out, code = run_once([smartctl, *SMARTCTL_ARGS, "-d", t, first])
+            probe_wall[t].append(w)
+            probe_cpu[t].append(c)
+    for t in probe_types:
+        print(
+            f"  probe -d {t:<14} {first}: wall {statistics.median(probe_wall[t]) * 1e3:7.2f} ms,"
+            f" smartctl CPU {statistics.median(probe_cpu[t]) * 1e3:6.2f} ms"
+        )
+    plan_s: list[float] = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        controllers = plan(scsi_hosts(Path("/sys")), cciss_controllers(Path("/sys")))
+        plan_s.append(time.perf_counter() - t0)
+    print(
+        f"  probe plan from /sys: {statistics.median(plan_s) * 1e3:.3f} ms,"
+        f" {len(controllers)} controller(s) to probe here"
     )
     cycles: dict[bool, list[float]] = {True: [], False: []}
     exporters = {raid: SmartExporter(autostart=False, concurrency=4, raid=raid) for raid in cycles}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -136,7 +137,9 @@ def parse_listen(value: str, default_port: int) -> tuple[str, int]:
         host, port = value, None
     else:
         raise ValueError("expected HOST:PORT or [IPv6]:PORT")
-    if any(c.isspace() or c in "[]/@" for c in host):
+    # A DNS name is at most 253 characters (RFC 1035 2.3.4); ESC or NUL in one reached the
+    # log lines naming the target (issue 34).
+    if len(host) > 253 or not host.isprintable() or any(c.isspace() or c in "[]/@" for c in host):
         raise ValueError("expected HOST:PORT or [IPv6]:PORT (not a valid host)")
     if port is None or port == "":
         port_n = default_port
@@ -163,6 +166,42 @@ def _regex(value: object) -> str:
 
 
 Regex = Annotated[str, BeforeValidator(_regex)]
+
+MAX_LABEL_TEXT = 128
+# Unicode categories no label or log line may hold: C0/C1 controls (ESC, NUL, a newline,
+# U+009B a terminal's CSI), format characters (a bidi override reorders a log line), line and
+# paragraph separators, lone surrogates (not UTF-8). Unassigned code points and spaces pass:
+# a newer Unicode than Python's, or a no-break space, is text.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def unsafe_text(text: str) -> bool:
+    """Whether text holds a character no label value or log line may (see above)."""
+    return not text.isprintable() and any(
+        unicodedata.category(c) in _UNSAFE_CATEGORIES for c in text
+    )
+
+
+def _label_text(value: object) -> str:
+    """A label value from the configuration: printable text on one line, bounded.
+
+    A newline, an ESC sequence, a NUL or a lone surrogate would reach every series of the
+    target and every log line naming it (issue 34); the error never quotes the value.
+    """
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = str(value)  # `host: 7` as YAML gives it
+    if not isinstance(value, str):
+        raise ValueError("expected text")
+    if len(value) > MAX_LABEL_TEXT or unsafe_text(value):
+        raise ValueError(
+            f"must be at most {MAX_LABEL_TEXT} printable characters on one line "
+            "(no control or format characters)"
+        )
+    return value
+
+
+LabelText = Annotated[str, BeforeValidator(_label_text)]
+"""A label value (a host, a component) written in a configuration file."""
 
 
 # --- the loader ----------------------------------------------------------------------------

@@ -45,6 +45,8 @@ from typing import Generic, Protocol, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from exporters.base import clean_text
+
 
 class _Named(Protocol):
     @property
@@ -192,7 +194,10 @@ class PeriodicPoller(ABC, Generic[T, S]):
         self._streak[name] += 1
         if name not in self._failing:
             self._failing.add(name)
-            self._log.warning("%s %s: poll failed (%s): %s", self.kind, name, error, detail)
+            # The detail may quote a device (an exception raised over its data): one line,
+            # printable, bounded, whatever it sent (issue 34).
+            why = clean_text(detail, 512)
+            self._log.warning("%s %s: poll failed (%s): %s", self.kind, name, error, why)
 
     def _answered(self, name: str) -> None:
         """Note a completed poll: a failure streak ends (logged once)."""

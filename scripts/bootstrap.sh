@@ -16,12 +16,13 @@ cd "$(dirname "$0")/.."
 # simulator without DCMI. prometheus-snmp-exporter is the comparison point in bench/pdu_poll/
 # (its own service is not used). The package tier (docs/install.md): rpm (rpmbuild for the EL9
 # RPM), lintian, mmdebstrap and zstd (the cached Debian 12 roots), ansible (Debian's, for
-# community.general's chroot connection; ansible-core alone has none), cpio.
+# community.general's chroot connection; ansible-core alone has none), cpio. tcpdump reads
+# the IPv6 flow label on the wire against the tcp exporter's SciTags labels.
 PKGS=(python3-bpfcc bpftrace prometheus fio python3-venv python3-dev iproute2 kmod openssl ethtool iperf3
       util-linux bpftool snmp chromium fonts-liberation prometheus-alertmanager fuse3 libfuse2
       prometheus-node-exporter docker-compose smartmontools clang libbpf-dev libbpf1 victoria-metrics
       freeipmi-tools ipmitool openipmi prometheus-snmp-exporter
-      rpm lintian mmdebstrap zstd ansible cpio)
+      rpm lintian mmdebstrap zstd ansible cpio tcpdump)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -253,7 +253,7 @@ class EmptyTracer:
 
 def hold_empty() -> int:
     """--hold-empty: load blockio.bpf.o with only `empty`, attach it, wait for SIGTERM."""
-    from exporters.blockio.core import libbpf
+    from exporters.hostfs import libbpf
 
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     obj = libbpf.Object(OBJECT)

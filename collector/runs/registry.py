@@ -49,6 +49,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from collector.config import unsafe_text
 from exporters.base import Exporter
 
 log = logging.getLogger("wattbit.runs")
@@ -88,9 +89,9 @@ def validate_labels(labels: object) -> dict[str, str]:
     """Labels as {name: value}, or ValueError saying which one is wrong and why.
 
     Names are Prometheus label names (not the reserved `__` ones). Values are non-empty, at
-    most 256 characters, without control characters or commas (the `labels` label of
-    wattbit_run_info joins them as "k=v,k2=v2", which must stay unambiguous), and encodable
-    as UTF-8 (no lone surrogates).
+    most 256 characters, without control or format characters (collector.config.unsafe_text)
+    or commas (the `labels` label of wattbit_run_info joins them as "k=v,k2=v2", which must
+    stay unambiguous), and encodable as UTF-8 (no lone surrogates).
     """
     if labels is None:
         return {}
@@ -115,14 +116,16 @@ def validate_labels(labels: object) -> dict[str, str]:
             raise ValueError(f"label {key}: the value must be a string")
         if not value or len(value) > MAX_LABEL_VALUE:
             raise ValueError(f"label {key}: the value must be 1-{MAX_LABEL_VALUE} characters")
-        if "," in value or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
-            raise ValueError(
-                f"label {key}: the value must not contain commas or control characters"
-            )
         if any(0xD800 <= ord(c) <= 0xDFFF for c in value):
             # JSON's "\ud800" decodes to a lone surrogate, which no UTF-8 text can hold:
             # /metrics would fail to encode on every scrape until the run was pruned.
             raise ValueError(f"label {key}: the value must be Unicode text (no lone surrogates)")
+        if "," in value or unsafe_text(value):
+            # C0 and C1 controls (U+009B is a terminal's CSI, as ESC [), format characters (a
+            # bidi override reorders a log line) and line separators (issue 34)
+            raise ValueError(
+                f"label {key}: the value must not contain commas, format or control characters"
+            )
         out[key] = value
     return out
 

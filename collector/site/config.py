@@ -25,7 +25,15 @@ from pydantic import (
     model_validator,
 )
 
-from collector.config import Duration, DurationOrZero, Regex, Strict, at_least, parse_listen
+from collector.config import (
+    Duration,
+    DurationOrZero,
+    LabelText,
+    Regex,
+    Strict,
+    at_least,
+    parse_listen,
+)
 from collector.daemon.config import COLLECTOR_PORT, Listen, ProcessConfig
 from collector.files import FileRefused, read_bounded
 from collector.secretfile import read_secret_file
@@ -144,8 +152,8 @@ class OutletRule(Strict):
 
     index: str | int | list[str | int] | None = None
     name: Regex | None = None  # regular expression on the outlet's name
-    host: str = ""
-    component: str = ""
+    host: LabelText = ""
+    component: LabelText = ""
 
     @model_validator(mode="after")
     def _check(self) -> OutletRule:
@@ -177,8 +185,8 @@ class FeedRule(Strict):
     # "unit" | "bank:N" | "phase:N": N is the bank or phase row index as the PDU's MIB forms
     # it (`wattbit pdu detect` lists them), like an outlet's index.
     feed: str
-    host: str = ""
-    component: str = ""
+    host: LabelText = ""
+    component: LabelText = ""
 
     @field_validator("feed")
     @classmethod
@@ -209,8 +217,8 @@ class PduConfig(Strict):
     # the poll with reason over_limit).
     max_outlets: int = Field(default=512, ge=1, le=10_000)
     max_var_binds: int = Field(default=20_000, ge=100, le=1_000_000)
-    host: str = ""  # default host label of every outlet (a PDU inside one server's rack)
-    component: str = ""
+    host: LabelText = ""  # default host label of every outlet (a PDU inside one server's rack)
+    component: LabelText = ""
     outlets: list[OutletRule] = Field(default_factory=list)
     feeds: list[FeedRule] = Field(default_factory=list, max_length=256)
 
@@ -292,8 +300,8 @@ class ChassisRule(Strict):
 
     id: str | list[str] | None = None  # the chassis' Redfish Id (the last part of its path)
     name: Regex | None = None  # regular expression on the chassis' Name
-    host: str = ""
-    component: str = ""
+    host: LabelText = ""
+    component: LabelText = ""
 
     @model_validator(mode="after")
     def _check(self) -> ChassisRule:
@@ -369,8 +377,8 @@ class BmcConfig(Strict):
     deadline: Duration | None = None  # the whole poll; default: the interval
     max_body: int = Field(default=1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024)
     max_chassis: int = Field(default=32, ge=1, le=1024)
-    host: str = ""  # the host label of the server's power (unmapped: the BMC's main chassis)
-    component: str = ""
+    host: LabelText = ""  # the host label of the server's power (unmapped: the BMC's main chassis)
+    component: LabelText = ""
     chassis: list[ChassisRule] = Field(default_factory=list)
 
     _file = field_validator("password_file")(_check_secret_file)
@@ -404,6 +412,9 @@ class BmcConfig(Strict):
     def _check(self) -> BmcConfig:
         password = _resolve(self.password, self.password_file, self.password_env, "password")
         given = self.model_fields_set
+        if len(self.address) > 2048 or not self.address.isprintable():
+            # urlsplit drops a newline or a tab silently and keeps ESC or NUL in the host
+            raise ValueError("an address is printable text on one line")
         if self.protocol == "redfish":
             wrong = [k for k in _IPMI_ONLY if k in given]
             url = urlsplit(self.address)

@@ -65,12 +65,6 @@ class TextRenderer:
         cache = self._prefixes
         seen = 0
         for metric in metrics:
-            if any(
-                s.name.endswith(_OM_SUFFIXES) or s.timestamp is not None for s in metric.samples
-            ):
-                # OpenMetrics-only samples and timestamps: rare here, leave them to the library.
-                out.append(generate_latest(_One(metric)).decode())
-                continue
             mname, mtype = metric.name, metric.type
             if mtype == "counter":
                 mname += "_total"
@@ -78,21 +72,29 @@ class TextRenderer:
                 mname += "_info"
             mtype = _TYPES.get(mtype, mtype)
             esc = om.escape_metric_name(mname, om.UNDERSCORES)
-            out.append(f"# HELP {esc} {_doc(metric.documentation)}\n# TYPE {esc} {mtype}\n")
+            lines = [f"# HELP {esc} {_doc(metric.documentation)}\n# TYPE {esc} {mtype}\n"]
             for s in metric.samples:
-                key = (s.name, tuple(s.labels.items()))
-                value = s.value
+                # Sample: (name, labels, value, timestamp, ...), read by index (no property)
+                name, labels, value, timestamp = s[0], s[1], s[2], s[3]
+                if timestamp is not None or name.endswith(_OM_SUFFIXES):
+                    break  # OpenMetrics-only samples and timestamps: rare here, see below
+                key = (name, tuple(labels.items()))
                 entry = cache.get(key)
                 if entry is not None and _same(value, entry[1]):
                     # Unchanged since the last scrape (most series of a host: info gauges,
                     # idle disks' buckets): its line as written then.
-                    out.append(entry[2])
+                    lines.append(entry[2])
                 else:
-                    prefix = _prefix(s.name, s.labels) if entry is None else entry[0]
+                    prefix = _prefix(name, labels) if entry is None else entry[0]
                     line = f"{prefix}{floatToGoString(value)}\n"
                     cache[key] = (prefix, value, line)
-                    out.append(line)
-                seen += 1
+                    lines.append(line)
+            else:
+                out += lines
+                seen += len(lines) - 1
+                continue
+            # the family has a sample this renderer leaves to the library
+            out.append(generate_latest(_One(metric)).decode())
         if len(cache) > 4 * seen + 1024:
             cache.clear()  # series churned (devices went away): don't keep the dead ones
         # "replace": the last line of defence against a string no exporter cleaned (a lone

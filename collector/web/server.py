@@ -36,18 +36,26 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, cast
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, cast
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import bcrypt
-from aiohttp import web_protocol, web_server
-from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_request import BaseRequest
-from aiohttp.web_response import Response, StreamResponse
 
+from collector.web import aiohttp_server
 from collector.web.config import WebConfig
 from collector.web.limits import MAX_BODY_KEY, Limits
+
+if TYPE_CHECKING:
+    from aiohttp import web_protocol, web_server
+    from aiohttp.http_exceptions import HttpProcessingError
+    from aiohttp.web_request import BaseRequest
+    from aiohttp.web_response import Response, StreamResponse
+else:  # without aiohttp's client (aiohttp_server.py)
+    web_protocol, web_server, _exc, _request, _response = aiohttp_server.load()
+    HttpProcessingError = _exc.HttpProcessingError
+    BaseRequest = _request.BaseRequest
+    Response, StreamResponse = _response.Response, _response.StreamResponse
 
 __all__ = ["BCRYPT_CONCURRENCY", "Limits", "Server", "WSGIApp", "landing_page", "start_server"]
 
@@ -302,11 +310,18 @@ class _Connection(web_protocol.RequestHandler):
     """aiohttp's connection handler plus the connection cap and the whole-request deadline."""
 
     def __init__(
-        self, manager: web_server.Server, *, gate: _Gate, limits: Limits, **kwargs: Any
+        self,
+        manager: web_server.Server,
+        *,
+        gate: _Gate,
+        limits: Limits,
+        headers: Sequence[tuple[str, str]] = (),
+        **kwargs: Any,
     ) -> None:
         super().__init__(manager, **kwargs)
         self._gate = gate
         self._limits = limits
+        self._extra = headers  # the configured response headers (web config)
         self._admitted = False
         self._evicted = False
         self.sock: socket.socket | None = None  # the accepted socket, until connection_made
@@ -374,6 +389,20 @@ class _Connection(web_protocol.RequestHandler):
             return
         super().log_exception(*args, **kw)
 
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> StreamResponse:
+        """aiohttp's answer to a request it could not parse (a line too long, too many
+        headers), with the configured headers as on every other answer (issue 34)."""
+        resp = super().handle_error(request, status, exc, message)
+        for name, value in self._extra:
+            resp.headers.setdefault(name, value)
+        return resp
+
     def data_received(self, data: bytes) -> None:
         if data and self._deadline is None:
             self._arm()  # the first byte of a request starts its deadline
@@ -398,7 +427,7 @@ class _Connection(web_protocol.RequestHandler):
             self._limits.max_header_bytes,
         )
         if self.transport is not None:
-            self.transport.write(_HEADERS_TOO_LARGE)
+            self.transport.write(headers_too_large(self._extra))
         self.force_close()  # closes the transport once the answer is written
         self._gate.reclaim()
 
@@ -473,7 +502,7 @@ class _Handler:
         self._app = app
         self._auth = auth
         # Blank values mean "unset" in exporter-toolkit's format.
-        self._headers = [(k, v) for k, v in headers.items() if v]
+        self.headers = [(k, v) for k, v in headers.items() if v]
         self._limits = limits
         self._pool = pool
         self._scheme = scheme
@@ -482,7 +511,7 @@ class _Handler:
         conn = request.protocol
         resp = await self._respond(request, conn if isinstance(conn, _Connection) else None)
         # Configured headers on every response, 401 and 404 included (as exporter-toolkit).
-        for name, value in self._headers:
+        for name, value in self.headers:
             resp.headers.setdefault(name, value)
         if (
             isinstance(conn, _Connection)
@@ -620,12 +649,20 @@ def _working(conn: _Connection | None) -> Iterator[None]:
         conn.busy = False
 
 
-# Sent, then the connection closed, when a request's headers pass Limits.max_header_bytes.
-_HEADERS_TOO_LARGE = (
-    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-    b"Content-Type: text/plain; charset=utf-8\r\nContent-Length: 36\r\n"
-    b"Connection: close\r\n\r\n431 Request Header Fields Too Large\n"
-)
+def headers_too_large(headers: Sequence[tuple[str, str]] = ()) -> bytes:
+    """Sent, then the connection closed, when a request's headers pass max_header_bytes.
+
+    Written on the transport before aiohttp has a request (the parser never finished one), so
+    the configured headers are added here (their values have no CR or LF: web config).
+    """
+    extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
+    return (
+        "HTTP/1.1 431 Request Header Fields Too Large\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\nContent-Length: 36\r\n"
+        f"{extra}Connection: close\r\n\r\n431 Request Header Fields Too Large\n"
+    ).encode("latin-1")
+
+
 # A connection closed with more partial header bytes than this has the memory reclaimed.
 _RECLAIM_HEAD_BYTES = 4096
 
@@ -1063,7 +1100,9 @@ def start_server(
             manager = web_server.Server(handler, loop=loop, **kwargs)
 
             def factory() -> _Connection:
-                return _Connection(manager, gate=gate, limits=limits, loop=loop, **kwargs)
+                return _Connection(
+                    manager, gate=gate, limits=limits, headers=handler.headers, loop=loop, **kwargs
+                )
 
             acceptor = _Acceptor(
                 loop, sock, gate, factory, ssl_context, limits.tls_handshake_timeout

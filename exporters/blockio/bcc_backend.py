@@ -256,3 +256,4 @@ class BccBackend:
     def close(self) -> None:
         """Detach the programs and free the maps."""
         self.bpf.cleanup()
+        self.disks.close()

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from exporters.hostfs.blockdevs import devt_names
+from exporters.hostfs.read import SYS_ROOT, HeldAttrs, read_attr
 
 from . import devt
 
@@ -70,16 +71,11 @@ UNNAMED_IDLE_SECONDS = 600.0
 Identity = tuple[int, int]  # (kernel dev_t, diskseq): one disk, never reused (blockio.bpf.c)
 
 
-def _diskseq(sys_root: Path, name: str) -> int | None:
+def _diskseq(sys_root: Path, name: str, read: Callable[[str], str] = read_attr) -> int | None:
     """/sys/class/block/NAME/diskseq (Linux 5.15+), None where the kernel has none."""
-    # os.open/os.read: a fifth of Path.read_text's cost, and this runs per disk per read.
     try:
-        fd = os.open(f"{sys_root}/class/block/{name}/diskseq", os.O_RDONLY)
-        try:
-            return int(os.read(fd, 32).strip())
-        finally:
-            os.close(fd)
-    except (OSError, ValueError):
+        return int(read(f"{sys_root}/class/block/{name}/diskseq"))
+    except ValueError:  # "" (missing, unreadable) or not a number
         return None
 
 
@@ -107,6 +103,10 @@ class LiveDisks:
         self._named: set[int] = set()  # devs /sys named once, still in the map
         self._activity: dict[Identity, tuple[int, float]] = {}  # unnamed: (ios, since)
         self._seq: dict[int, int] = {}  # diskseq at the last read, for maps without one
+        # Each disk's diskseq is read on every read() (a loop device re-attached, a medium
+        # changed: same name, new diskseq), through a held descriptor on the live /sys (one
+        # pread, hostfs.HeldAttrs), all dropped when the listing changes.
+        self._held = HeldAttrs() if sys_root == SYS_ROOT else None
 
     def _refresh(self) -> None:
         try:
@@ -116,6 +116,8 @@ class LiveDisks:
         if listing == self._listing:
             return
         self._listing = listing
+        if self._held is not None:
+            self._held.clear()
         names = devt_names(self.sys_root)
         self._names = {devt.encode(*key): name for key, name in names.items()}
         self._hidden = len(names) < len(listing)
@@ -136,7 +138,9 @@ class LiveDisks:
             name = self._names.get(dev)
             if name is not None:
                 self._named.add(dev)
-                current = _diskseq(self.sys_root, name)
+                current = _diskseq(
+                    self.sys_root, name, read_attr if self._held is None else self._held.read
+                )
                 if not current:  # no diskseq before 5.15: the dev_t alone names the disk
                     out[(dev, max(seqs))] = name
                 elif seqs == [0]:
@@ -167,6 +171,11 @@ class LiveDisks:
         self._activity = {k: v for k, v in self._activity.items() if k in seen}
         self._seq = {k: v for k, v in self._seq.items() if k in self._names}
         return out
+
+    def close(self) -> None:
+        """Close the held diskseq descriptors."""
+        if self._held is not None:
+            self._held.close()
 
 
 def kernel_at_least(major: int, minor: int, release: str | None = None) -> bool:

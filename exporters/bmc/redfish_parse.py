@@ -99,7 +99,9 @@ def parse_document(
     """A Redfish resource (a JSON object) from a body; BmcError too_deep/too_big/garbage."""
     check_depth(body, max_depth, max_containers)
     try:
-        doc = json.loads(body)
+        # Redfish is UTF-8 (DSP0266 "JSON format"): a byte that is not (a Latin-1 model name
+        # from a BMC's FRU) costs that string's character, never the whole document (issue 34).
+        doc = json.loads(body.decode("utf-8-sig", "replace"))
     except (ValueError, RecursionError):
         raise BmcError("garbage", "the answer is not JSON") from None
     if not isinstance(doc, dict):
@@ -314,7 +316,9 @@ def _at_rating(watts: float, capacity: object) -> bool:
         isinstance(capacity, int | float)
         and not isinstance(capacity, bool)
         and capacity > 0
-        and watts == float(capacity)
+        # int == float compares exactly without float(), which overflows on a 400-digit
+        # rating (valid JSON) and failed the whole poll (issue 34)
+        and watts == capacity
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from .numbers import parse_u64
@@ -28,16 +29,18 @@ def interface_names(sys_root: Path) -> list[str]:
         return []
 
 
-def is_loopback(sys_root: Path, name: str) -> bool:
-    """IFF_LOOPBACK in the interface's flags ("0x9" for lo)."""
-    flags = read_attr(Path(sys_root) / "class" / "net" / name / "flags").removeprefix("0x")
+def is_loopback(sys_root: Path, name: str, read: Callable[[str], str] = read_attr) -> bool:
+    """IFF_LOOPBACK in the interface's flags ("0x9" for lo); read: read_attr or a HeldAttrs'."""
+    flags = read(f"{sys_root}/class/net/{name}/flags").removeprefix("0x")
     return bool((parse_u64(flags, 16) or 0) & IFF_LOOPBACK)
 
 
-def wanted_interfaces(sys_root: Path, exclude: re.Pattern[str] | None) -> list[str]:
+def wanted_interfaces(
+    sys_root: Path, exclude: re.Pattern[str] | None, read: Callable[[str], str] = read_attr
+) -> list[str]:
     """The interfaces the agent exports: all but loopback and those exclude matches."""
     return [
         name
         for name in interface_names(sys_root)
-        if not (exclude and exclude.search(name)) and not is_loopback(sys_root, name)
+        if not (exclude and exclude.search(name)) and not is_loopback(sys_root, name, read)
     ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import resource
 import stat
 from pathlib import Path
 
@@ -139,3 +140,106 @@ def _note(exc: OSError) -> None:
         log.warning("%s: %s: not read (said once)", exc.filename, exc.strerror)
     else:
         log.debug("%s: %s: not read", exc.filename, exc.strerror)
+
+
+class HeldAttrs:
+    """Attributes of the live /sys read through descriptors kept open: one pread() each.
+
+    kernfs writes an attribute's text afresh on every read at offset 0 (fs/seq_file.c,
+    seq_read_iter: "if request is to read from zero offset, reset iterator"), so a held
+    descriptor gives the value now in one system call, where read_attr() walks the path (and
+    sysfs' links) and opens, checks, reads and closes the file: a scrape reads ~13 attributes
+    per interface and one per disk (issue 35). Only for the live /sys: a captured tree's file
+    replaced by another would keep its old text here. A descriptor whose device went away
+    reads ENODEV: it is dropped and the path opened again (its successor's, else "" as for
+    a missing file). Callers clear() it when what a path names may have changed without
+    the old device leaving (a rename: the directory listing changed).
+    Bounded: at most max_open descriptors (by default an eighth of the open-file limit, at
+    most 512); past that, attributes are read by path.
+    """
+
+    def __init__(self, max_open: int | None = None) -> None:
+        if max_open is None:
+            # an eighth of the open-file limit each (the agent holds two of these, and the HTTP
+            # server keeps its connections under half): 128 under a shell's 1024, 512 at most
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            max_open = 512 if soft == resource.RLIM_INFINITY else min(512, soft // 8)
+        self.max_open = max_open
+        self._fds: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._fds)
+
+    def read(self, path: str | os.PathLike[str]) -> str:
+        """The attribute's text as read_attr() gives it ("" when missing or unreadable)."""
+        key = os.fspath(path)
+        fd = self._fds.get(key)
+        if fd is None:
+            if len(self._fds) >= self.max_open:
+                return read_attr(key)
+            fd = self._open(key)
+            if fd is None:
+                return ""
+        try:
+            data = os.pread(fd, ATTR_MAX + 1, 0)
+        except OSError:
+            # ENODEV: the device this descriptor was opened on left, and the path may name
+            # its successor now (a loop device removed and added again under its number);
+            # EIO &c.: the attribute refuses. Either way: once more by the path.
+            self._drop(key)
+            fd = self._open(key)
+            if fd is None:
+                return ""
+            try:
+                data = os.pread(fd, ATTR_MAX + 1, 0)
+            except OSError:
+                self._drop(key)
+                return ""
+        if len(data) > ATTR_MAX:
+            self._drop(key)
+            _note(TooLarge(key, ATTR_MAX))
+            return ""
+        return data.decode("utf-8", "replace").strip(_STRIP)
+
+    def _open(self, key: str) -> int | None:
+        try:
+            fd = os.open(key, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except (OSError, ValueError):
+            return None
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError:
+            os.close(fd)
+            return None
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            _note(NotAFile(key, _kind(mode)))
+            return None
+        self._fds[key] = fd
+        return fd
+
+    def _drop(self, key: str) -> None:
+        fd = self._fds.pop(key, None)
+        if fd is not None:
+            os.close(fd)
+
+    def clear(self) -> None:
+        """Close every held descriptor (the next reads open them again)."""
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+    close = clear
+
+
+def listing(path: str | os.PathLike[str]) -> frozenset[tuple[str, int]]:
+    """A directory's entries with their inode numbers (one getdents); empty when unreadable.
+
+    The inodes tell a rename apart from no change: sysfs moves an entry's node on a rename
+    (kernfs_rename_ns), so two interfaces that swapped names show swapped inodes.
+    """
+    try:
+        with os.scandir(path) as it:
+            return frozenset((e.name, e.inode()) for e in it)
+    except OSError:
+        return frozenset()

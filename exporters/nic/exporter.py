@@ -18,7 +18,7 @@ from prometheus_client.metrics_core import Metric
 from exporters.base import Exporter
 from exporters.hostfs.interrupts import Interrupts, cpu_interrupts, irq_affinity, parse_interrupts
 from exporters.hostfs.netdevs import NIC_EXCLUDE, wanted_interfaces
-from exporters.hostfs.read import PROC_ROOT, SYS_ROOT, read_proc
+from exporters.hostfs.read import PROC_ROOT, SYS_ROOT, HeldAttrs, listing, read_attr, read_proc
 
 from .ethtool import Ethtool, QueueStat, queue_stats
 from .links import LinkStats, read_link
@@ -335,9 +335,15 @@ class NicExporter(Exporter):
         self._clock = clock
         self._infos: dict[str, tuple[float, NicInfo]] = {}
         self._no_queue_stats: dict[str, float] = {}
+        # The live /sys's counters through held descriptors (hostfs.HeldAttrs), forgotten
+        # whenever class/net's entries change (an interface came, went or was renamed).
+        self._held = HeldAttrs() if sys_root == SYS_ROOT else None
+        self._listing: frozenset[tuple[str, int]] | None = None
 
     def close(self) -> None:
-        """Close the ethtool and netlink sockets."""
+        """Close the ethtool and netlink sockets and the held /sys descriptors."""
+        if self._held is not None:
+            self._held.close()
         self.ethtool.close()
         if self.qstats is not None:
             self.qstats.close()
@@ -388,13 +394,24 @@ class NicExporter(Exporter):
     def _text(self, rel: str) -> str:
         return read_proc(self.proc_root / rel)
 
+    def _reader(self) -> Callable[[str], str]:
+        """How this scrape reads /sys attributes: held descriptors on the live /sys."""
+        if self._held is None:
+            return read_attr
+        now = listing(self.sys_root / "class" / "net")
+        if now != self._listing:
+            self._held.clear()
+            self._listing = now
+        return self._held.read
+
     def snapshot(self) -> NicSnapshot:
         """Read every source once."""
         now = self._clock()
+        read = self._reader()
         links = [
             link
-            for n in wanted_interfaces(self.sys_root, self.exclude)
-            if (link := read_link(self.sys_root, n))
+            for n in wanted_interfaces(self.sys_root, self.exclude, read)
+            if (link := read_link(self.sys_root, n, read))
         ]
         names = {link.name for link in links}
         self._infos = {n: v for n, v in self._infos.items() if n in names}  # gone: forget

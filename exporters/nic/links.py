@@ -12,6 +12,7 @@ read bounded (exporters/hostfs).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,13 +65,18 @@ def _int(text: str, base: int = 10) -> int:
         return 0
 
 
-def read_link(sys_root: Path, name: str) -> LinkStats | None:
-    """One interface's counters, MTU and operstate; None if it vanished meanwhile."""
-    d = sys_root / "class" / "net" / name
+def read_link(
+    sys_root: Path, name: str, read: Callable[[str], str] = read_attr
+) -> LinkStats | None:
+    """One interface's counters, MTU and operstate; None if it vanished meanwhile.
+
+    read: read_attr, or a HeldAttrs' read on the live /sys (one pread per attribute).
+    """
+    d = f"{sys_root}/class/net/{name}"
     stats: dict[str, int] = {}
     malformed = []
     for counter in COUNTERS:
-        text = read_attr(d / "statistics" / counter)
+        text = read(f"{d}/statistics/{counter}")
         if not text:
             continue
         value = parse_u64(text)
@@ -85,10 +91,10 @@ def read_link(sys_root: Path, name: str) -> LinkStats | None:
         return None
     return LinkStats(
         name=name,
-        index=_int(read_attr(d / "ifindex")),
-        mtu=_int(read_attr(d / "mtu")),
-        operstate=read_attr(d / "operstate") or "unknown",
+        index=_int(read(f"{d}/ifindex")),
+        mtu=_int(read(f"{d}/mtu")),
+        operstate=read(f"{d}/operstate") or "unknown",
         kind="",
         stats=stats,
-        loopback=is_loopback(sys_root, name),
+        loopback=is_loopback(sys_root, name, read),
     )

@@ -197,8 +197,15 @@ def parse_softnet_stat(text: str, cpus: Sequence[int] | None = None) -> list[Sof
 _INT = re.compile(r"-?[0-9]+")
 
 
+# A values line whose every number has at most 18 digits: each is within -2^63..2^63, so
+# int() takes the whole line at once (a scrape parses ~150 netstat values; issue 35).
+_SHORT_INTS = re.compile(r"(?:-?[0-9]{1,18} )*-?[0-9]{1,18}")
+
+
 def _ints(tokens: list[str]) -> list[int] | None:
     """The tokens as ints if every one is a (possibly negative) decimal number, else None."""
+    if _SHORT_INTS.fullmatch(" ".join(tokens)):
+        return list(map(int, tokens))
     if not all(_INT.fullmatch(token) for token in tokens):
         return None
     return [_signed(token) for token in tokens]

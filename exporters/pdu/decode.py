@@ -29,6 +29,7 @@ from collections import Counter
 from fractions import Fraction
 from functools import lru_cache
 
+from exporters.base import clean_text
 from exporters.snmp.oid import oid_arcs
 from exporters.snmp.types import EXCEPTIONS, Value, Walk
 
@@ -57,6 +58,9 @@ _RANGES = {
     "Counter64": (0, 2**64 - 1),
 }
 MAX_OUTLETS = 512  # the default of max_outlets
+# The longest model, serial, firmware or outlet name kept for a label: an OCTET STRING may be
+# 65,535 bytes (RFC 2578 7.1.2), and an APC outlet name is at most 20.
+MAX_LABEL_TEXT = 128
 # What an optional column (state, digits) may be without spoiling its value: not there.
 _ABSENT = frozenset({"missing", "no_such"})
 
@@ -95,6 +99,13 @@ def text_of(value: Value | None) -> str:
     # C strings: a NUL ends the text (the APC cPDU pads sysDescr with one).
     s = s.strip("\x00").split("\x00", 1)[0]
     return s.strip()
+
+
+def label_of(value: Value | None) -> str:
+    """text_of made fit for a label and a log line: printable, one line, at most
+    MAX_LABEL_TEXT characters (an ESC sequence, a newline or a 60 KB name from a PDU costs
+    that label's text, never the page nor a forged log line: issue 34)."""
+    return clean_text(text_of(value), MAX_LABEL_TEXT)
 
 
 def _int_of(value: Value | None) -> tuple[int | None, str | None]:
@@ -276,11 +287,11 @@ def _identity(t: _Table, profile: Profile) -> dict[str, str]:
         text = ""
         for src in getattr(profile.identity, field):
             if src.instance is not None:
-                text = text_of(t.get(f"{src.oid}.{src.instance}"))
+                text = label_of(t.get(f"{src.oid}.{src.instance}"))
             else:
                 rows = t.rows(src.oid)
                 first = _sorted(list(rows))[:1]
-                text = text_of(rows[first[0]]) if first else ""
+                text = label_of(rows[first[0]]) if first else ""
             if text:
                 break
         out[field] = text
@@ -332,7 +343,7 @@ def _outlets(
             continue
         name = ""
         for col in spec.name:
-            name = text_of(t.get(f"{col}.{row}"))
+            name = label_of(t.get(f"{col}.{row}"))
             if name:
                 break
         outlet = OutletReading(index=row, name=name or row)

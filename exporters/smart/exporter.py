@@ -11,7 +11,10 @@ After the kernel's disks have started, the cycle runs ``smartctl --scan-open`` (
 read) and reads each disk it finds behind a RAID controller (``-d megaraid,N /dev/bus/0`` ...)
 the same way, labelled ``PATH:CONTROLLER,SLOT``; a member the scan stops listing leaves, a
 scan that fails keeps the last members (docs/exporters/smart.md "Disks behind RAID
-controllers").
+controllers"). The controllers that scan does not cover (HPE Smart Array, 3ware, Adaptec,
+Areca, HighPoint: probe.py) are found from the SCSI hosts' drivers in /sys, and their slots
+are tried with their ``-d`` types every ``probe_every`` cycles; the slots that answered are
+read every cycle like the scan's members.
 
 Per device, the last good reading is kept while the drive sleeps (``-n standby``: never woken),
 times out or errors, with ``wattbit_disk_smart_last_read_timestamp_seconds`` saying how old it
@@ -39,6 +42,7 @@ from exporters.base import Exporter
 from exporters.hostfs import caps
 from exporters.hostfs.blockdevs import BLOCK_EXCLUDE, excluded, is_virtual_block, read_topology
 from exporters.hostfs.read import SYS_ROOT
+from exporters.hostfs.scsihosts import cciss_controllers, scsi_hosts
 
 from .parse import (
     EXIT_STATUS_BITS,
@@ -48,7 +52,9 @@ from .parse import (
     SmartReading,
     parse_scan,
     parse_smartctl,
+    raid_type,
 )
+from .probe import Controller, plan
 from .runner import HelperRunner, Runner, RunnerChoice, RunOutcome, SmartctlRunner
 
 log = logging.getLogger(__name__)
@@ -152,11 +158,15 @@ class SmartExporter(Exporter):
         wall_clock: Callable[[], float] = time.time,
         autostart: bool = True,
         choice: RunnerChoice | None = None,
+        probe_every: int = 12,
     ) -> None:
         """choice: how the runner was picked (wattbit_smart_runner_info; None: not shown);
-        raid: also read the disks behind RAID controllers that ``smartctl --scan-open`` finds."""
+        raid: also read the disks behind RAID controllers that ``smartctl --scan-open`` finds,
+        and probe the slots of those it does not list every probe_every cycles (probe.py)."""
         self.raid = raid
+        self.probe_every = max(1, probe_every)
         self._members: list[Disk] = []  # the RAID members of the last scan that answered
+        self._probed: list[Disk] = []  # the slots that answered the last probe round
         self.interval = interval
         self.timeout = timeout
         self.devices = devices
@@ -202,14 +212,63 @@ class SmartExporter(Exporter):
         if not self.raid:
             self._start(disks, disks, last=True)
             return
-        before = [*disks, *self._members]
+        before = [*disks, *self._members, *self._probed]
         self._start(before, before, last=False)
+        started = {d.name for d in before}
         members = self._scan()
-        started = {d.name for d in self._members}
         if members is not None:
             self._members = members  # a member the scan no longer shows leaves with its state
-        fresh = [d for d in self._members if d.name not in started]
-        self._start([*disks, *self._members], fresh, last=True)
+        if self._cycles % self.probe_every == 0:
+            self._probed = self._probe_round({d.name for d in self._members})
+        after = [*disks, *self._members, *self._probed]
+        self._start(after, [d for d in after if d.name not in started], last=True)
+
+    def _probe_round(self, listed: set[str]) -> list[Disk]:
+        """The slots of the controllers smartctl's scan does not cover that hold a disk now.
+
+        Each controller's slots are tried in turn in this (the cycle's) thread, each run
+        bounded by ``timeout``; a controller whose probe times out is left for this round
+        (a hung controller costs one timeout, not one per slot), logged once."""
+        hosts = scsi_hosts(self.sys_root)
+        only = None if self.devices == "auto" else re.compile(self.devices)
+        found: list[Disk] = []
+        for ctrl in plan(hosts, cciss_controllers(self.sys_root)):
+            found += [
+                d
+                for d in self._probe(ctrl)
+                if d.name not in listed and (only is None or only.search(d.name))
+            ]
+        return found
+
+    def _probe(self, ctrl: Controller) -> list[Disk]:
+        """The slots of one controller whose read gives health data (or a sleeping disk)."""
+        out: list[Disk] = []
+        for dtype in ctrl.types:
+            if self._stop.is_set():
+                break
+            kind = raid_type(dtype)
+            outcome = self.runner(ctrl.path, self.timeout, dtype)
+            if outcome.result == "timeout":
+                key = f" probe {ctrl.path}"
+                with self._lock:
+                    if self._logged.get(key) != dtype:
+                        self._logged[key] = dtype
+                        log.warning(
+                            "smart: probing %s (%s) timed out at -d %s; its other slots are"
+                            " tried next round",
+                            ctrl.path,
+                            ctrl.driver,
+                            dtype,
+                        )
+                break
+            status = ""
+            if outcome.result == "done":
+                status = parse_smartctl(outcome.output, outcome.exit_code).status
+            if kind is not None and status in ("ok", STANDBY):
+                out.append(raid_disk(RaidMember(ctrl.path, dtype, *kind)))
+            elif ctrl.contiguous:
+                break  # an index without gaps: the first empty slot is the end
+        return out
 
     def _scan(self) -> list[Disk] | None:
         """The RAID members smartctl's scan shows now (None: the scan failed; logged)."""
@@ -529,8 +588,8 @@ def _log_families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
     )
     raid = GaugeMetricFamily(
         "wattbit_disk_raid_member_info",
-        "A drive behind a RAID controller, found by smartctl --scan-open: its controller "
-        "type, the path smartctl opens and its slot there.",
+        "A drive behind a RAID controller, found by smartctl --scan-open or a probe: its "
+        "controller type, the path smartctl opens and its slot there.",
         labels=["device", "controller", "path", "slot"],
     )
     return {

@@ -140,8 +140,10 @@ def parse_smartctl(data: bytes, exit_code: int | None = None) -> SmartReading:
     if len(data) > MAX_OUTPUT:
         return SmartReading("error", f"output larger than {MAX_OUTPUT} bytes", exit_code)
     try:
-        # ValueError covers malformed JSON and UTF-8, and integers past Python's digit limit.
-        doc = json.loads(data)
+        # ValueError covers malformed JSON and integers past Python's digit limit. Bytes that
+        # are not UTF-8 (smartctl copies a drive's IDENTIFY strings as they are) cost their own
+        # characters, never the disk's reading (issue 34).
+        doc = json.loads(data.decode("utf-8", "replace"))
     except (ValueError, RecursionError):
         return SmartReading("error", "output is not JSON", exit_code)
     if not isinstance(doc, dict):
@@ -369,6 +371,12 @@ def _text(value: object, limit: int) -> str:
 # --- smartctl --scan-open ---------------------------------------------------------------------
 
 _N = r"(?:0|[1-9][0-9]{0,3})"  # a small decimal number, no sign, no leading zeros
+# smartctl's own bounds (lib/os_linux.cpp get_custom_device): cciss,N and 3ware,N 0..127;
+# areca,N/E N 1..128, E 1..8; hpt,L/M/N L 1..8, M 1..128, N 1..15. Past them smartctl
+# refuses the option, so they are refused here before any run.
+_0_127 = r"(?:[0-9]|[1-9][0-9]|1[01][0-9]|12[0-7])"
+_1_128 = r"(?:[1-9]|[1-9][0-9]|1[01][0-9]|12[0-8])"
+_1_15 = r"(?:[1-9]|1[0-5])"
 # The RAID device types of smartctl(8) -d (the same table as the root helper's TYPES,
 # packaging/libexec/smartctl-helper): controller -> the pattern of its slot, what follows the
 # name ("megaraid,N": the disk's device id; "cciss,N" and "3ware,N": the port;
@@ -381,11 +389,11 @@ RAID_SLOTS = {
     name: re.compile(rf"^{pattern}$")
     for name, pattern in (
         ("megaraid", _N),
-        ("cciss", _N),
-        ("3ware", _N),
+        ("cciss", _0_127),
+        ("3ware", _0_127),
         ("aacraid", rf"{_N},{_N},{_N}"),
-        ("areca", rf"{_N}(?:/{_N})?"),
-        ("hpt", rf"{_N}/{_N}(?:/{_N})?"),
+        ("areca", rf"{_1_128}(?:/[1-8])?"),
+        ("hpt", rf"[1-8]/{_1_128}(?:/{_1_15})?"),
         ("sssraid", rf"{_N},{_N}"),
     )
 }

@@ -8,6 +8,7 @@ import logging
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,8 @@ from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
 from exporters.hostfs import caps
-from exporters.tcp import netlink
+from exporters.tcp import netlink, scitags
+from exporters.tcp.flowlabels import FlowLabels
 from exporters.tcp.flows import COUNTERS, KEY_LABELS, FlowTable, Key, Snapshot, Sock
 from exporters.tcp.owners import CgroupNames, Processes
 from exporters.tcp.tcpinfo import parse_skmeminfo, parse_tcp_info
@@ -31,6 +33,9 @@ DEFAULT_KEY = ("peer", "port", "cgroup")
 PTRACE = caps.CAP_NUMBERS["CAP_SYS_PTRACE"]
 DESTROY_DRAIN_BYTES = 64 << 20  # per sample: beyond, the rest waits for the next sample
 FIRST_SAMPLE_WAIT = 10.0  # seconds the first scrape waits for the first sample
+MAX_OWNERS = 65_536  # (peer, port) -> owner remembered for closing sockets; oldest leave
+Owner = tuple[str, str]  # (cgroup, process) labels of a key
+Labels = tuple[str, str]  # (experiment, activity)
 
 
 class SocketReader(Protocol):
@@ -49,6 +54,21 @@ class SocketReader(Protocol):
 
     def close(self) -> None:
         """Release the sockets."""
+        ...
+
+
+class LabelSource(Protocol):
+    """Where the sockets' IPv6 flow labels come from: the BPF iterator, or a fake in tests."""
+
+    source: str  # bpf_iter, none
+    reason: str
+
+    def read(self) -> dict[int, int]:
+        """cookie -> flow label."""
+        ...
+
+    def close(self) -> None:
+        """Release it."""
         ...
 
 
@@ -144,6 +164,7 @@ class TcpExporter(Exporter):
         destroy: bool = True,
         processes: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        labels: LabelSource | None = None,
     ) -> None:
         self.interval = interval
         self.key = key
@@ -155,11 +176,20 @@ class TcpExporter(Exporter):
         self.reader: SocketReader = reader if reader is not None else NetlinkReader(destroy)
         other = tuple("other" if d in key.dims else "" for d in DIMENSIONS)
         self.table = FlowTable(top_k, other)  # type: ignore[arg-type]
+        # the SciTags dimensions need each socket's flow label: the BPF iterator, loaded here
+        # (before the agent drops CAP_BPF and CAP_PERFMON) only when the key asks for them
+        self.labels: LabelSource | None = labels
+        if labels is None and reader is None and {"experiment", "activity"} & set(key.dims):
+            self.labels = FlowLabels(max_sockets, sys_root)
+        self._labels: dict[int, int] = {}
         self.cgroups = CgroupNames(sys_root, process_refresh, clock)
         self.processes = Processes(proc_root, process_refresh, clock)
         self.snapshot: Snapshot | None = None
         self.owners: dict[Key, tuple[str, str]] = {}
         self._peers: dict[str, str] = {}
+        # the owner of each (peer, port)'s sockets in the last sample that had any (None: more
+        # than one), for destroy messages, which carry no cgroup id and no inode (below)
+        self._recent_owners: OrderedDict[tuple[str, str], Key | None] = OrderedDict()
         self.samples = 0
         self.skipped = 0
         self.overruns = 0
@@ -172,7 +202,10 @@ class TcpExporter(Exporter):
     def startup_note(self) -> str:
         """How closing sockets are followed."""
         mode = "destroy messages" if self.reader.tracking else "sampling only"
-        return f"every {self.interval:g}s, closes by {mode} ({self.reader.reason})"
+        note = f"every {self.interval:g}s, closes by {mode} ({self.reader.reason})"
+        if self.labels is not None:
+            note += f", flow labels by {self.labels.source} ({self.labels.reason})"
+        return note
 
     def kept_capabilities(self) -> frozenset[int]:
         """CAP_SYS_PTRACE while owners are looked up: reading another process's /proc/PID/fd
@@ -199,18 +232,12 @@ class TcpExporter(Exporter):
         info = parse_tcp_info(raw)
         mem = parse_skmeminfo(d.attrs.get(netlink.INET_DIAG_SKMEMINFO, b""))
         dims = self.key.dims
-        cg = d.attrs.get(netlink.INET_DIAG_CGROUP_ID)
-        process = ""
-        if "process" in dims:
-            owner = self.processes.owner(d.inode)
-            process = owner[1] if owner else ""
         key: Key = (
             self._peer(d.dst) if "peer" in dims else "",
             str(d.sport if d.sport in listening else d.dport) if "port" in dims else "",
-            self.cgroups.name(netlink.parse_cgroup_id(cg)) if "cgroup" in dims and cg else "",
-            process,
-            "",  # experiment, activity: sock_diag gives no flow label (docs, "Not done")
-            "",
+            self._cgroup(d),
+            self._process(d),
+            *self._scitags(d.cookie),
         )
         return Sock(
             cookie=d.cookie,
@@ -222,11 +249,26 @@ class TcpExporter(Exporter):
             inode=d.inode,
         )
 
+    def _scitags(self, cookie: int) -> Labels:
+        """The SciTags (experiment, activity) of the socket's flow label, as far as the key
+        has those dimensions; "" where unknown or unmarked."""
+        label = self._labels.get(cookie)
+        got = scitags.decode(label) if label else None
+        if got is None:
+            return "", ""
+        dims = self.key.dims
+        return (str(got[0]) if "experiment" in dims else "",
+                str(got[1]) if "activity" in dims else "")  # fmt: skip
+
     def sample_once(self) -> None:
         """One sample: dump, destroy messages, count, owners of the exported keys."""
         start = time.perf_counter()
         diag = self.reader.dump()
-        listening = {d.sport for d in diag if d.state == netlink.TCP_LISTEN}
+        # after the dump: every socket in it has its cookie (sock_gen_cookie()), and one born
+        # since has no key yet anyway
+        self._labels = self.labels.read() if self.labels is not None else {}
+        listeners = [d for d in diag if d.state == netlink.TCP_LISTEN]
+        listening = {d.sport for d in listeners}
         if "process" in self.key.dims and self.processes.due():
             self.processes.scan()
         socks: list[Sock] = []
@@ -239,17 +281,78 @@ class TcpExporter(Exporter):
             s = self._sock(d, listening)
             if s is not None:
                 socks.append(s)
+        self._remember_owners(socks)
         gone, overrun = self.reader.drain()
         self.overruns += overrun
-        destroyed = [s for s in (self._sock(d, listening) for d in gone) if s is not None]
-        snap = self.table.sample(socks, destroyed, self.clock(), self.reader.tracking)
-        owners = self._owners(snap)
+        by_port = self._listener_owners(listeners)
+        destroyed = [self._closed(d, listening, by_port) for d in gone]
+        snap = self.table.sample(
+            socks, [s for s in destroyed if s is not None], self.clock(), self.reader.tracking
+        )
+        owners = self._owners_of(snap)
         with self._lock:
             self.snapshot, self.owners = snap, owners
             self.samples += 1
             self.duration = time.perf_counter() - start
 
-    def _owners(self, snap: Snapshot) -> dict[Key, tuple[str, str]]:
+    def _remember_owners(self, socks: list[Sock]) -> None:
+        """Per (peer, port) of this sample: its sockets' one key, or None when they differ."""
+        seen: dict[tuple[str, str], Key | None] = {}
+        for s in socks:
+            pp = (s.key[0], s.key[1])
+            seen[pp] = s.key if seen.get(pp, s.key) == s.key else None
+        for pp, one in seen.items():
+            self._recent_owners.pop(pp, None)
+            self._recent_owners[pp] = one
+        while len(self._recent_owners) > MAX_OWNERS:
+            self._recent_owners.popitem(last=False)
+
+    def _listener_owners(self, listeners: list[netlink.DiagSocket]) -> dict[int, Owner | None]:
+        """Per listening port, its listener's owner (None: listeners of different owners)."""
+        out: dict[int, Owner | None] = {}
+        for d in listeners:
+            owner = (self._cgroup(d), self._process(d))
+            out[d.sport] = owner if out.get(d.sport, owner) == owner else None
+        return out
+
+    def _closed(
+        self, d: netlink.DiagSocket, listening: set[int], by_port: dict[int, Owner | None]
+    ) -> Sock | None:
+        """A destroy message's socket, keyed as its live samples would have been.
+
+        The kernel's destroy message (inet_diag_handler_get_info(), net/ipv4/inet_diag.c)
+        carries the socket's identity and tcp_info only: no INET_DIAG_CGROUP_ID, and inode 0.
+        A socket seen alive keeps the key it was seen with (flows.FlowTable); one born and
+        closed between two samples takes, on its listener's port, the listener's owner (an
+        accepted socket inherits its listener's cgroup: sk_clone_lock() copies sk_cgrp_data,
+        cgroup_sk_clone()), else the owner of its (peer, port)'s sockets in the last sample
+        that had any, when they had one; else it stays unknown (""). Its SciTags experiment
+        and activity (the iterator no longer sees it) likewise from its (peer, port)."""
+        s = self._sock(d, listening)
+        if s is None or netlink.INET_DIAG_CGROUP_ID in d.attrs:
+            return s
+        recent = self._recent_owners.get((s.key[0], s.key[1]))
+        owner = by_port.get(d.sport) if d.sport in listening else None
+        if owner is None and recent is not None:
+            owner = (recent[2], recent[3])
+        cgroup, process = owner if owner is not None else (s.key[2], s.key[3])
+        exp, act = (recent[4], recent[5]) if recent is not None else (s.key[4], s.key[5])
+        s.key = (s.key[0], s.key[1], cgroup, process, exp, act)
+        return s
+
+    def _cgroup(self, d: netlink.DiagSocket) -> str:
+        cg = d.attrs.get(netlink.INET_DIAG_CGROUP_ID)
+        if "cgroup" not in self.key.dims or not cg:
+            return ""
+        return self.cgroups.name(netlink.parse_cgroup_id(cg))
+
+    def _process(self, d: netlink.DiagSocket) -> str:
+        if "process" not in self.key.dims:
+            return ""
+        owner = self.processes.owner(d.inode)
+        return owner[1] if owner else ""
+
+    def _owners_of(self, snap: Snapshot) -> dict[Key, tuple[str, str]]:
         """(comm, cpu) of the busiest socket's process of every exported key."""
         if not self.find_processes:
             return {}
@@ -314,13 +417,19 @@ class TcpExporter(Exporter):
             ["destroy_messages" if self.reader.tracking else "sampling", self.reader.reason], 1
         )
         yield mode
+        if self.labels is not None:  # the key has experiment or activity
+            src = g("wattbit_tcp_flow_label_info", _H["labels"], labels=["source", "reason"])
+            src.add_metric([self.labels.source, self.labels.reason], 1)
+            yield src
 
     def close(self) -> None:
-        """Stop sampling, leave the destroy groups."""
+        """Stop sampling, leave the destroy groups, free the flow-label iterator."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
         self.reader.close()
+        if self.labels is not None:
+            self.labels.close()
 
 
 _H = {
@@ -332,6 +441,7 @@ _H = {
     "overruns": "Times the destroy-message socket overflowed (closes missed).",
     "skipped": "Sockets over tcp.max_sockets in a sample, not followed.",
     "tracking": "How closing sockets are followed, and why.",
+    "labels": "Where the sockets' IPv6 flow labels (SciTags) come from, and why.",
     "closed": "Sockets of the key that closed; final: seen (destroy message) or unseen.",
     "cc": "Congestion control algorithms the key's sockets use.",
     "process": "The process owning the key's busiest socket and the CPU it last ran on.",

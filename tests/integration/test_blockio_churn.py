@@ -191,21 +191,34 @@ def test_bcc_churn_deletes_gone_disks(loops: Loops) -> None:
     /sys at a read: read after creating the disks, and each is counted exactly from zero."""
     require(bcc_importable(), "bcc (python3-bpfcc) is not importable")
     backend = BccBackend(max_stats=64)
+    ours = range(BASE, BASE + WIDTH)
+
+    def foreign() -> int:
+        """Entries of disks not ours: the map counts every disk of the machine (on a shared
+        machine others' loop devices come and go; a CI run saw 1,028 rejected updates)."""
+        return sum(1 for k in backend.bpf[b"stats"] if decode(k.dev)[1] not in ours)
+
+    most_foreign = 0
     try:
         for _ in range(10):
-            names = {n: name for n in range(BASE, BASE + WIDTH) if (name := loops.add(n))}
+            names = {n: name for n in ours if (name := loops.add(n))}
             backend.read()  # sees the new diskseqs: the predecessors' entries go
+            most_foreign = max(most_foreign, foreign())
             for name in names.values():
                 _read(name)
             got = backend.read()
+            most_foreign = max(most_foreign, foreign())
             for name in names.values():
                 assert _kernel_reads(name) == READS
                 assert 0 < got[name].ops["read"].ios <= READS, name
             for n in names:
                 loops.remove(n)
         backend.read()
-        assert not any(decode(k.dev)[1] in range(BASE, BASE + WIDTH) for k in backend.bpf[b"stats"])
-        assert backend.map_full() == {"stats": 0}
+        assert not any(decode(k.dev)[1] in ours for k in backend.bpf[b"stats"])
+        # Our 20 disks' reads take 20 entries at a time: with the gone ones deleted, the map
+        # (64) fills only if other disks of the machine took the rest (seen at a read).
+        if most_foreign + WIDTH < 64 - 8:
+            assert backend.map_full() == {"stats": 0}, most_foreign
     finally:
         backend.close()
 

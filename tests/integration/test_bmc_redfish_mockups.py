@@ -35,6 +35,10 @@ HEADLINE: dict[str, float | None] = {
     "intel-s2600bpb": 148.0,  # Chassis/RackMount/Baseboard/Power: a board in a chassis
     "openbmc-stock": None,  # Chassis/chassis/Power PowerControl[0] has no PowerConsumedWatts
     "hpe-cray-ex4252": None,  # blades and enclosure: voltages only, no watts anywhere
+    # HPE Cray EX chassis controller (CMM): 8 compute and 8 switch blades listed before the
+    # Enclosure, no Contains/ContainedBy links; the enclosure's Power has rectifiers without
+    # figures (its watts are Sensors only, not read): nothing to export
+    "hpe-cray-ex-cmm": None,
 }
 
 SUBDOMAIN_CONTEXTS = {"CPU", "Memory", "GPU", "StorageDevice", "VoltageRegulator", "Fan"}
@@ -135,6 +139,11 @@ def poll(url: str, name: str, mapper: Any = None) -> dict:
         labels=("server1", "psu"),
         deadline=30,
     )
+    return poll_target(target)
+
+
+def poll_target(target: BmcTarget) -> dict:
+    """One poll of target through the poller and the exporter; the exposition's samples."""
     poller = BmcPoller([target], interval=60)
 
     async def once() -> None:
@@ -315,3 +324,41 @@ def test_error_bodies_where_resources_should_be(tmp_path: Path, sushy: None) -> 
             (("bmc", mockup), ("reason", "missing"))
         ]
         assert missing >= 1.0, mockup
+
+
+def test_an_enclosure_listed_after_its_blades_beyond_max_chassis(
+    tmp_path: Path, sushy: None
+) -> None:
+    """HPE Cray EX's CMM lists Blade7, Perif2 and Perif0 before its Enclosure (4th of 17). With
+    max_chassis 3 the enclosure and 13 others are left unread: counted ``capped`` (never a
+    blade taken for the server), and no power series; unmapped or mapped, the same."""
+    mockup = "hpe-cray-ex-cmm"
+    collection = _doc(mockup, "/redfish/v1/Chassis")
+    assert collection is not None
+    ids = [m["@odata.id"].rsplit("/", 1)[-1] for m in collection["Members"]]
+    assert ids[:4] == ["Blade7", "Perif2", "Perif0", "Enclosure"] and len(ids) == 17
+    types = {
+        cid: (_doc(mockup, f"/redfish/v1/Chassis/{cid}") or {}).get("ChassisType") for cid in ids
+    }
+    assert types["Enclosure"] == "Enclosure" and types["Blade7"] == "Blade"
+    for max_chassis, capped in ((3, 14), (32, 0)):
+        (tmp_path / str(max_chassis)).mkdir()
+        with SushyStatic(MOCKUPS / mockup, tmp_path / str(max_chassis)) as srv:
+            redfish = RedfishTarget(
+                srv.url, "wattbit", "not-a-real-password", timeout=10, max_chassis=max_chassis
+            )
+            target = BmcTarget(
+                name=mockup,
+                protocol="redfish",
+                redfish=redfish,
+                labels=("server1", ""),
+                deadline=30,
+            )
+            samples = poll_target(target)
+        assert values(samples, "wattbit_bmc_up") == {(("bmc", mockup),): 1.0}
+        assert values(samples, "wattbit_bmc_power_watts") == {}
+        invalid = {
+            dict(k)["reason"]: v
+            for k, v in values(samples, "wattbit_bmc_invalid_values_total").items()
+        }
+        assert invalid["capped"] == capped, max_chassis

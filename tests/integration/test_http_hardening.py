@@ -340,6 +340,49 @@ def test_run_api_deep_json_and_huge_numbers_get_400(serve: Callable[..., Server]
         assert "error" in json.loads(answer)
 
 
+_BIG = b"9" * 400
+# The run API's JSON with the document attacks of issue 34 (as on the BMC poller): deep
+# nesting (100,000 levels, whole or cut at max_body), huge numbers in every field a run body
+# has, NaN/Infinity, a body that expands to tens of thousands of objects, hostile strings.
+RUN_BODIES = {
+    "100000 levels": (b"[" * 100_000 + b"]" * 100_000, (413,)),
+    "100000 levels cut to max_body": (
+        (b'{"name": "x", "labels": ' + b"[" * 100_000)[:65536],
+        (400,),
+    ),
+    "name 400 digits": (b'{"name": ' + _BIG + b"}", (400,)),
+    "name 1e400": (b'{"name": 1e400}', (400,)),
+    "label 400 digits": (b'{"name": "x", "labels": {"a": ' + _BIG + b"}}", (400,)),
+    "label 1e400": (b'{"name": "x", "labels": {"a": 1e400}}', (400,)),
+    "label -1e400": (b'{"name": "x", "labels": {"a": -1e400}}', (400,)),
+    "label NaN": (b'{"name": "x", "labels": {"a": NaN}}', (400,)),
+    "labels of 20000 objects": (b'{"name": "x", "labels": [' + b"{}," * 20_000 + b"{}]}", (400,)),
+    "name with ESC and newline": (b'{"name": "x\\u001b[31m\\nFORGED"}', (400,)),
+    "name with a lone surrogate": (b'{"name": "x\\ud800"}', (400,)),
+    "label with C1 and bidi": (b'{"name": "x", "labels": {"a": "\\u009b31m\\u202e"}}', (400,)),
+    "name not UTF-8": (b'{"name": "caf\xe9"}', (400,)),
+    "name of 60 KB": (b'{"name": "' + b"n" * 60_000 + b'"}', (400,)),
+}
+
+
+@pytest.mark.parametrize("kind", list(RUN_BODIES))
+def test_run_api_hostile_documents_are_client_errors(
+    serve: Callable[..., Server], kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each a 4xx with a JSON error, never a 500 nor a traceback; the run list stays empty and
+    the server keeps answering."""
+    server = serve()
+    auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    body, statuses = RUN_BODIES[kind]
+    status, _, answer = request(server, "POST", "/api/v1/runs", body=body, headers=auth)
+    assert status in statuses, (status, answer[:200])
+    assert isinstance(json.loads(answer)["error"], str)
+    assert len(answer) < 70_000
+    status, _, listed = request(server, "GET", "/api/v1/runs")
+    assert status == 200 and json.loads(listed) == [], listed[:200]
+    assert "Traceback" not in caplog.text and "\x1b" not in caplog.text
+
+
 # -- TLS cipher suites --------------------------------------------------------------------
 
 

@@ -185,7 +185,13 @@ def test_headers_still_coming_go_before_an_idle_kept_alive_connection(
 
 
 @pytest.mark.parametrize(
-    "attack", ["POST /api/v1/runs, body announced", "POST /api/v1/runs, chunked"]
+    "attack",
+    [
+        "POST /api/v1/runs, body announced",
+        "POST /api/v1/runs, chunked",
+        "POST /api/v1/runs/x/stop, body announced",
+        "POST /api/v1/runs/x/stop, chunked",
+    ],
 )
 def test_a_body_that_does_not_come_is_given_up(serve: Callable[..., Server], attack: str) -> None:
     """The run API reads bodies: one announced and never sent is answered 408 at body_timeout."""
@@ -198,7 +204,14 @@ def test_a_body_that_does_not_come_is_given_up(serve: Callable[..., Server], att
 
 @pytest.mark.parametrize(
     "attack",
-    ["GET /metrics, body announced", "GET /, body announced", "GET /nowhere, body announced"],
+    [
+        "GET /metrics, body announced",
+        "HEAD /metrics, body announced",
+        "GET /, body announced",
+        "GET /nowhere, body announced",
+        "GET /api/v1/runs, body announced",
+        "GET /api/v1/runs/x, chunked",
+    ],
 )
 def test_a_get_is_answered_without_waiting_for_its_body(
     serve: Callable[..., Server], attack: str
@@ -273,6 +286,68 @@ def test_a_scrape_with_ordinary_headers_fits(serve: Callable[..., Server]) -> No
         )
         answer, _ = answer_of(s, timeout=30)
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+
+
+WEB_HEADERS = "http_server_config:\n  headers:\n    X-Frame-Options: deny\n" + (
+    "    X-Content-Type-Options: nosniff\n"
+)
+_LINE = b"X-Pad-%d: " + b"p" * 4000 + b"\r\n"
+# Requests refused before any route sees them: by aiohttp's parser (400) or by the total of
+# header bytes (431, written by the connection itself). Each is sent whole, then nothing more,
+# so the answer is read rather than reset.
+REFUSED = {
+    "request line over max_line_size": (
+        b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+        400,
+    ),
+    "a header line over max_field_size": (
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 9000 + b"\r\n\r\n",
+        400,
+    ),
+    "150 small headers": (
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
+        + b"".join(b"X-%d: y\r\n" % i for i in range(150))
+        + b"\r\n",
+        400,
+    ),
+    "headers over max_header_bytes, unfinished": (
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
+        + b"".join(_LINE % i for i in range(5))
+        + b"X-More: a",
+        431,
+    ),
+    "not HTTP": (b"\x16\x03\x01\x00\x05hello\r\n\r\n", 400),
+    "a bad method on the run API": (b"G\x01T /api/v1/runs HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+}
+
+
+@pytest.mark.parametrize("use_tls", [False, True], ids=["http", "https"])
+@pytest.mark.parametrize("kind", list(REFUSED), ids=[slug(k) for k in REFUSED])
+def test_refusals_carry_the_configured_headers(
+    serve: Callable[..., Server], tmp_path: Path, kind: str, use_tls: bool
+) -> None:
+    """Every answer has the web config's headers, those refused before any route too (a 431
+    of header bytes lacked them, as did aiohttp's own 400s); the connection closes, and a
+    scrape works after each."""
+    web, ctx = tls(tmp_path) if use_tls else (None, None)
+    path = tmp_path / "web.yml"
+    path.write_text((path.read_text() if use_tls else "") + WEB_HEADERS)
+    web = load_web_config(path)
+    server = serve(web, Limits(request_timeout=300, idle_timeout=300))
+    request, status = REFUSED[kind]
+    with open_stalled(server.host, server.port, request, ctx) as s:
+        answer, closed = answer_of(s, timeout=30)
+    head = answer.split(b"\r\n\r\n", 1)[0].lower()
+    assert answer.startswith(b"HTTP/1.") and answer.split(b" ", 2)[1] == str(status).encode(), (
+        answer[:300]
+    )
+    assert b"\r\nx-frame-options: deny" in head and b"\r\nx-content-type-options: nosniff" in head
+    assert closed, answer[:300]
+    scraper = KeptAliveScraper(server.host, server.port, ctx, timeout=20)
+    try:
+        assert scraper.scrape()
+    finally:
+        scraper.close()
 
 
 def request_ok(server: Server) -> bool:

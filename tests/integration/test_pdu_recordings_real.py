@@ -616,7 +616,11 @@ def test_devices_no_profile_reads_are_down_with_no_profile(
         if k[0] == "wattbit_pdu_poll_failures_total" and dict(k[1])["pdu"] == pdu
     }
     assert failures["no_profile"] >= 1
-    assert {r for r, v in failures.items() if v} == {"no_profile"}
+    # Only its first attempt may have been cut short instead (exporters/polling.py: a first
+    # attempt's deadline is a share of the interval, which this many PDUs polled at once on a
+    # loaded machine can pass: seen on a CI run at load 15); every later poll says why.
+    assert failures.get("deadline", 0) <= 1, failures
+    assert {r for r, v in failures.items() if v} - {"deadline"} == {"no_profile"}, failures
     series = {k[0] for k, _ in scraped.items() if dict(k[1]).get("pdu") == pdu}
     assert not {s for s in series if s.startswith(("wattbit_pdu_outlet_", "wattbit_pdu_feed_"))}
     for family in (*UNIT_METRICS.values(), "wattbit_pdu_info"):

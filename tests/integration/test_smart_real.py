@@ -17,6 +17,7 @@ from exporters.smart.exporter import SmartExporter, list_disks
 from exporters.smart.runner import SMARTCTL_ARGS, SmartctlRunner, find_smartctl
 from tests.support.env import FIXTURES, require
 from tests.support.realparts import Agent, is_root, loop_disks, wait_for
+from tests.support.scsitree import add_device, add_host, seeds_host
 
 # needs root: loop devices and smartctl on the machine's disks; serial (tests/conftest.py)
 pytestmark = pytest.mark.root
@@ -378,5 +379,94 @@ def test_a_hanging_raid_member_is_killed_while_the_other_reads(
         assert states["bus/0:megaraid,0"].reason == "timeout"
         sleep_pid = int((tmp_path / "sleep-0.pid").read_text())
         wait_for(lambda: not _alive(sleep_pid), WAIT, "the hung member's child to die")
+    finally:
+        e.close()
+
+
+# --- disks behind controllers the scan does not list: probed (exporters/smart/probe.py) ------
+
+
+def probed_host(tmp: Path, hang_3ware: int | None = None) -> Path:
+    """A stand-in smartctl answering as the seeds' brick plus an HPE Smart Array would (the
+    /sys tree of tests/support/scsitree.py seeds_host, with an hpsa host added): slots
+    cciss,0 and 1 behind /dev/sdg and 3ware port 5 behind /dev/twa1 hold real drive captures,
+    every other probe gets this VM's real answer to a RAID type on no such controller (exit
+    2); hang_3ware: that port of /dev/twa0 hangs with a child holding stdout."""
+    empty = f"cat {SMART / 'local_probe_cciss_0_vda.json'}; exit 2"
+    hung = ""
+    if hang_3ware is not None:
+        hung = (
+            f'*"-d 3ware,{hang_3ware} /dev/twa0") sleep 600 & echo $! > {tmp}/sleep.pid; wait ;;\n'
+        )
+    body = (
+        'case "$*" in\n'
+        f"--scan-open*) cat {SMART / 'local_scan_open.json'} ;;\n"
+        f'*"-d cciss,0 /dev/sdg") cat {SMART / "sata_hdd_WDC_WD140EDFZ-11A0VA0.json"} ;;\n'
+        f'*"-d cciss,1 /dev/sdg") cat {SMART / "sas_SEAGATE_ST600MP0036.json"} ;;\n'
+        f'*"-d 3ware,5 /dev/twa1") cat {SMART / "reallocated_ST3500418AS.json"} ;;\n'
+        f"{hung}"
+        f"*) {empty} ;;\n"
+        "esac"
+    )
+    return fake_smartctl(tmp, body)
+
+
+def _probed_tree(tmp: Path) -> Path:
+    root = seeds_host(tmp)
+    add_host(root, 9, "hpsa")
+    add_device(root, "9:0:0:0", 12, "", "sg9")
+    add_device(root, "9:1:0:0", 0, "sdg", "sg10", "8:96")
+    return root
+
+
+def test_disks_behind_unscanned_controllers_are_probed_and_read(tmp_path: Path) -> None:
+    fake = probed_host(tmp_path)
+    e = SmartExporter(
+        timeout=30.0,
+        sys_root=_probed_tree(tmp_path),
+        runner=SmartctlRunner(str(fake)),
+        autostart=False,
+    )
+    try:
+        e.run_cycle()
+        assert e.wait_idle(WAIT)
+        states = e.states()
+        assert sorted(states) == ["sdg:cciss,0", "sdg:cciss,1", "twa1:3ware,5"]
+        assert states["sdg:cciss,1"].raid == ("cciss", "/dev/sdg", "1")
+        sas = states["sdg:cciss,1"].reading
+        assert sas is not None and sas.protocol == "SCSI" and sas.grown_defects is not None
+        ata = states["twa1:3ware,5"].reading
+        assert ata is not None and {a.id: a.raw for a in ata.attributes}[5] > 0
+        argvs = [argv for _, argv in calls(tmp_path)]
+        # every probe is the agent's own read with the probe's -d type on the controller node
+        assert [*SMARTCTL_ARGS, "-d", "cciss,2", "/dev/sdg"] in argvs  # the end of the list
+        assert [*SMARTCTL_ARGS, "-d", "cciss,3", "/dev/sdg"] not in argvs
+        assert [*SMARTCTL_ARGS, "-d", "3ware,127", "/dev/twa0"] in argvs  # ports have gaps
+        assert [*SMARTCTL_ARGS, "-d", "areca,32/8", "/dev/sg6"] in argvs
+        assert not any(a[-1] == "/dev/sdf" for a in argvs)  # MegaRAID: the scan's own
+    finally:
+        e.close()
+
+
+def test_a_hanging_probe_is_killed_and_the_other_controllers_are_probed(
+    tmp_path: Path,
+) -> None:
+    fake = probed_host(tmp_path, hang_3ware=1)
+    e = SmartExporter(
+        # long enough that no stand-in run that answers is ever cut on a busy machine; the
+        # hung one costs this once
+        timeout=10.0,
+        sys_root=_probed_tree(tmp_path),
+        runner=SmartctlRunner(str(fake)),
+        autostart=False,
+    )
+    try:
+        e.run_cycle()
+        assert e.wait_idle(WAIT)
+        assert sorted(e.states()) == ["sdg:cciss,0", "sdg:cciss,1", "twa1:3ware,5"]
+        argvs = [argv for _, argv in calls(tmp_path)]
+        assert [*SMARTCTL_ARGS, "-d", "3ware,2", "/dev/twa0"] not in argvs  # round ended
+        sleep_pid = int((tmp_path / "sleep.pid").read_text())
+        wait_for(lambda: not _alive(sleep_pid), WAIT, "the hung probe's child to die")
     finally:
         e.close()

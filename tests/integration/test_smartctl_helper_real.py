@@ -81,6 +81,8 @@ def direct(*args: str) -> dict:
 
 
 def _same(answer: dict, expected: dict) -> None:
+    # (a refusal says why: seen once under load 18 as a bare KeyError, cause unknown)
+    assert "output" in answer, answer
     got = json.loads(answer["output"])
     assert answer["exit_code"] == expected["smartctl"]["exit_status"]
     for doc in (got, expected):

@@ -27,6 +27,19 @@ Modes (every path answers the same way):
                            names the session, DSP0266)
               slow-power   every Power resource answers after --login-delay s
 
+  mutate    serves the mockup directory --mockup, answers a session login (any credentials:
+            201, a token, a Location) and changes the documents as the last GET /_set said
+            (issue 34: the same attacks on every document, string and number):
+              /_set?doc=SUFFIX&attack=A   the documents whose path ends with SUFFIX ("Sessions":
+                                          the login's answer) get attack A: bloat (padded with
+                                          [{},{},...] to --size bytes), deep (100,000 levels
+                                          of arrays), big (--size bytes of one string)
+              /_set?key=K&number=N        every number under key K anywhere becomes the JSON
+                                          text N (a 400-digit integer, 1e400, -1e400, NaN)
+              /_set?strings=KIND          every POISONED key's string carries STRINGS[KIND]
+              /_set                       back to the mockup as it is
+            /_stats counts the GETs answered.
+
 Run as `python -m tests.support.hostilebmc --port P --mode M`.
 """
 
@@ -105,16 +118,96 @@ POISONED = frozenset(
 POISON = "\ud800\x1b[31m\nFORGED bmc line"
 
 
-def poison(doc: object) -> object:
-    """The document with every POISONED key's string value carrying POISON."""
+def poison(doc: object, text: str = POISON) -> object:
+    """The document with every POISONED key's string value carrying `text`."""
     if isinstance(doc, dict):
         return {
-            k: v + POISON if k in POISONED and isinstance(v, str) else poison(v)
+            k: v + text if k in POISONED and isinstance(v, str) else poison(v, text)
             for k, v in doc.items()
         }
     if isinstance(doc, list):
-        return [poison(v) for v in doc]
+        return [poison(v, text) for v in doc]
     return doc
+
+
+# The string attacks of the mutate mode, by name; "invalid-utf8" is bytes, not text (written
+# into the body raw where its marker is).
+STRINGS = {
+    "surrogate": POISON,
+    "nul": "\x00\x00NUL\x00",
+    "controls": "\x9b31m\u202e\u2028\x7f\x1b]0;title\x07",
+    "megabyte": "M" * 1_000_000,
+    "invalid-utf8": "\x00WB-BYTES\x00",
+}
+_RAW_BYTES = b"\xff\xfe\xc3(\x80latin-1 caf\xe9"
+_NUMBER = "WB-NUMBER-MARKER"
+
+
+def _mutated(doc: object, key: str) -> object:
+    """The document with every number under `key` (at any depth) replaced by the marker."""
+    if isinstance(doc, dict):
+        return {
+            k: _NUMBER
+            if k == key and isinstance(v, int | float) and not isinstance(v, bool)
+            else _mutated(v, key)
+            for k, v in doc.items()
+        }
+    if isinstance(doc, list):
+        return [_mutated(v, key) for v in doc]
+    return doc
+
+
+def mutate_body(path: str, body: bytes, how: dict[str, str], size: int) -> bytes:
+    """A document of the mutate mode: `body` (the mockup's) changed as `how` says."""
+    if how.get("doc") and path.rstrip("/").endswith(how["doc"]):
+        attack = how.get("attack", "bloat")
+        if attack == "deep":
+            return (
+                b'{"@odata.id": "'
+                + path.encode()
+                + b'", "x": '
+                + b"[" * 100_000
+                + b"]" * 100_000
+                + b"}"
+            )
+        if attack == "big":
+            return b'{"@odata.id": "' + path.encode() + b'", "pad": "' + b"x" * size + b'"}'
+        head = body.rstrip()[:-1] + b', "pad": ['
+        n = max(0, (size - len(head) - 8) // 3)
+        return head + b"{}," * n + b"{}]}"
+    if how.get("key"):
+        text = json.dumps(_mutated(json.loads(body), how["key"]))
+        return text.replace(f'"{_NUMBER}"', how.get("number", "1e400")).encode()
+    if how.get("strings"):
+        text = json.dumps(poison(json.loads(body), STRINGS[how["strings"]]))
+        return text.encode("ascii").replace(b"\\u0000WB-BYTES\\u0000", _RAW_BYTES)
+    return body
+
+
+async def mutate_mode(request: web.Request) -> web.StreamResponse:
+    """The mutate mode (see the module's doc)."""
+    app = request.app
+    if request.path == "/_set":
+        app["how"] = dict(request.query)
+        return web.json_response(app["how"])
+    if request.path == "/_stats":
+        return web.json_response(app["stats"])
+    if request.method == "POST" and request.path.rstrip("/").endswith("/Sessions"):
+        await request.read()
+        uri = "/redfish/v1/SessionService/Sessions/1"
+        body = json.dumps({"@odata.id": uri, "Id": "1", "Name": "session"}).encode()
+        body = mutate_body("Sessions", body, app["how"], app["size"])
+        headers = {"X-Auth-Token": secrets.token_hex(16), "Location": uri}
+        return web.Response(status=201, body=body, headers=headers, content_type="application/json")
+    if request.method == "DELETE":
+        return web.Response(status=204)
+    rel = request.path.rstrip("/").removeprefix("/redfish/v1").strip("/")
+    f = Path(app["mockup"]) / rel / "index.json"
+    if not f.is_file():
+        raise web.HTTPNotFound()
+    app["stats"]["gets"] += 1
+    body = mutate_body(request.path, f.read_bytes(), app["how"], app["size"])
+    return web.Response(body=body, content_type="application/json")
 
 
 def bloat_document(path: str, size: int) -> bytes:
@@ -140,6 +233,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
     mode = request.app["mode"]
     if mode == "session":
         return await session_mode(request)
+    if mode == "mutate":
+        return await mutate_mode(request)
     if mode == "slow":
         await asyncio.sleep(0.25)
         rel = request.path.rstrip("/").removeprefix("/redfish/v1").strip("/")
@@ -204,6 +299,7 @@ def main() -> int:
     app["other_port"] = args.other_port
     app["mockup"], app["user"], app["password"] = args.mockup, args.user, args.password
     app["tokens"] = {}
+    app["how"] = {}
     app["size"] = args.size
     app["quirk"], app["login_delay"] = args.quirk, args.login_delay
     app["stats"] = {"logins": 0, "logouts": 0, "basic": 0, "gets": 0, "max_live": 0}

@@ -35,6 +35,16 @@ HEADS: dict[str, bytes] = {
     ),
     "GET /metrics, headers unfinished": b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: aaaa",
     "POST /api/v1/runs, headers unfinished": b"POST /api/v1/runs HTTP/1.1\r\nHost: x\r\nX-Sl",
+    # The same on the other routes and methods (issue 34: "other endpoints than the ones named")
+    "HEAD /metrics, body announced": b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n" + _BODY,
+    "GET /api/v1/runs, body announced": b"GET /api/v1/runs HTTP/1.1\r\nHost: x\r\n" + _BODY,
+    "GET /api/v1/runs/x, chunked": b"GET /api/v1/runs/x HTTP/1.1\r\nHost: x\r\n" + _CHUNKED,
+    "POST /api/v1/runs/x/stop, chunked": (
+        b"POST /api/v1/runs/x/stop HTTP/1.1\r\nHost: x\r\n" + _CHUNKED
+    ),
+    "GET /, headers unfinished": b"GET / HTTP/1.1\r\nHost: x\r\nAccept: text/h",
+    "GET /api/v1/runs, headers unfinished": b"GET /api/v1/runs HTTP/1.1\r\nHo",
+    "GET /metrics, request line unfinished": b"GET /metrics HTTP/1.",
 }
 
 

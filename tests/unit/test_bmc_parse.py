@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporters.bmc.ipmi import (
+    CMD_GET_POWER_READING,
     parse_device_id,
     parse_power_reading,
     parse_raw_output,
@@ -395,3 +396,25 @@ def test_bmc_strings_reach_the_log_escaped(caplog: pytest.LogCaptureFixture) -> 
     assert "2 chassis report power" in caplog.text  # the line naming them was logged
     for bad in ("\x1b", "\ud800", "\nFORGED"):
         assert bad not in caplog.text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=0, max_size=64), st.binary(min_size=0, max_size=64))
+def test_ipmi_identity_is_made_of_numbers_whatever_the_bytes(power: bytes, device: bytes) -> None:
+    """IPMI's strings (issue 34): wattbit reads no FRU text; vendor, model and firmware are
+    formatted from Get Device ID's numbers, so any bytes give printable, short labels or a
+    BmcError, never an exception of another kind."""
+    answers = [bytes([CMD_GET_POWER_READING, 0]) + power, b"\x01\x00" + device]
+    try:
+        reading = reading_from_raw(answers, identity=True)
+    except BmcError:
+        return
+    for value in reading.identity.values():
+        assert value.isprintable() and len(value) <= 32, value
+
+
+def test_ipmi_raw_output_with_control_characters_is_garbage() -> None:
+    """ipmi-raw's output is parsed as hex bytes only: anything else is a clean "garbage"."""
+    with pytest.raises(BmcError) as err:
+        parse_raw_output("rcvd: 02 00 DC\x1b[31m\nFORGED\n")
+    assert err.value.reason == "garbage"

@@ -282,6 +282,60 @@ def test_bad_agent_values_are_refused(tmp_path: Path, text: str) -> None:
         load_model(AgentConfig, f)
 
 
+# Values that would reach a label or a log line from the configuration (issue 34): a newline
+# forging a log line, an ESC sequence, a NUL, a C1 CSI, a bidi override, a line separator, a
+# megabyte. Written with YAML's own escapes (a double-quoted scalar), as an editor would leave
+# them.
+HOSTILE_TEXT = {
+    "newline": "web\\nFORGED line",
+    "esc": "web\\e[31m",
+    "nul": "web\\0x",
+    "csi": "web\\x9b31m",
+    "bidi": "web\\u202ex",
+    "line-separator": "web\\u2028x",
+    "megabyte": "w" * 1_000_000,
+}
+_PDU = "{name: p, address: 'h:161', auth: a, %s}"
+_BMC = "{name: b, protocol: ipmi, address: 'h', username: u, password: pw, %s}"
+LABEL_KEYS = {
+    "pdus[0].host": "pdus:\n  - " + _PDU % 'host: "VALUE"',
+    "pdus[0].component": "pdus:\n  - " + _PDU % 'component: "VALUE"',
+    "pdus[0].outlets[0].host": "pdus:\n  - " + _PDU % 'outlets: [{index: 1, host: "VALUE"}]',
+    "pdus[0].feeds[0].component": "pdus:\n  - "
+    + _PDU % 'feeds: [{feed: unit, component: "VALUE"}]',
+    "bmcs[0].host": "bmcs:\n  - " + _BMC % 'host: "VALUE"',
+    "bmcs[0].chassis[0].component": "bmcs:\n  - " + _BMC % 'chassis: [{id: X, component: "VALUE"}]',
+    "pdus[0].address": 'pdus:\n  - {name: p, address: "VALUE:161", auth: a}',
+    "bmcs[0]": 'bmcs:\n  - {name: b, protocol: redfish, address: "https://VALUE"}',
+}
+
+
+@pytest.mark.parametrize("value", list(HOSTILE_TEXT), ids=list(HOSTILE_TEXT))
+@pytest.mark.parametrize("key", list(LABEL_KEYS), ids=list(LABEL_KEYS))
+def test_hostile_label_text_in_the_config_is_refused(tmp_path: Path, key: str, value: str) -> None:
+    """Host names and label values of the configuration: refused naming the key, the value
+    never echoed (before: accepted, and into every series and log line of the target)."""
+    f = tmp_path / "c.yml"
+    text = LABEL_KEYS[key].replace("VALUE", HOSTILE_TEXT[value])
+    f.write_text("auths:\n  a: {version: 2c, community: public}\n" + text + "\n")
+    with pytest.raises(ConfigError) as err:
+        load_model(CollectorConfig, f)
+    assert err.value.key == key, str(err.value)
+    assert "FORGED" not in str(err.value) and "www" not in str(err.value)
+    assert len(str(err.value)) < 400
+
+
+def test_label_text_that_is_text_passes(tmp_path: Path) -> None:
+    """Spaces, accents, a no-break space and emoji are text: kept as written."""
+    f = tmp_path / "c.yml"
+    host = "Büro rack\u00a07 ⚡ node-1"
+    f.write_text(
+        "auths:\n  a: {version: 2c, community: public}\n"
+        f"pdus:\n  - {{name: p, address: 'h:161', auth: a, host: \"{host}\"}}\n"
+    )
+    assert load_model(CollectorConfig, f).pdus[0].host == "Büro rack\u00a07 ⚡ node-1"
+
+
 def test_retention_zero_stays_meaningful(tmp_path: Path) -> None:
     f = tmp_path / "c.yml"
     f.write_text("runs:\n  retention: 0\n")

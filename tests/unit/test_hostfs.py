@@ -23,6 +23,7 @@ from exporters.hostfs.numbers import parse_u32, parse_u64
 from exporters.hostfs.pci import PCI_ADDR, ROOT_BUS, last_pci, msi_irqs
 from exporters.hostfs.read import (
     ATTR_MAX,
+    HeldAttrs,
     NotAFile,
     TooLarge,
     read_attr,
@@ -175,3 +176,67 @@ def test_device_filters(tmp_path: Path) -> None:
     assert wanted_interfaces(tmp_path, re.compile(NIC_EXCLUDE)) == ["eth0"]
     assert wanted_interfaces(tmp_path, None) == ["eth0", "veth12"]  # lo never
     assert wanted_interfaces(tmp_path / "absent", None) == []
+
+
+def test_held_attrs_read_the_value_now_through_one_descriptor(tmp_path: Path) -> None:
+    """HeldAttrs: the text read_attr gives, re-read at offset 0 on every call (a file rewritten
+    in place shows its new text), one descriptor per path, and the same refusals."""
+    f = tmp_path / "rx_bytes"
+    f.write_text("10\n")
+    held = HeldAttrs()
+    assert held.read(f) == "10" == read_attr(f)
+    with f.open("r+") as w:  # the same inode, as sysfs regenerates the same file
+        w.write("42\n")
+    assert held.read(f) == "42"
+    assert len(held) == 1
+    big = tmp_path / "big"
+    big.write_bytes(b"1" * (ATTR_MAX + 1))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert held.read(big) == held.read(fifo) == held.read(tmp_path / "missing") == ""
+    assert len(held) == 1  # refused files hold nothing
+    held.clear()
+    assert len(held) == 0 and held.read(f) == "42"
+    held.close()
+
+
+def test_held_attrs_reopen_by_path_when_the_descriptor_fails(tmp_path: Path) -> None:
+    """A descriptor that fails (ENODEV when its device left) is dropped and the path opened
+    again: a successor under the same name is read, not taken for missing."""
+    f = tmp_path / "diskseq"
+    f.write_text("7\n")
+    held = HeldAttrs()
+    assert held.read(f) == "7"
+
+    def fail() -> None:  # the held descriptor now fails to read (EISDIR), as a gone device's
+        os.close(held._fds[str(f)])
+        held._fds[str(f)] = os.open(tmp_path, os.O_RDONLY)
+
+    fail()
+    f.unlink()
+    f.write_text("8\n")  # the successor: a new file under the same path
+    assert held.read(f) == "8"
+    fail()
+    f.unlink()
+    assert held.read(f) == ""  # gone for good: unknown
+    assert len(held) == 0
+
+
+def test_held_attrs_are_bounded_and_agree_with_the_live_sys(tmp_path: Path) -> None:
+    """Past max_open, files are read by path; on the live /sys a held read is read_attr's."""
+    files = [tmp_path / f"a{i}" for i in range(3)]
+    for i, f in enumerate(files):
+        f.write_text(f"{i}\n")
+    held = HeldAttrs(max_open=2)
+    assert [held.read(f) for f in files] == ["0", "1", "2"]
+    assert len(held) == 2
+    held.close()
+    lo = Path("/sys/class/net/lo")
+    require(lo.exists(), "no /sys/class/net/lo (no sysfs in this sandbox)")
+    held = HeldAttrs()
+    try:
+        for _ in range(2):
+            assert held.read(lo / "mtu") == read_attr(lo / "mtu") != ""
+            assert held.read(lo / "ifindex") == read_attr(lo / "ifindex")
+    finally:
+        held.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 import pytest
@@ -336,17 +337,68 @@ def test_netlink_queue_stats_first_ethtool_for_the_rest(tmp_path: Path, caplog) 
     assert qstats.calls == 2
 
 
-def test_qstats_without_pyroute2_is_unavailable_not_a_crash(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import sys
+def _genl(mtype: int, seq: int, cmd: int, *attributes: bytes, flags: int = 2) -> bytes:
+    """One netlink message as the kernel writes it (flags: NLM_F_MULTI)."""
+    import struct
+
+    body = struct.pack("=BBH", cmd, 1, 0) + b"".join(attributes)
+    return struct.pack("=IHHII", 16 + len(body), mtype, flags, seq, 0) + body
+
+
+def _nla_uint(atype: int, value: int, size: int = 4) -> bytes:
+    from exporters.nic.qstats import nla
+
+    return nla(atype, value.to_bytes(size, sys.byteorder))
+
+
+def test_qstats_dump_bytes_become_records() -> None:
+    """A qstats-get dump as bytes (two queues in one datagram, then NLMSG_DONE): records with
+    4- and 8-byte counters, other families' messages and unknown attributes left out."""
+    import struct
+
+    from exporters.nic.qstats import NLMSG_DONE, dump_records, messages
+
+    fid = 20
+    data = (
+        _genl(fid, 7, 12, _nla_uint(1, 4), _nla_uint(2, 0), _nla_uint(3, 1), _nla_uint(9, 2**40, 8))
+        + _genl(fid, 7, 12, _nla_uint(1, 4), _nla_uint(2, 1), _nla_uint(3, 0), _nla_uint(10, 5))
+        + _genl(fid + 1, 7, 12, _nla_uint(1, 9))  # not the netdev family
+        + _genl(fid, 7, 12, _nla_uint(1, 4), _nla_uint(99, 1), _nla_uint(3, 2, 2))  # 2-byte: out
+        + struct.pack("=IHHIIi", 20, NLMSG_DONE, 2, 7, 0, 0)  # the dump's end, status 0
+    )
+    msgs = [(t, p) for t, _s, p in messages(data)]
+    records, done = dump_records(msgs, fid)
+    assert done
+    assert records == [{1: 4, 2: 0, 3: 1, 9: 2**40}, {1: 4, 2: 1, 3: 0, 10: 5}, {1: 4}]
+    assert queue_stats_by_ifindex(records) == {
+        4: [QueueStat("rx", 1, "bytes", 2**40), QueueStat("tx", 0, "packets", 5)]
+    }
+
+
+def test_qstats_errors_and_truncation() -> None:
+    """EOPNOTSUPP: no qstats-get (unavailable for good); another errno: an OSError for this
+    scrape; a message longer than the datagram stops the parse; no family: unavailable."""
+    import errno
+    import struct
 
     import pytest
 
-    from exporters.nic.qstats import NetdevQstats
+    from exporters.nic.qstats import NLMSG_ERROR, dump_records, family_id, messages
 
-    for mod in ("pyroute2.netlink", "pyroute2.netlink.generic", "pyroute2.netlink.exceptions"):
-        monkeypatch.setitem(sys.modules, mod, None)  # import raises ImportError
-    with pytest.raises(QstatsUnavailable, match="pyroute2 cannot be imported"):
-        NetdevQstats().read()
+    def err(code: int) -> bytes:
+        return struct.pack("=i", -code) + bytes(16)
+
+    with pytest.raises(QstatsUnavailable):
+        dump_records([(NLMSG_ERROR, err(errno.EOPNOTSUPP))], 20)
+    with pytest.raises(OSError) as exc:
+        dump_records([(NLMSG_ERROR, err(errno.EPERM))], 20)
+    assert exc.value.errno == errno.EPERM and not isinstance(exc.value, QstatsUnavailable)
+    assert dump_records([], 20) == ([], False)
+    whole = _genl(20, 1, 12, _nla_uint(1, 4))
+    assert list(messages(whole[:-1])) == []  # cut short: nothing made up
+    with pytest.raises(QstatsUnavailable):
+        family_id([(NLMSG_ERROR, 1, err(errno.ENOENT))])
+    assert family_id([(0x10, 1, _genl(0x10, 1, 1, _nla_uint(1, 27, 2))[16:])]) == 27
 
 
 def test_configured_speed_replaces_the_kernels() -> None:

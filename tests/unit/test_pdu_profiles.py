@@ -17,7 +17,7 @@ from collector.config import ConfigError
 from collector.pdu.snmprec import parse_snmprec
 from collector.pdu.snmpwalk import parse_snmpwalk
 from collector.site.profiles import load_profile, load_profiles
-from exporters.pdu.decode import decode, metered, text_of
+from exporters.pdu.decode import decode, label_of, metered, text_of
 from exporters.pdu.detect import NoProfile, detect_in_walk, family_matches
 from exporters.pdu.profile import Condition, Metric, Profile
 from exporters.pdu.types import Reading
@@ -1201,3 +1201,23 @@ def test_names_decode_utf8_then_latin1_and_strip() -> None:
     assert text_of(Value("noSuchInstance", None)) == ""
     assert text_of(None) == ""
     assert text_of(Value("Integer32", 5)) == "5"
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        (b"web-1\x1b[31m\nFORGED", "web-1\ufffd[31m\ufffdFORGED"),  # ESC, a forged line
+        (b"db\xc2\x9b31m", "db\ufffd31m"),  # C1 CSI (UTF-8)
+        (b"db\x9b31m", "db\ufffd31m"),  # C1 CSI (Latin-1, the fall-back)
+        (b"\xe2\x80\xaeevil", "\ufffdevil"),  # a bidi override
+        (b"\xed\xa0\x80x", "\xed\ufffd\ufffdx"),  # CESU-8 surrogate: Latin-1, U+00A0 U+0080
+        (b"N" * 70_000, "N" * 128),  # longer than an OCTET STRING may be, and cut
+        (b"  Outlet 7 \x00pad", "Outlet 7"),
+    ],
+    ids=["esc-newline", "c1-utf8", "c1-latin1", "bidi", "cesu-surrogate", "70kB", "nul"],
+)
+def test_label_text_is_printable_and_bounded(raw: bytes, want: str) -> None:
+    """What becomes a model, serial, firmware or outlet_name label (issue 34)."""
+    got = label_of(Value("OctetString", raw))
+    assert got == want
+    assert got.isprintable() and len(got) <= 128

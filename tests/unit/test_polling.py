@@ -150,3 +150,20 @@ def test_every_healthy_target_is_first_read_within_two_intervals_of_the_start(
     assert not late, late
     # and the dead were all tried in that round (none is starved by the healthy)
     assert all(f"dead{i}" in poller.last_poll for i in range(dead))
+
+
+def test_a_failure_detail_reaches_the_log_as_one_printable_bounded_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A poll failing with an exception that quotes the device's data (a decoder bug over an
+    ESC sequence, a newline forging a log line, a megabyte): one line, printable, at most 512
+    characters of detail (issue 34)."""
+    loop = VirtualLoop()
+    poller = Fake([T("p")], {}, loop)
+    try:
+        poller._failed("p", "error", "ValueError: '\x1b[31m\nFORGED line\x00" + "x" * 1_000_000)
+    finally:
+        loop.close()
+    (record,) = [r for r in caplog.records if "poll failed" in r.getMessage()]
+    text = record.getMessage()
+    assert text.isprintable() and "\x1b" not in text and len(text) < 700, text[:200]

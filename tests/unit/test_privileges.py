@@ -112,6 +112,9 @@ H = _helper()
     "dtype",
     ["auto", "ata", "scsi", "sat", "nvme", "megaraid,0", "megaraid,31", "cciss,3", "3ware,12",
      "aacraid,0,0,1", "areca,1", "areca,1/2", "hpt,1/1", "hpt,1/2/3",
+     # the probes' ranges (exporters/smart/probe.py) at their ends
+     "cciss,0", "cciss,127", "3ware,0", "3ware,127", "aacraid,5,0,127", "areca,32/8",
+     "areca,128", "hpt,8/32", "hpt,1/128/15",
      # --scan-open names a SATA disk behind a controller sat+TYPE (scrutiny's megaraid captures)
      "sat+megaraid,0", "sat+cciss,2", "sat+3ware,1", "sat+areca,3", "sat+aacraid,0,0,4",
      "sssraid,0,3", "sat+sssraid,1,12"],
@@ -126,7 +129,10 @@ def test_helper_types_allowed(dtype: str) -> None:
      "megaraid,99999", "cciss,x", "aacraid,0,0", "areca,1/", "hpt,1", "hpt,1/2/3/4", "test",
      "sat,12", "nvme,0x1", "usbjmicron", "auto ", "-d", "--all", "sat+auto", "sat+sat",
      "sat+megaraid", "sat+megaraid,01", "sat+sat+megaraid,0", "scsi+megaraid,0", "sssraid,1",
-     "sssraid,1,2,3"],
+     "sssraid,1,2,3",
+     # past smartctl's own bounds (lib/os_linux.cpp get_custom_device): it would refuse them
+     "cciss,128", "3ware,128", "areca,0", "areca,129", "areca,1/0", "areca,1/9", "hpt,0/1",
+     "hpt,9/1", "hpt,1/0", "hpt,1/129", "hpt,1/1/0", "hpt,1/1/16", "sat+cciss,128"],
 )  # fmt: skip
 def test_helper_types_refused(dtype: str) -> None:
     assert not H.valid_type(dtype)

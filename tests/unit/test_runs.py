@@ -141,6 +141,11 @@ def test_bad_names_are_400(name: Any, clock: Clock) -> None:
         ({"setup": "x" * 257}, "1-256 characters"),
         ({"setup": "a,b"}, "commas"),
         ({"setup": "a\nb"}, "control characters"),
+        ({"setup": "a\x1b[31mb"}, "control characters"),
+        ({"setup": "a\x9b31mb"}, "control characters"),  # C1 CSI: a terminal's ESC [
+        ({"setup": "a\u202eb"}, "format or control characters"),  # a bidi override
+        ({"setup": "a\u2028b"}, "control characters"),  # a line separator
+        ({"setup": "a\x00b"}, "control characters"),
         ({"setup": "a\ud800b"}, "lone surrogates"),  # JSON "\ud800": /metrics cannot encode it
         ({"setup": 5}, "must be a string"),
         ({f"k{i}": "v" for i in range(33)}, "at most 32"),

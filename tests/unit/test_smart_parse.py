@@ -334,6 +334,20 @@ def test_standby_is_not_woken() -> None:
          "Smartctl open device: /dev/sda failed: \\\\.\\PhysicalDrive0: Open failed, Error=5"),
         # --scan-open that found nothing: no `devices` key at all, and no health either
         ("local_scan_open.json", "error", 0, "no SMART data in the output"),
+        # a RAID -d type on a node of no such controller (what a probe of an absent
+        # controller or slot meets: exporters/smart/probe.py): the open fails, exit 2
+        ("local_probe_cciss_0_vda.json", "error", 2,
+         "Smartctl open device: /dev/vda [cciss_disk_00] [SCSI/SAT] failed: Operation not"
+         " permitted"),
+        ("local_probe_3ware_0_vda.json", "error", 2,
+         "Smartctl open device: /dev/vda [3ware_disk_00] failed: Operation not permitted"),
+        ("local_probe_aacraid_0_0_0_vda.json", "error", 2,
+         "Smartctl open device: /dev/vda [aacraid_disk_00_00_0] [SCSI/SAT] failed: aac entry not"
+         " found in /proc/devices"),
+        ("local_probe_areca_1_vda.json", "error", 2,
+         "Smartctl open device: /dev/vda [areca_disk#01_enc#01] failed: Input/output error"),
+        ("local_probe_hpt_1_1_vda.json", "error", 2,
+         "Smartctl open device: /dev/vda [hpt_disk_1/1/1] failed: Operation not permitted"),
     ],
 )  # fmt: skip
 def test_outputs_without_health(name: str, status: str, exit_status: int, detail: str) -> None:
@@ -353,6 +367,8 @@ def test_every_fixture_is_asserted() -> None:
         "local_vda_d_sat.json",
         "nosmart_open_failed_windows.json",
         "local_scan_open.json",
+        *(f"local_probe_{t}_vda.json" for t in ("cciss_0", "3ware_0", "aacraid_0_0_0")),
+        *(f"local_probe_{t}_vda.json" for t in ("areca_1", "hpt_1_1")),
     }
     assert {p.name for p in SMART.glob("*.json")} == named
 
@@ -509,3 +525,56 @@ def test_scan_parser_never_raises(data: bytes) -> None:
     for m in got or ():
         assert m.path.startswith("/dev/") and ".." not in m.path
         assert m.dtype.endswith(f"{m.controller},{m.slot}")
+
+
+# What a drive's IDENTIFY strings, or a broken smartctl, may put in its JSON (issue 34): the
+# JSON text of each, bytes that are not UTF-8 raw. smartctl copies a drive's model, serial and
+# firmware as they come.
+HOSTILE_STRINGS = {
+    "esc-newline": b'"\\u001b[31m\\nFORGED smart line"',
+    "nul": b'"\\u0000\\u0000x"',
+    "surrogate": b'"\\ud800x"',
+    "not-utf8": b'"caf\xe9 \xff\xfe\xc3("',
+    "c1-bidi": b'"\\u009b31m\\u202e"',
+    # 16 KB in each of up to ~150 strings (every attribute's name and flags string): within
+    # MAX_OUTPUT (4 MiB), past which the whole output is refused, cleanly and unread (a
+    # megabyte in each: test_oversized_output_is_refused_unread's bound)
+    "16kB": b'"' + b"M" * 16384 + b'"',
+}
+STRING_KEYS = ("model_name", "model_family", "serial_number", "firmware_version", "name", "string")
+_MARK = "WB-HOSTILE-STRING"
+
+
+def _hostile(doc: object) -> object:
+    """The document with every STRING_KEYS string (at any depth) replaced by the marker."""
+    if isinstance(doc, dict):
+        return {
+            k: _MARK if k in STRING_KEYS and isinstance(v, str) else _hostile(v)
+            for k, v in doc.items()
+        }
+    if isinstance(doc, list):
+        return [_hostile(v) for v in doc]
+    return doc
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE_STRINGS))
+@pytest.mark.parametrize("name", sorted({**ATA, **NVME}))
+def test_hostile_strings_cost_their_characters_never_the_reading(name: str, kind: str) -> None:
+    """Every model, family, serial, firmware, device and attribute name and message of a real
+    capture made hostile: the same reading (health, temperature, counters) as the capture's,
+    every string kept printable and bounded (before: bytes that are not UTF-8 lost the disk's
+    whole reading, "output is not JSON")."""
+    data = (FIXTURES / "smart" / name).read_bytes()
+    want = parse_smartctl(data)
+    text = json.dumps(_hostile(json.loads(data))).encode()
+    got = parse_smartctl(text.replace(f'"{_MARK}"'.encode(), HOSTILE_STRINGS[kind]))
+    assert got.status == want.status == "ok", got.detail[:80]
+    assert (got.healthy, got.temperature_celsius, got.power_on_seconds, got.nvme) == (
+        want.healthy,
+        want.temperature_celsius,
+        want.power_on_seconds,
+        want.nvme,
+    )
+    assert [(a.id, a.raw) for a in got.attributes] == [(a.id, a.raw) for a in want.attributes]
+    for text_out in (got.detail, *(a.name for a in got.attributes)):
+        assert text_out.isprintable() and len(text_out) <= 256, text_out[:80]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from exporters.tcp.flows import CLOSE_LINGER_SAMPLES, FlowTable, Key, Sock
+from exporters.tcp.flows import CLOSE_LINGER_SAMPLES, FlowTable, Graveyard, Key, Sock
 
 OTHER: Key = ("other", "other", "", "", "", "")
 
@@ -185,3 +185,13 @@ def test_gauges() -> None:
     assert g.min_rtt == 0.0015 and g.delivery_rate == 10**6
     assert g.cwnd == 2 * 10 * 1448 and g.snd_wnd == 4096 and g.rcv_wnd is None
     assert g.busiest_inode == 1 and g.algorithms == {"cubic"} and g.rcvbuf == 2000
+
+
+def test_graveyard_remembers_the_last_size_cookies_and_at_most_twice_that() -> None:
+    g = Graveyard(size=100)
+    for cookie in range(1, 1001):
+        g.add(cookie)
+        assert len(g) <= 200
+        # every one of the last 100 buried is remembered, whatever the moment
+        assert all(c in g for c in range(max(1, cookie - 99), cookie + 1))
+    assert 1 not in g and 700 not in g

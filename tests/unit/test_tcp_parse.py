@@ -250,3 +250,15 @@ def test_process_scan_over_a_proc_tree(tmp_path: Path) -> None:
     p.scan()
     assert p.by_inode == {999: (123, "evil\ufffdname"), 1000: (77, "iperf3")}
     assert not p.due()
+
+
+def test_flow_label_records() -> None:
+    """The iterator's records (flowlabel.bpf.c struct record): cookie, label, pad; a partial
+    record at the end (a read cut at max_bytes) is dropped, a label wider than 20 bits masked."""
+    import struct
+
+    from exporters.tcp.flowlabels import parse_records
+
+    data = struct.pack("=QII", 7, 0x12345, 0) + struct.pack("=QII", 9, 0xFFF00001, 0)
+    assert parse_records(data + b"\x01\x02\x03") == {7: 0x12345, 9: 0x00001}
+    assert parse_records(b"") == {} and parse_records(b"\xff" * 15) == {}

@@ -9,7 +9,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ...hostfs import caps
+from ...hostfs import caps, libbpf
 from ..bpfshared import Identity, LiveDisks, fdinfo, kernel_at_least, prog_stats, sum_percpu
 from ..diskstats import DiskstatsBackend
 from ..layout import CLOCK_DEVICE, CLOCK_QUEUE, Layout
@@ -23,7 +23,6 @@ from ..model import (
     caps_reason,
 )
 from ..unseen import Unseen
-from . import libbpf
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +44,7 @@ WORDS = LAYOUT.words
 # in what it sums. A new counter: its word here and its P_ name below.
 HEAD = (IOS, BYTES, ERRORS, UNTIMED, LSUM_DEV, LSUM_Q, SSUM)
 P_IOS, P_BYTES, P_ERRORS, P_UNTIMED, P_LSUM_DEV, P_LSUM_Q, P_SSUM = range(len(HEAD))
+_Key = tuple[int, int, int]  # (dev, op, diskseq)
 _KEY = struct.Struct("=IIQ")  # struct stat_key: dev, op, seq (diskseq)
 # the .rodata cfg: bounds, size_histogram, max_queues, stamps
 _CFG = struct.Struct(f"={MAX_LAT_BOUNDS}QQQQ")
@@ -74,6 +74,9 @@ _PREALLOC_ENTRIES = 1024  # before 6.1: 256 disks x 4 ops, preallocated per CPU
 # Unclaimed slots a batch may read through rather than start another syscall: a slot costs a
 # copy of WORDS words per CPU, a syscall ~1 us and its Python around it several.
 _GAP = 6
+# The copies of unchanged values _raw() keeps to skip their sums: 96 array slots on 2 CPUs are
+# ~130 KiB; a 128-CPU host's 48 busy disks would need ~8 MiB, so there only some are kept.
+MEMO_BYTES = 2 << 20
 
 
 def _runs(indices: list[int], gap: int) -> list[tuple[int, int]]:
@@ -186,6 +189,8 @@ class CoreBackend:
         self.clocks: dict[Identity, str] = {}
         self._pick = self._words()
         self._no_batch = False  # the kernel refused a batch lookup of the array: one by one
+        # the last read's values (key, bytes) -> their sums (_raw), within MEMO_BYTES
+        self._memo: dict[tuple[_Key | None, bytes], list[tuple[_Key, list[int]]]] = {}
         # Completions the kernel counts that the program is not run for, baselined now
         # (unseen.py; docs/exporters/blockio.md).
         self.unseen = Unseen()
@@ -247,6 +252,9 @@ class CoreBackend:
         they are), then the hash map's entries by (dev, op, diskseq)."""
         value_size = WORDS * 8 * self.ncpus
         used = self._used.lookup(b"\0\0\0\0", MAX_SLOTS * 8) or b""
+        # queue ids are dense from 0: past the last claimed slot (a few hundred on a large
+        # host) the 4096 words are zeros, not worth unpacking one by one
+        used = used[: (len(used.rstrip(b"\0")) + 7) // 8 * 8]
         claimed = [i for i, c in enumerate(struct.unpack(f"={len(used) // 8}Q", used)) if c]
         for first, last in _runs(claimed, _GAP):
             # One syscall per run of claimed slots (BPF_MAP_LOOKUP_BATCH) instead of one per
@@ -281,12 +289,28 @@ class CoreBackend:
                 val = [a + b for a, b in zip(have, val, strict=True)]
             out[k] = val
 
+        memo = self._memo
+        self._memo = {}
+        budget = MEMO_BYTES
         for key, value in self.values():
-            if key is None:
-                for (claim, seq), val in _by_key(value, self._pick):
-                    add((claim >> 8, (claim & 0xFF) - 1, seq), val)
-            else:
-                add(key, sum_percpu(value, WORDS, self._pick))
+            # A value whose bytes are those of the last read (an idle disk's, most of a large
+            # host's between two scrapes) has the same sums: compared whole, never guessed
+            # from a counter (a completion on another CPU may be half-written at a read).
+            raw = bytes(value)
+            sums = memo.get((key, raw))
+            if sums is None:
+                if key is None:
+                    sums = [
+                        ((c >> 8, (c & 0xFF) - 1, seq), v)
+                        for (c, seq), v in _by_key(raw, self._pick)
+                    ]
+                else:
+                    sums = [(key, sum_percpu(raw, WORDS, self._pick))]
+            if budget >= len(raw):  # bounded: at most MEMO_BYTES of copies kept
+                budget -= len(raw)
+                self._memo[(key, raw)] = sums
+            for k, val in sums:
+                add(k, val)
         return out
 
     def _forget(self, dead: list[tuple[int, int, int]]) -> None:
@@ -404,3 +428,4 @@ class CoreBackend:
     def close(self) -> None:
         """Detach the programs and free the maps."""
         self.obj.close()
+        self.disks.close()

@@ -58,6 +58,9 @@ def _load() -> ctypes.CDLL:
         "bpf_map__set_map_flags": (ctypes.c_int, [_c_p, ctypes.c_uint32]),
         "bpf_program__set_autoload": (ctypes.c_int, [_c_p, ctypes.c_bool]),
         "bpf_program__attach": (_c_p, [_c_p]),
+        "bpf_program__attach_iter": (_c_p, [_c_p, _c_p]),
+        "bpf_link__fd": (ctypes.c_int, [_c_p]),
+        "bpf_iter_create": (ctypes.c_int, [ctypes.c_int]),
         "bpf_program__fd": (ctypes.c_int, [_c_p]),
         "bpf_link__destroy": (ctypes.c_int, [_c_p]),
         "bpf_map_lookup_batch": (
@@ -289,6 +292,31 @@ class Program:
         """Attach at the program's own section (tp_btf/...)."""
         if self._link is None:
             self._link = _check_ptr(lib().bpf_program__attach(self._ptr), f"attach {self.name}")
+
+    def attach_iter(self) -> None:
+        """Attach an iterator program (iter/...) with no options: over every object of its
+        kind that the reader's namespace sees."""
+        if self._link is None:
+            ptr = lib().bpf_program__attach_iter(self._ptr, None)
+            self._link = _check_ptr(ptr, f"attach {self.name}")
+
+    def iterate(self, max_bytes: int) -> bytes:
+        """One walk of an attached iterator (bpf_iter_create, then read to its end): what it
+        wrote, at most max_bytes (the rest is not read). The link was made while the process
+        held CAP_BPF; a new iterator of it needs none (kernel/bpf/bpf_iter.c)."""
+        if self._link is None:
+            raise LibbpfError(errno.EBADF, f"{self.name}: not attached")
+        fd = _check(lib().bpf_iter_create(lib().bpf_link__fd(self._link)), f"{self.name}: iter")
+        out = bytearray()
+        try:
+            while len(out) < max_bytes:
+                chunk = os.read(fd, min(1 << 16, max_bytes - len(out)))
+                if not chunk:
+                    break
+                out += chunk
+        finally:
+            os.close(fd)
+        return bytes(out)
 
     def detach(self) -> None:
         """Destroy the link (the program stays loaded)."""

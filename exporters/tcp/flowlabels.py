@@ -1,0 +1,85 @@
+"""The IPv6 flow label each TCP socket sends with, by socket cookie: the iter/tcp program
+core/flowlabel.bpf.c, loaded through libbpf (exporters/hostfs/libbpf.py) when the exporter is
+built, read once per sample (docs/exporters/tcp.md, "SciTags").
+
+Why a BPF iterator: sock_diag has no flow-label attribute (inet_diag up to Linux 6.18), and
+/proc/net/ip6_flowlabel lists the leases of IPV6_FLOWLABEL_MGR by label and destination only,
+not by socket (two transfers to one peer with different labels cannot be told apart). The
+iterator reads each socket's own `ipv6_pinfo.flow_label`, the label its packets carry.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from pathlib import Path
+
+from exporters.hostfs import caps, libbpf
+from exporters.tcp import hostread
+
+log = logging.getLogger(__name__)
+
+OBJECT = Path(__file__).resolve().parent / "core" / "flowlabel.bpf.o"
+RECORD = struct.Struct("=QII")  # struct record of flowlabel.bpf.c: cookie, label, pad
+FLOW_LABEL_MASK = 0xFFFFF
+
+
+def parse_records(data: bytes) -> dict[int, int]:
+    """cookie -> flow label from the iterator's output (a trailing partial record is dropped,
+    labels beyond 20 bits are masked: the program masks them already)."""
+    end = len(data) - len(data) % RECORD.size
+    return {
+        cookie: label & FLOW_LABEL_MASK
+        for cookie, label, _pad in RECORD.iter_unpack(memoryview(data)[:end])
+    }
+
+
+class FlowLabels:
+    """Loads and attaches the iterator where the process may (CAP_BPF + CAP_PERFMON, or
+    CAP_SYS_ADMIN before 5.8: a tracing program type) and the kernel has BTF; says why not
+    otherwise. Reading it later needs no capability (a new iterator of an existing link)."""
+
+    def __init__(self, max_sockets: int, sys_root: Path = Path("/sys")) -> None:
+        self.max_bytes = max_sockets * RECORD.size
+        self.source, self.reason = "none", ""
+        self.failures = 0
+        self._obj: libbpf.Object | None = None
+        self._prog: libbpf.Program | None = None
+        missing = caps.bpf_tracing_missing(caps.current().effective)
+        if missing:
+            self.reason = f"missing {'+'.join(missing)}"
+        elif not hostread.exists(sys_root, "kernel/btf/vmlinux"):
+            self.reason = "no kernel BTF"
+        elif not OBJECT.exists():
+            self.reason = "not built (scripts/build-bpf.sh)"
+        else:
+            self._load()
+
+    def _load(self) -> None:
+        try:
+            self._obj = libbpf.Object(OBJECT)
+            self._obj.load()
+            self._prog = self._obj.program("flow_labels")
+            self._prog.attach_iter()
+        except OSError as exc:  # LibbpfError, or no libbpf at all
+            log.warning("tcp: flow labels unavailable: %s\n%s", exc, libbpf.last_messages())
+            self.reason = f"load failed: {exc.strerror or exc}"[:120]
+            self.close()
+            return
+        self.source, self.reason = "bpf_iter", "iter/tcp program attached"
+
+    def read(self) -> dict[int, int]:
+        """cookie -> label of every IPv6 TCP socket sending with a label; {} when not loaded."""
+        if self._prog is None:
+            return {}
+        try:
+            return parse_records(self._prog.iterate(self.max_bytes))
+        except OSError:
+            self.failures += 1
+            return {}
+
+    def close(self) -> None:
+        """Detach and free the program."""
+        if self._obj is not None:
+            self._obj.close()
+        self._obj = self._prog = None
