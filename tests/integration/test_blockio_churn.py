@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import tempfile
 import time
@@ -273,6 +272,10 @@ nic:
   exclude: '^(docker|br-|virbr|vnet)'
 smart:
   enabled: false
+tcp:
+  # off: it follows every socket of the machine, and the suite's other workers open and
+  # close thousands (its memory under socket churn is test_tcp_real's and bench's subject)
+  enabled: false
 """
 DEVICE_SERIES = re.compile(r'^wattbit_disk_\w+\{[^}]*device="([^"]+)"', re.M)
 IFACE_SERIES = re.compile(r'^wattbit_nic_\w+\{[^}]*interface="([^"]+)"', re.M)
@@ -283,15 +286,6 @@ def _rss_kb(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise AssertionError("no VmRSS")
-
-
-def _scrape_seconds(agent: Agent, n: int = 5) -> float:
-    times = []
-    for _ in range(n):
-        t0 = time.monotonic()
-        agent.scrape_text()
-        times.append(time.monotonic() - t0)
-    return statistics.median(times)
 
 
 def _agent_map_ids(pid: int) -> set[int]:
@@ -357,7 +351,7 @@ def test_agent_returns_to_baseline_after_churn(loops: Loops, tmp_path: Path) -> 
             loops.remove(n)
         _del_veths(prefix, 2)
         agent.scrape_text()
-        rss0, scrape0 = _rss_kb(agent.proc.pid), _scrape_seconds(agent)
+        rss0 = _rss_kb(agent.proc.pid)
 
         for r in range(15):  # 15 x 20 = 300 disks, 15 x (2 x 7) = 210 veths
             names = [name for n in range(BASE, BASE + WIDTH) if (name := loops.add(n))]
@@ -385,10 +379,11 @@ def test_agent_returns_to_baseline_after_churn(loops: Loops, tmp_path: Path) -> 
         assert not any(
             decode(dev)[1] in range(BASE, BASE + WIDTH) for dev in _hash_devs(agent.proc.pid)
         )
-        # RSS and scrape time: generous multiples (the bug: +27 MB and x50 for 200 disks).
-        rss1, scrape1 = _rss_kb(agent.proc.pid), _scrape_seconds(agent)
+        # RSS: a generous multiple (the bug: +27 MB for 200 disks). The scrape's time, x50
+        # with the bug, is not asserted (a loaded machine stretches any time): what made it
+        # grow, series and map entries of gone devices, is checked exactly above.
+        rss1 = _rss_kb(agent.proc.pid)
         assert rss1 < rss0 * 1.5, (rss0, rss1)
-        assert scrape1 < max(scrape0 * 5, scrape0 + 0.5), (scrape0, scrape1)
 
         # A new disk at a dev_t used 15 times before: counted from zero, exactly as a witness
         # that never saw its predecessors counts it (a tracer loaded here, now), and as the

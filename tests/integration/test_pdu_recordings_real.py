@@ -293,6 +293,19 @@ class Snmpwalk:
         return sorted(idx, key=lambda i: tuple(int(a) for a in i.split(".")))
 
 
+@pytest.fixture(scope="module")
+def walks(sim: SnmpSim) -> dict[str, Snmpwalk]:
+    """net-snmp's reading of each PDU, one per module: the recordings are static, so the two
+    tests of a PDU (and the feeds test) read each column once, not once each."""
+    return {c: Snmpwalk(sim, c) for c in sim.communities}
+
+
+@pytest.fixture(scope="module")
+def by_name() -> dict[str, Profile]:
+    """Every shipped profile by name, loaded once for the module (not once per test)."""
+    return {p.name: p for p in load_profiles()}
+
+
 def _expected(w: Snmpwalk, spec: Metric, index: str) -> Fraction | None:
     """raw x scale / 10^digits for one row, from snmpwalk; None where it is no reading."""
     row = f"{index}.{spec.suffix}" if spec.suffix else index
@@ -403,10 +416,11 @@ def _profile(scraped: dict, pdu: str, profiles: dict[str, Profile]) -> Profile:
 
 
 @pytest.mark.parametrize("pdu", [*_recordings(), *_variants()])
-def test_every_exported_value_equals_snmpwalk(pdu: str, sim: SnmpSim, scraped: dict) -> None:
-    profiles = {p.name: p for p in load_profiles()}
-    profile = _profile(scraped, pdu, profiles)
-    w = Snmpwalk(sim, pdu)
+def test_every_exported_value_equals_snmpwalk(
+    pdu: str, walks: dict[str, Snmpwalk], by_name: dict[str, Profile], scraped: dict
+) -> None:
+    profile = _profile(scraped, pdu, by_name)
+    w = walks[pdu]
     checked = 0
     for (name, labels), value in scraped.items():
         lab = dict(labels)
@@ -505,10 +519,11 @@ def _reading(w: Snmpwalk, spec: Metric, row: str) -> bool:
 
 
 @pytest.mark.parametrize("pdu", [*_recordings(), *_variants()])
-def test_every_reading_snmpwalk_shows_is_exported(pdu: str, sim: SnmpSim, scraped: dict) -> None:
-    profiles = {p.name: p for p in load_profiles()}
-    profile = _profile(scraped, pdu, profiles)
-    w = Snmpwalk(sim, pdu)
+def test_every_reading_snmpwalk_shows_is_exported(
+    pdu: str, walks: dict[str, Snmpwalk], by_name: dict[str, Profile], scraped: dict
+) -> None:
+    profile = _profile(scraped, pdu, by_name)
+    w = walks[pdu]
     spec = _outlet_table(w, profile)
     if spec is None:
         return
@@ -550,11 +565,10 @@ def test_identity_and_health(scraped: dict) -> None:
 
 
 def test_feeds_carry_the_unit_bank_or_phase_values_to_their_host(
-    sim: SnmpSim, scraped: dict
+    walks: dict[str, Snmpwalk], by_name: dict[str, Profile], scraped: dict
 ) -> None:
     """A mapped feed's watts and joules: the unit's own samples, or net-snmp's reading of the
     bank's or phase's row scaled by the profile."""
-    profiles = {p.name: p for p in load_profiles()}
     unit = {
         (name, dict(labels)["pdu"]): v
         for (name, labels), v in scraped.items()
@@ -567,8 +581,8 @@ def test_feeds_carry_the_unit_bank_or_phase_values_to_their_host(
     }
     checked = 0
     for pdu, mapped in FEEDS.items():
-        profile = _profile(scraped, pdu, profiles)
-        w = Snmpwalk(sim, pdu)
+        profile = _profile(scraped, pdu, by_name)
+        w = walks[pdu]
         for feed, host in mapped:
             watts = ("wattbit_pdu_feed_power_watts", pdu, feed, host)
             joules = ("wattbit_pdu_feed_energy_joules_total", pdu, feed, host)
@@ -605,7 +619,7 @@ def test_feeds_carry_the_unit_bank_or_phase_values_to_their_host(
 
 @pytest.mark.parametrize("pdu", sorted(_not_read()))
 def test_devices_no_profile_reads_are_down_with_no_profile(
-    pdu: str, sim: SnmpSim, scraped: dict
+    pdu: str, sim: SnmpSim, by_name: dict[str, Profile], scraped: dict
 ) -> None:
     """A UPS, a cooling unit or a sensor under a PDU vendor's enterprise (and a floor PDU of a
     MIB no profile reads) is down with `no_profile` and exports no reading at all; net-snmp
@@ -628,7 +642,6 @@ def test_devices_no_profile_reads_are_down_with_no_profile(
     # the independent side: net-snmp's walk of the whole enterprise subtree
     walked = snmpwalk_values(sim.endpoint, pdu, "1.3.6.1.4.1", max_repetitions=50)
     assert walked, "the agent answers (a down PDU here is no timeout)"
-    profiles = load_profiles()
-    for p in profiles:
+    for p in by_name.values():
         cols = tuple(c + "." for c in p.signature_columns())
         assert not [o for o in walked if o.startswith(cols)], p.name
