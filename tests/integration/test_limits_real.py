@@ -79,8 +79,8 @@ SHAPED_BITS = 200e6  # the shaped veth's rate (and its nic.link_speeds entry)
 # the agent is told one far beyond anything it can carry, so it is never the limiter.
 UNSHAPED_BITS = 1e12
 # The paced sender of "none": 10 % of the shaped veth, and twice the 0.01 Gbit/s below which
-# the limiter rule calls a host idle and records nothing (10 Mbit/s sat on that line: a step
-# a little under it left the rule with no verdict to agree with).
+# the limiter rule calls a host idle and records nothing (10 Mbit/s, about 0.0107 Gbit/s on
+# the wire, sat on that line: on a loaded machine the rule had no verdict in the window at all).
 PACED_BITS = 20e6
 BUSY_CPU = "1"
 FAST_RULES = ROOT / "alerts" / "test-overrides" / "wattbit-recording-fast.yml"
