@@ -64,13 +64,15 @@ pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.alone, pytest.mark.
 
 HOST = "limits-host"
 # Each scenario's length: the report judges SCENARIO_S - SKIP_S - 1 one-second steps of it
-# (five), every one of which shows the scenario's limiter at full strength on an otherwise
-# idle machine (the `alone` phase); a longer window only averages more of the same.
-SCENARIO_S = 10
+# (nine), every one of which shows the scenario's limiter at full strength on an otherwise
+# idle machine (the `alone` phase). 10 s (five steps) was tried: one burst of the paced
+# sender catching up after a stall then weighed a fifth of its NIC mean (0.2 once, on a
+# machine at load 3-7); 30 s (24 steps) cost 80 s more of every run.
+SCENARIO_S = 15
 # Left out of each report window: the rates' windows (the report's three scrapes, the fast
 # rules' 3 s) fill, and the previous scenario's tail leaves them. The scenarios follow each
 # other without a pause: this is the pause.
-SKIP_S = 4
+SKIP_S = 5
 DELAY_MS = 15  # per FUSE read: a 128 KiB read takes at least this, the disk never idles
 SHAPED_BITS = 200e6  # the shaped veth's rate (and its nic.link_speeds entry)
 # The unshaped veth (disk and cpu scenarios) reports the kernel's placeholder 10 Gbit/s
