@@ -18,13 +18,21 @@ from tests.support.env import FIXTURES
 # runs them one after the other, while the other workers run the rest (docs/testing.md).
 # One lane, not several: test_blockio_churn.py adds and removes loop devices by number, which
 # any `losetup --find` running beside it could be handed and lose.
+# A `root` test also marked `unshared` needs root only for what is its own (a throwaway chroot
+# in a private mount namespace, rpmbuild; no loop device, BPF program or namespace of the
+# machine's): it keeps its module's group, beside the lane. The package tier's Ansible, RPM
+# and Ubuntu tests are; their minutes (an apt install, two Ansible runs, mmdebstrap) were the
+# lane's. tests/support/debroot.py builds the packages once for all workers.
 SERIAL_MARKERS = ("root", "bpf", "serial")
 SERIAL_LANE = "serial"
 
 
 def _group(item: pytest.Item) -> str | None:
     """The xdist group of a test: the serial lane, its integration module, or none."""
-    if any(item.get_closest_marker(m) for m in SERIAL_MARKERS):
+    lane = [m for m in SERIAL_MARKERS if item.get_closest_marker(m)]
+    if item.get_closest_marker("unshared") and lane == ["root"]:
+        lane = []
+    if lane:
         return SERIAL_LANE
     if "integration" in item.path.parts:
         return f"module:{item.path.stem}"

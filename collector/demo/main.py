@@ -657,11 +657,28 @@ def phases(console: Console, st: Stack, duration: float) -> None:
     console.print(_wattbit_run(st, "stop", RUN))
 
 
+def settled(st: Stack, since: float) -> None:
+    """Wait until Prometheus has scraped every target and evaluated every rule group after
+    ``since`` (what a fixed pause guessed at: the last samples are in, on a busy machine too)."""
+    last = "prometheus_rule_group_last_evaluation_timestamp_seconds"
+
+    def after() -> bool:
+        scraped = prom_query(st.prom_url, "min(timestamp(up))")
+        evaluated = [v for (n, _l), v in scrape(f"{st.prom_url}/metrics").items() if n == last]
+        newest = [float(scraped[0]["value"][1]), *evaluated] if scraped and evaluated else []
+        return bool(newest) and min(newest) > since
+
+    def alive() -> None:
+        st.procs.check(ending=("sender",))  # the streams have ended
+
+    wait_for(after, 60, "Prometheus: the run's last samples", alive=alive, errors=(Exception,))
+
+
 def report(
     console: Console, st: Stack, out_dir: Path, data_dir: Path | None, wait: bool | None
 ) -> None:
     """`wattbit report` of the run, its summary, and Prometheus kept up if asked."""
-    time.sleep(3.0)  # the run's end and the last samples reach Prometheus
+    settled(st, time.time())  # the run's end and the last samples reach Prometheus
     console.print("writing the report: wattbit report …")
     out_dir.mkdir(parents=True, exist_ok=True)
     r = subprocess.run(

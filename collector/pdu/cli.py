@@ -157,10 +157,16 @@ def _report(
     for kind, rows in (("bank", r.banks), ("phase", r.phases)):
         if rows:  # what `feeds:` can map to a host (docs/exporters/pdu.md, Feeds)
             shown = ", ".join(
-                f"{kind}:{b.index}" + (f" {b.power_watts:g} W" if b.power_watts is not None else "")
+                f"{kind}:{b.index}"
+                + (f" {b.power_watts:g} W" if b.power_watts is not None else "")
+                + (f" {b.current_amperes:g} A" if b.current_amperes is not None else "")
                 for b in rows
             )
             lines.append(f"{kind}s (feeds): {shown}")
+    switched = [o for o in r.outlets if o.on is not None]
+    if switched:
+        on = sum(1 for o in switched if o.on)
+        lines.append(f"switched: {on} on, {len(switched) - on} off")
     if not metered(r):
         lines.append("this PDU meters nothing the profile reads: its health only is exported")
     if r.invalid:

@@ -5,7 +5,7 @@ contexts at import (loading the system's CA bundle): 40 ms of an idle 2-vCPU mac
 start, 170 ms of a busy one's, about half of the agent's import of aiohttp, for a client
 the agent never uses (issue 35: the agent ready sooner). The server needs only web_protocol,
 web_server, web_request and web_response. The package is stood in by a bare module for the
-import only, as exporters/nic/qstats.py does for pyroute2; whoever imports `aiohttp` itself
+import only; whoever imports `aiohttp` itself
 afterwards (the collector's Redfish client) gets the real package as usual, the submodules
 shared through sys.modules. The stand-in carries the real __version__ (aiohttp.http puts it
 into the Server header), read from the package's first line; where it is not there, or

@@ -19,7 +19,9 @@ under one reason:
 
 A unit ``sum`` is None as soon as one of its rows is invalid (a partial sum would look like a
 real, lower load); only the invalid rows are counted. Skipped outlet rows (padding) are not
-outlets and are not counted.
+outlets and are not counted. Each value (instance OID) is counted once however many readings
+use it: a unit's current summed over the phase rows and the phases' own currents read the same
+column.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from exporters.base import clean_text
 from exporters.snmp.oid import oid_arcs
 from exporters.snmp.types import EXCEPTIONS, Value, Walk
 
-from .profile import Condition, Metric, Outlets, Profile, UnitMetric
+from .profile import Condition, Metric, Outlets, Profile, SwitchState, UnitMetric
 from .types import OutletReading, Reading
 
 REASONS = (
@@ -63,6 +65,24 @@ MAX_OUTLETS = 512  # the default of max_outlets
 MAX_LABEL_TEXT = 128
 # What an optional column (state, digits) may be without spoiling its value: not there.
 _ABSENT = frozenset({"missing", "no_such"})
+
+
+class _Invalid:
+    """Values that were no reading, by reason, each instance OID counted once (a unit's sum
+    over the phase rows and the phases' own values read the same instances)."""
+
+    def __init__(self) -> None:
+        self.by_oid: dict[str, str] = {}
+
+    def add(self, reason: str, oid: str) -> None:
+        self.by_oid.setdefault(oid, reason)
+
+    def update(self, other: _Invalid) -> None:
+        for oid, reason in other.by_oid.items():
+            self.add(reason, oid)
+
+    def counts(self) -> Counter[str]:
+        return Counter(self.by_oid.values())
 
 
 class _Table:
@@ -234,25 +254,26 @@ def _sorted(indices: list[str]) -> list[str]:
     return sorted(indices, key=oid_arcs)
 
 
-def _unit(t: _Table, spec: UnitMetric, bad: Counter[str]) -> float | None:
+def _unit(t: _Table, spec: UnitMetric, bad: _Invalid) -> float | None:
     """A unit-level value (scalar, first row or sum), counting what was dropped."""
-    local: Counter[str] = Counter()
+    local = _Invalid()
     result = _unit_once(t, spec, local)
     # Absent, or the MIB's "not supported here" (-1 and the like): the device answers this
     # object in name only, so the fallback's object is the reading (APC rPDUB units answer -1
     # to rPDU2DeviceStatusPower). An unavailable *state* is a sensor's passing condition: no.
-    unsupported = bool(local) and set(local) <= {"missing", "no_such", "negative"}
+    reasons = set(local.by_oid.values())
+    unsupported = bool(reasons) and reasons <= {"missing", "no_such", "negative"}
     if result is None and unsupported and spec.fallback is not None:
         return _unit(t, spec.fallback, bad)
     bad.update(local)
     return result
 
 
-def _unit_once(t: _Table, spec: UnitMetric, bad: Counter[str]) -> float | None:
+def _unit_once(t: _Table, spec: UnitMetric, bad: _Invalid) -> float | None:
     if spec.instance is not None:
         value, why = _value(t, spec, spec.instance)
         if why:
-            bad[why] += 1
+            bad.add(why, f"{spec.oid}.{spec.instance}")
         return None if value is None else float(value)
     rows = []
     for idx in _sorted(list(t.rows(spec.oid))):
@@ -265,7 +286,7 @@ def _unit_once(t: _Table, spec: UnitMetric, bad: Counter[str]) -> float | None:
         if all(_holds(t, c, row) for c in spec.where):
             rows.append((row, idx))
     if not rows:
-        bad["missing"] += 1
+        bad.add("missing", spec.oid)
         return None
     if spec.aggregate == "first":
         rows = rows[:1]
@@ -274,7 +295,7 @@ def _unit_once(t: _Table, spec: UnitMetric, bad: Counter[str]) -> float | None:
     for _, idx in rows:
         value, why = _value(t, spec, idx)
         if value is None:
-            bad[why or "missing"] += 1
+            bad.add(why or "missing", f"{spec.oid}.{idx}")
             ok = False
         else:
             total += value
@@ -325,40 +346,85 @@ def _chosen(t: _Table, table: Outlets) -> Outlets:
 
 
 def _outlets(
-    t: _Table, table: Outlets | None, bad: Counter[str], max_outlets: int
+    t: _Table, table: Outlets | None, bad: _Invalid, max_outlets: int
 ) -> tuple[list[OutletReading], str]:
     """The rows of the table (or of its first fallback with rows), and that table's index_from."""
     if table is None:
         return [], ""
     spec = _chosen(t, table)
     out: list[OutletReading] = []
-    width = sum(1 for _ in spec.metrics())
-    for row in _outlet_rows(t, spec):
+    valued = _outlet_rows(t, spec)
+    # A switched PDU that meters no outlet has its outlets in the state column alone: those
+    # rows have no values to read (nor to count as missing), only a state.
+    switched = set(t.rows(spec.state.oid)) - set(valued) if spec.state is not None else set()
+    for row in _sorted([*valued, *switched]):
         if len(row.split(".")) != len(spec.index):
             continue  # not a row of this table's index shape
         if any(_holds(t, c, row) for c in spec.skip_if):
             continue
         if len(out) >= max_outlets:
-            bad["over_limit"] += width
+            for _, metric in spec.metrics():
+                bad.add("over_limit", _instance(metric, row))
             continue
-        name = ""
-        for col in spec.name:
-            name = label_of(t.get(f"{col}.{row}"))
-            if name:
-                break
-        outlet = OutletReading(index=row, name=name or row)
-        metered = not spec.metered_if or any(_holds(t, c, row) for c in spec.metered_if)
-        for field, metric in spec.metrics():
-            if not metered:
-                bad["unavailable"] += 1
-                continue
-            index = row if metric.suffix is None else f"{row}.{metric.suffix}"
-            value, why = _value(t, metric, index)
-            if value is None:
-                bad[why or "missing"] += 1
-            setattr(outlet, field, None if value is None else float(value))
-        out.append(outlet)
+        out.append(_outlet(t, spec, row, bad, values=row not in switched))
+    if spec.number is not None:
+        _number(t, spec.number, out)
     return out, spec.index_from
+
+
+def _instance(metric: Metric, row: str) -> str:
+    """The instance OID a metric reads for a row."""
+    return f"{metric.oid}.{row}" if metric.suffix is None else f"{metric.oid}.{row}.{metric.suffix}"
+
+
+def _outlet(t: _Table, spec: Outlets, row: str, bad: _Invalid, values: bool) -> OutletReading:
+    """One row's name, values (unless it is a row of the state column alone) and state."""
+    name = ""
+    for col in spec.name:
+        name = label_of(t.get(f"{col}.{row}"))
+        if name:
+            break
+    outlet = OutletReading(index=row, name=name or row)
+    metered = not spec.metered_if or any(_holds(t, c, row) for c in spec.metered_if)
+    for field, metric in spec.metrics() if values else ():
+        oid = _instance(metric, row)
+        if not metered:
+            bad.add("unavailable", oid)
+            continue
+        index = row if metric.suffix is None else f"{row}.{metric.suffix}"
+        value, why = _value(t, metric, index)
+        if value is None:
+            bad.add(why or "missing", oid)
+        setattr(outlet, field, None if value is None else float(value))
+    if spec.state is not None:
+        outlet.on = _switched(t, spec.state, row, bad)
+    return outlet
+
+
+def _switched(t: _Table, spec: SwitchState, row: str, bad: _Invalid) -> bool | None:
+    """On, off, or None: absent (not counted) or neither (counted as unavailable)."""
+    oid = f"{spec.oid}.{row}"
+    raw, why = _int_of(t.get(oid))
+    if raw is None:
+        if why not in _ABSENT:
+            bad.add(why or "missing", oid)
+        return None
+    if raw in spec.on_states:
+        return True
+    if raw in spec.off_states:
+        return False
+    bad.add("unavailable", oid)  # unknown, rebooting, pending: a passing condition
+    return None
+
+
+def _number(t: _Table, column: str, rows: list[OutletReading]) -> None:
+    """Index each row by the number the MIB states for it (its bank or phase), where every
+    row has one and no two share it; else they keep their row indices."""
+    numbers = [_int_of(t.get(f"{column}.{r.index}"))[0] for r in rows]
+    if None in numbers or len(set(numbers)) != len(numbers):
+        return
+    for r, n in zip(rows, numbers, strict=True):
+        r.index = str(n)
 
 
 def decode(profile: Profile, walk: Walk, max_outlets: int = MAX_OUTLETS) -> Reading:
@@ -368,7 +434,7 @@ def decode(profile: Profile, walk: Walk, max_outlets: int = MAX_OUTLETS) -> Read
     as ``over_limit``.
     """
     t = _Table(walk)
-    bad: Counter[str] = Counter()
+    bad = _Invalid()
     reading = Reading(identity=_identity(t, profile))
     for field, spec in profile.unit.metrics():
         setattr(reading, f"unit_{field}", _unit(t, spec, bad))
@@ -376,7 +442,8 @@ def decode(profile: Profile, walk: Walk, max_outlets: int = MAX_OUTLETS) -> Read
     # Banks and phases are few (a handful of rows) and bounded by the same limit.
     reading.banks, _ = _outlets(t, profile.banks, bad, max_outlets)
     reading.phases, _ = _outlets(t, profile.phases, bad, max_outlets)
-    reading.invalid = {r: bad[r] for r in REASONS if bad[r]}
+    counts = bad.counts()
+    reading.invalid = {r: counts[r] for r in REASONS if counts[r]}
     return reading
 
 

@@ -100,7 +100,13 @@ def render(snap: PduSnapshot) -> Iterator[Metric]:
             "Apparent power of the outlet (VA), where the PDU's MIB meters no watts.",
             labels=OUTLET_LABELS,
         ),
+        "on": GaugeMetricFamily(
+            "wattbit_pdu_outlet_on",
+            "1 when the outlet is switched on, 0 when off (switched PDUs that say so).",
+            labels=OUTLET_LABELS,
+        ),
     }
+    parts = _part_families()
     feed_power = GaugeMetricFamily(
         "wattbit_pdu_feed_power_watts",
         "Active power of a whole PDU, bank or phase mapped to one host (collector.yml "
@@ -158,7 +164,9 @@ def render(snap: PduSnapshot) -> Iterator[Metric]:
             1.0,
         )
         _readings(name, r, snap.targets.get(name), outlet, (feed_power, feed_energy), unit)
+        _parts(name, r, parts)
     yield from outlet.values()
+    yield from parts
     yield from (feed_power, feed_energy)
     yield from unit.values()
     yield from (*polls, info)
@@ -200,6 +208,7 @@ def _readings(
             ("voltage", o.voltage_volts),
             ("energy", o.energy_joules),
             ("apparent", o.apparent_power_voltamperes),
+            ("on", None if o.on is None else float(o.on)),
         ):
             if value is not None:
                 outlet[key].add_metric(lv, value)
@@ -217,6 +226,30 @@ def _readings(
     ):
         if value is not None:
             unit[key].add_metric([name], value)
+
+
+def _part_families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    """The phase and bank current families."""
+    return (
+        GaugeMetricFamily(
+            "wattbit_pdu_phase_current_amperes",
+            "Current of one input phase of the PDU, as its MIB numbers the phases.",
+            labels=["pdu", "phase"],
+        ),
+        GaugeMetricFamily(
+            "wattbit_pdu_bank_current_amperes",
+            "Current of one outlet bank (breaker group) of the PDU, as its MIB numbers them.",
+            labels=["pdu", "bank"],
+        ),
+    )
+
+
+def _parts(name: str, r: Reading, parts: tuple[GaugeMetricFamily, GaugeMetricFamily]) -> None:
+    """Each phase's and bank's current, labelled with its number (never a silent 0)."""
+    for family, rows in zip(parts, (r.phases, r.banks), strict=True):
+        for row in rows:
+            if row.current_amperes is not None:
+                family.add_metric([name, row.index], row.current_amperes)
 
 
 def _shard_metrics(snap: PduSnapshot) -> Iterator[Metric]:

@@ -46,7 +46,11 @@ Schema (every mapping rejects unknown keys; OIDs are dotted decimal, a leading d
       power_watts | current_amperes | voltage_volts | energy_joules: <Metric>
       apparent_power_voltamperes: <Metric>   # VA, where the MIB meters no watts
       fallback: <outlets>            # another generation's table, read when this one has no row
+      state: {oid: <column>, on_states: [1], off_states: [2]}   # switched on/off (optional;
+                                     #   its rows are outlets too, with a state only)
     banks | phases: <outlets>        # optional, same shape: what `feeds:` maps (row = number)
+      number: <column>               # the bank/phase number the MIB states, used as the index
+                                     #   when every row has a distinct one
     oems: [{name, vendor, mib, enterprise, sys_object_ids}]   # the MIB under an OEM's number
 
     Metric fields (SI value = raw / 10**digits * scale):
@@ -285,12 +289,37 @@ class Unit(Strict):
                 yield f, spec
 
 
+class SwitchState(Strict):
+    """An outlet's switched state: a column whose values say on or off (each MIB numbers them
+    its own way: PowerNet-MIB's rPDU has on(1) off(2), its rPDU2 off(1) on(2))."""
+
+    oid: Oid
+    # not `on`/`off`: YAML 1.1 reads those keys as booleans
+    on_states: list[int] = Field(min_length=1)
+    off_states: list[int] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _apart(self) -> SwitchState:
+        if set(self.on_states) & set(self.off_states):
+            raise ValueError("a state cannot be in both 'on_states' and 'off_states'")
+        return self
+
+
 class Outlets(Strict):
     """The outlet table: which rows are outlets, their names, and the per-outlet values."""
 
     index_from: Oid
     index: list[str] = Field(min_length=1)
     name: list[Oid] = Field(default_factory=list)
+    # The row's bank or phase number as the MIB states it (rPDULoadStatusPhaseNumber): the
+    # label and feed index instead of the row index, where the MIB's rows are not numbered
+    # by it (rPDU's one table holds phase rows and bank rows). Used only when every row
+    # has a distinct number (a daisy chain repeats them per unit: then the row indices).
+    number: Oid | None = None
+    # The outlet's switched state (on/off), optional: an absent column or row is no series
+    # and is not counted (a PDU that switches nothing has no state); a state that is
+    # neither on nor off (unknown, rebooting) is no series, counted as unavailable.
+    state: SwitchState | None = None
     skip_if: list[Condition] = Field(default_factory=list)
     metered_if: list[Condition] = Field(default_factory=list)
     power_watts: Metric | None = None
@@ -321,6 +350,10 @@ class Outlets(Strict):
         cols: list[str] = []
         for spec in self.chain():
             cols += [spec.index_from, *spec.name]
+            if spec.number is not None:
+                cols.append(spec.number)
+            if spec.state is not None:
+                cols.append(spec.state.oid)
             for cond in (*spec.skip_if, *spec.metered_if):
                 cols += cond.columns()
             for _, metric in spec.metrics():

@@ -16,6 +16,7 @@ class OutletReading:
     voltage_volts: float | None = None
     energy_joules: float | None = None
     apparent_power_voltamperes: float | None = None  # VA, where the MIB meters no watts
+    on: bool | None = None  # switched on (True) or off (False); None: the PDU does not say
 
 
 @dataclass

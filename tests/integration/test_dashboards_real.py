@@ -34,10 +34,12 @@ Assertions:
 * every query returns at least one series (a series of zeros counts), except the allow-list
   ALLOWED_EMPTY, each entry with its reason;
 * the story: on the Wall, the site's Gbit/s and watts both change over the window (idle
-  against a stream of at least 0.5 Gbit/s), and their Pearson correlation over the window's
-  query_range samples is above 0.5. This cannot fail by chance: the stream is on or off, not
-  a little more or less, and the watts are a function of the stream alone (9.8 W per Gbit/s
-  of the veth, 6 W per busy loop disk, whole watts per outlet), so the points lie in two
+  against a stream of at least 0.05 Gbit/s: the stream runs at `nice 15`, and a loaded
+  machine gave it 0.35 Gbit/s where a quiet one gives several), and their Pearson correlation
+  over the window's query_range samples is above 0.5. This cannot fail by chance: the stream
+  is on or off, not a little more or less, and the watts are a function of the stream alone
+  (9.8 W per Gbit/s of the veth, 6 W per busy loop disk, whole watts per outlet), so the
+  points lie in two
   clusters, idle and full, along a rising line; only the few samples at the two steps lie
   between them (the PDU's watts trail the traffic rate by a poll or two). The fitted line
   rises, J/Gbit exists during the stream, and the energy in the range lies between the least
@@ -59,6 +61,7 @@ import statistics
 import sys
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -328,7 +331,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             streamed = time.time()  # the full stream's end: what a live Wall showed then
             time.sleep(IDLE_S)
             run_api(collector.port, "POST", f"/api/v1/runs/{RUN}/stop")
-            time.sleep(3)  # the stop is scraped and the last rule evaluation done
+            _settled(url, time.time())  # the stop scraped, and every rule evaluated after it
             end = time.time()
             out = queries.run_all(url, start, end, STEP, SCRAPE)
             _instant_while_streaming(out, url, streamed)
@@ -347,6 +350,33 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 with contextlib.suppress(OSError):
                     print(f"--- {name}\n" + (tmp / name).read_text()[-3000:])
             raise
+
+
+def _rfc3339(text: str) -> float:
+    """A Prometheus API time ("2026-11-29T11:22:00.123456789Z") as Unix seconds."""
+    return datetime.fromisoformat(text).timestamp()  # 3.11: "Z" and nanoseconds (truncated)
+
+
+def _settled(url: str, after: float) -> None:
+    """Wait until the collector was scraped after `after`, then every rule group evaluated
+    after that scrape (what a fixed 3 s pause used to stand for)."""
+
+    def collector_scraped() -> float | None:
+        targets = queries.api(url, "/api/v1/targets", {"state": "active"})["activeTargets"]
+        times = [
+            _rfc3339(t["lastScrape"])
+            for t in targets
+            if t["labels"].get("job") == "wattbit-collector"
+        ]
+        return min(times) if times and min(times) > after else None
+
+    scraped = wait_for(collector_scraped, 60, "a scrape of the collector after the run's stop")
+
+    def evaluated() -> bool:
+        groups = queries.api(url, "/api/v1/rules", {})["groups"]
+        return bool(groups) and all(_rfc3339(g["lastEvaluation"]) > scraped for g in groups)
+
+    wait_for(evaluated, 60, "every rule group evaluated after the run's stop was scraped")
 
 
 def _instant_while_streaming(out: dict[str, Any], url: str, streamed: float) -> None:
@@ -414,7 +444,7 @@ def test_the_figures_are_the_run_we_made(results: dict[str, Any]) -> None:
         for s in panel(results, "network", "Throughput per interface")["queries"][0]["result"]
         if s["metric"].get("interface") == veth and s["metric"]["direction"] == "tx"
     ]
-    assert tx and max(float(v) for _, v in tx[0]["values"]) > 0.5e9
+    assert tx and max(float(v) for _, v in tx[0]["values"]) > 0.05e9
     devices = {
         s["metric"]["device"]
         for s in panel(results, "disks", "IOPS per device")["queries"][0]["result"]
@@ -435,7 +465,7 @@ def test_the_wall_tells_the_story(results: dict[str, Any]) -> None:
     x = [gbps[t] / 1e9 for t in both]
     y = [watts[t] for t in both]
     # idle and full: the stream is on or off
-    assert max(x) > 0.5 and min(x) < max(x) / 10, (min(x), max(x))
+    assert max(x) > 0.05 and min(x) < max(x) / 10, (min(x), max(x))
     assert max(y) - min(y) >= 2, (min(y), max(y))
     r = statistics.correlation(x, y)
     print(f"Gbit/s {min(x):.3f}..{max(x):.3f}, watts {min(y):.0f}..{max(y):.0f}, r = {r:.3f}")
@@ -443,7 +473,7 @@ def test_the_wall_tells_the_story(results: dict[str, Any]) -> None:
     # the run's fitted line rises (watts per Gbit/s > 0)
     fit = values(results, "wall", title, "C")
     pts = sorted((gbps[t] / 1e9, fit[t]) for t in fit if t in gbps)
-    assert pts[-1][0] - pts[0][0] > 0.5 and pts[-1][1] > pts[0][1], pts[:3] + pts[-3:]
+    assert pts[-1][0] - pts[0][0] > 0.05 and pts[-1][1] > pts[0][1], pts[:3] + pts[-3:]
     # the big numbers vary over the window too, and J/Gbit exists during the stream
     for big in ("Gbit/s", "Site watts", "Disks busy"):
         v = values(results, "wall", big).values()

@@ -2,12 +2,14 @@
 at least 95 %, and afterwards no loop device, namespace or demo process remains.
 
 Runs the real `make demo` target (bootstrap included) from the working tree, shortened with
-DEMO_ARGS='--duration 40', keeping Prometheus' data (--prometheus-data). The phases are then
-checked against that data, served again by a real Prometheus (as docs/demo.md tells a reader
-to): the phase runs exist in order inside the run, Grafana's run annotation query finds them,
-no traffic in the idle phases and some in full, more watts in full than idle, and the report's
-idle watts are the idle phases' (within the PDU's watts in them, not the fit's). Then a
-second demo interrupted with SIGINT in the middle of its stream must leave nothing behind.
+DEMO_ARGS='--duration 40' (30, its shortest, was tried: once a run's second idle phase showed
+stream bytes, on a machine at load 3-7), keeping Prometheus' data (--prometheus-data). The
+phases are then checked against that data, served again by a real Prometheus (as docs/demo.md
+tells a reader to): the phase runs exist in order inside the run, Grafana's run annotation
+query finds them, no traffic in the idle phases and some in full, more watts in full than
+idle, and the report's idle watts are the idle phases' (within the PDU's watts in them, not
+the fit's). Then a second demo interrupted with SIGINT in the middle of its stream must leave
+nothing behind.
 """
 
 from __future__ import annotations
@@ -218,7 +220,7 @@ def test_make_demo_reports_joules_per_gigabit(demo_ready: None, tmp_path: Path) 
 
 def test_ctrl_c_leaves_nothing_behind(demo_ready: None, tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [str(ROOT / ".venv/bin/python"), "-m", "collector.demo", "--duration", "60",
+        [str(ROOT / ".venv/bin/python"), "-m", "collector.demo", "--duration", "30",
          "--out", str(tmp_path), "--no-wait"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -236,7 +238,7 @@ def test_ctrl_c_leaves_nothing_behind(demo_ready: None, tmp_path: Path) -> None:
         if "run demo-stream started" in line or not line:
             break
     assert "run demo-stream started" in seen, seen
-    # into the ramp (its first stream starts 9 s into a 60 s run): a sender of this demo runs
+    # into the ramp (its first stream starts 4.5 s into a 30 s run): a sender of this demo runs
     wait_for(lambda: _senders(proc.pid), 60, "the demo's first sender")
     os.killpg(proc.pid, signal.SIGINT)
     rest, _ = proc.communicate(timeout=60)

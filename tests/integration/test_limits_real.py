@@ -11,7 +11,7 @@ the recording rules' fast variants) watch four scenarios in a row, each its own 
   that CPU is saturated, and the veth's receive work (softirq) runs on it;
 * **nic**: a second veth shaped by `tc` (tbf at SHAPED_BITS) and the agent told that rate
   (`nic.link_speeds`, the veth reports no speed): an unpaced iperf3 fills it;
-* **none**: iperf3 paced at PACED_BITS on the shaped veth, a twentieth of its rate.
+* **none**: iperf3 paced at PACED_BITS on the shaped veth, a tenth of its rate.
 
 The report runs over each window (`--start/--end`, its first seconds left out: rates ramp) and
 must name the resource, and the subject: one of the FUSE disks, CPU 1, the shaped veth. The
@@ -32,8 +32,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,7 @@ from tests.support.realparts import (
     Agent,
     have,
     is_root,
+    parse_samples,
     process,
     query_api,
     running,
@@ -60,8 +63,16 @@ from tests.support.realparts import (
 pytestmark = [pytest.mark.root, pytest.mark.bpf, pytest.mark.alone, pytest.mark.timeout(600)]
 
 HOST = "limits-host"
-SCENARIO_S = 30  # each scenario's length
-SKIP_S = 6  # left out of each report window: the rates' windows fill
+# Each scenario's length: the report judges SCENARIO_S - SKIP_S - 1 one-second steps of it
+# (nine), every one of which shows the scenario's limiter at full strength on an otherwise
+# idle machine (the `alone` phase). 10 s (five steps) was tried: one burst of the paced
+# sender catching up after a stall then weighed a fifth of its NIC mean (0.2 once, on a
+# machine at load 3-7); 30 s (24 steps) cost 80 s more of every run.
+SCENARIO_S = 15
+# Left out of each report window: the rates' windows (the report's three scrapes, the fast
+# rules' 3 s) fill, and the previous scenario's tail leaves them. The scenarios follow each
+# other without a pause: this is the pause.
+SKIP_S = 5
 DELAY_MS = 15  # per FUSE read: a 128 KiB read takes at least this, the disk never idles
 SHAPED_BITS = 200e6  # the shaped veth's rate (and its nic.link_speeds entry)
 # The unshaped veth (disk and cpu scenarios) reports the kernel's placeholder 10 Gbit/s
@@ -69,7 +80,10 @@ SHAPED_BITS = 200e6  # the shaped veth's rate (and its nic.link_speeds entry)
 # NIC would then compete with the CPU that is meant to be the limit. It has no real speed;
 # the agent is told one far beyond anything it can carry, so it is never the limiter.
 UNSHAPED_BITS = 1e12
-PACED_BITS = 10e6  # the paced sender of "none": 5 % of the shaped veth
+# The paced sender of "none": 10 % of the shaped veth, and twice the 0.01 Gbit/s below which
+# the limiter rule calls a host idle and records nothing (10 Mbit/s, about 0.0107 Gbit/s on
+# the wire, sat on that line: on a loaded machine the rule had no verdict in the window at all).
+PACED_BITS = 20e6
 BUSY_CPU = "1"
 FAST_RULES = ROOT / "alerts" / "test-overrides" / "wattbit-recording-fast.yml"
 PROM_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yml"
@@ -92,6 +106,51 @@ class Lab:
     fuse_disks: list[str]
     shaped: str
     windows: dict[str, Window]
+    reports: dict[str, subprocess.CompletedProcess[str]]
+
+
+def listening(ns: str | None, port: int) -> bool:
+    """A TCP socket listens on ``port`` (in network namespace ``ns``)."""
+    cmd = ["ss", "-ltnH", f"( sport = :{port} )"]
+    if ns:
+        cmd = ["ip", "netns", "exec", ns, *cmd]
+    return bool(subprocess.run(cmd, capture_output=True, text=True).stdout.strip())
+
+
+def settled(prom: str, end: float) -> None:
+    """Wait until Prometheus has scraped every target and evaluated every rule group after
+    ``end``: the last window's samples are all in. (A rule's own series cannot tell: the
+    limiter has none once nothing moves.)"""
+
+    def after() -> bool:
+        q = {"query": "min(timestamp(up))"}
+        scraped = query_api(prom, "/api/v1/query", q)["result"]
+        with urllib.request.urlopen(f"{prom}/metrics", timeout=10) as r:
+            own = parse_samples(r.read().decode())
+        last = "prometheus_rule_group_last_evaluation_timestamp_seconds"
+        evaluated = [v for (name, _labels), v in own.items() if name == last]
+        return bool(scraped and evaluated) and min(float(scraped[0]["value"][1]), *evaluated) > end
+
+    wait_for(after, 30, "the last samples scraped and evaluated")
+
+
+def reports(
+    prom: str, tmp: Path, prefix: str, windows: dict[str, Window], skip: float = SKIP_S
+) -> dict[str, subprocess.CompletedProcess[str]]:
+    """`wattbit report` over each scenario's window (its first ``skip`` seconds left out), all
+    at once once the scenarios are over (they only read Prometheus: no scenario runs beside
+    them); the reports in TMP/reports/PREFIX-NAME.*."""
+
+    def one(name: str) -> subprocess.CompletedProcess[str]:
+        w = windows[name]
+        return wattbit(
+            "report", "--prometheus", prom, "--start", f"{w.start + skip:.3f}",
+            "--end", f"{w.end - 1:.3f}", "--name", f"{prefix}-{name}",
+            "--out", str(tmp / "reports"), timeout=120,
+        )  # fmt: skip
+
+    with ThreadPoolExecutor(len(windows)) as pool:
+        return dict(zip(windows, pool.map(one, windows), strict=True))
 
 
 def _fuse_available() -> bool:
@@ -146,6 +205,17 @@ def fuse_loop_disks(tmp: Path, n: int) -> Iterator[list[str]]:
             control.write_text("pass\n")  # detaching must not wait on the delay
             for dev in devices:
                 subprocess.run(["losetup", "-d", dev], check=False, capture_output=True)
+            # A loop device still open (udev probing it) is detached when it is closed, after
+            # `losetup -d` returns; unmounted before that, the file system is only lazily
+            # unmounted and its process outlives its 10 s wait. Its backing file gone, the
+            # plain unmount works and the process ends at once.
+            with contextlib.suppress(TimeoutError):
+                wait_for(lambda: not any(_backed(dev) for dev in devices), 10, "loop detached")
+
+
+def _backed(dev: str) -> bool:
+    """The loop device still has its backing file."""
+    return Path(f"/sys/block/{Path(dev).name}/loop/backing_file").exists()
 
 
 def _cpu_count() -> int:
@@ -228,7 +298,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             process(["ip", "netns", "exec", ns_n, "iperf3", "-s", "-B", addr_n, "-p",
                      str(port_n)], tmp / "iperf3-nic.log")
         )  # fmt: skip
-        time.sleep(1)  # the servers listen
+        for ns, port in ((ns_d, port_demo), (ns_d, port_cpu), (ns_n, port_n)):
+            wait_for(lambda ns=ns, port=port: listening(ns, port), 20, f"a server on {port}")
         windows: dict[str, Window] = {}
 
         def scenario(name: str, cmd: list[str], extra: list[list[str]] | None = None) -> None:
@@ -241,7 +312,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
                     p.wait(timeout=SCENARIO_S + 60)
                     assert p.returncode == 0, (tmp / f"{name}.log").read_text()[-2000:]
             windows[name] = Window(start, time.time())
-            time.sleep(5)  # the next scenario's window starts clean
 
         scenario(
             "disk",
@@ -261,21 +331,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             ["iperf3", "-c", addr_n, "-p", str(port_n), "-t", str(SCENARIO_S), "-b",
              f"{int(PACED_BITS)}"],
         )  # fmt: skip
-        time.sleep(3)  # the last samples are scraped and evaluated
-        yield Lab(prom, tmp, names, if_n, windows)
+        settled(prom, windows["none"].end)
+        yield Lab(prom, tmp, names, if_n, windows, reports(prom, tmp, "limits", windows))
 
 
 def report(lab: Lab, name: str) -> dict[str, Any]:
-    """`wattbit report` over the scenario's window (its first seconds left out)."""
-    w = lab.windows[name]
-    out = lab.tmp / "reports"
-    r = wattbit(
-        "report", "--prometheus", lab.prometheus, "--start", f"{w.start + SKIP_S:.3f}",
-        "--end", f"{w.end - 1:.3f}", "--name", f"limits-{name}", "--out", str(out),
-        timeout=120,
-    )  # fmt: skip
+    """The report over the scenario's window (its first seconds left out)."""
+    r = lab.reports[name]
     assert r.returncode == 0, r.stderr
-    doc: dict[str, Any] = json.loads((out / f"limits-{name}.json").read_text())
+    doc: dict[str, Any] = json.loads((lab.tmp / "reports" / f"limits-{name}.json").read_text())
     return doc
 
 

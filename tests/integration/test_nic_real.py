@@ -12,11 +12,24 @@ from pathlib import Path
 import pytest
 
 from tests.support.env import require
-from tests.support.realparts import Agent, have, is_root, sample, veth_pair
+from tests.support.realparts import Agent, VethPair, have, is_root, sample, veth_pair, wait_for
 
 pytestmark = [pytest.mark.root]
 
 CONFIG = "blockio:\n  enabled: false\nnic:\n  exclude: ''\n"
+
+
+def _quiet(pair: VethPair) -> int:
+    """The veth's tx_bytes once it stopped moving: unchanged over 0.5 s (at most 30 s)."""
+    last = [pair.sys_counter(pair.ns_a, pair.if_a, "tx_bytes")]
+
+    def settled() -> int | None:
+        time.sleep(0.5)  # the window in which the counter must not move
+        now = pair.sys_counter(pair.ns_a, pair.if_a, "tx_bytes")
+        same, last[0] = now == last[0], now
+        return now if same else None
+
+    return wait_for(settled, 30, "the veth quiet after iperf3", interval=0)
 
 
 def test_tx_bytes_equal_the_kernel_and_cover_iperf3(tmp_path: Path) -> None:
@@ -31,7 +44,13 @@ def test_tx_bytes_equal_the_kernel_and_cover_iperf3(tmp_path: Path) -> None:
         )
         try:
             agent.wait_ready()
-            time.sleep(0.5)  # let iperf3's server bind
+            # iperf3's server listening on its default port (5201), not a blind pause
+            wait_for(
+                lambda: "5201" in pair.run(pair.ns_b, "ss", "-Hltn", "sport = :5201").stdout,
+                30,
+                "iperf3's server listening",
+                alive=lambda: server.poll() is None or pytest.fail("iperf3 -s exited"),
+            )
             s0 = agent.scrape()
             k0 = pair.sys_counter(pair.ns_a, pair.if_a, "tx_bytes")
             r = pair.run(
@@ -39,8 +58,7 @@ def test_tx_bytes_equal_the_kernel_and_cover_iperf3(tmp_path: Path) -> None:
             )
             sent = json.loads(r.stdout)["end"]["sum_sent"]["bytes"]
             server.wait(timeout=10)
-            time.sleep(0.5)  # the last ACKs and FINs
-            k1 = pair.sys_counter(pair.ns_a, pair.if_a, "tx_bytes")
+            k1 = _quiet(pair)  # the last ACKs and FINs have gone
             s1 = agent.scrape()
             assert pair.sys_counter(pair.ns_a, pair.if_a, "tx_bytes") == k1, "not quiet yet"
         finally:

@@ -19,7 +19,7 @@ from tests.support.debroot import DebRoot, built, installed_root
 from tests.support.env import ROOT, require
 from tests.support.realparts import have, is_root
 
-pytestmark = [pytest.mark.root, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.root, pytest.mark.unshared, pytest.mark.timeout(1500)]
 
 TOKEN = "ansible-tier-token-0123456789abcdef"
 COMMUNITY = "ansible-tier-community"

@@ -12,7 +12,7 @@ from tests.support.debroot import built
 from tests.support.env import require
 from tests.support.realparts import have, is_root
 
-pytestmark = [pytest.mark.root, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.root, pytest.mark.unshared, pytest.mark.timeout(1500)]
 
 
 def _rpm(*args: str) -> str:

@@ -11,7 +11,7 @@ from tests.support.debroot import NOBLE, DebRoot, base_tarball, built
 from tests.support.env import require
 from tests.support.realparts import have, is_root
 
-pytestmark = [pytest.mark.root, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.root, pytest.mark.unshared, pytest.mark.timeout(1500)]
 
 
 def test_the_debian_12_package_does_not_install_on_ubuntu_24_04(tmp_path: Path) -> None:

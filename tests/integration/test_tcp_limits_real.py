@@ -41,8 +41,14 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_limits_real import HOST, prometheus_config
-from tests.support.cli import wattbit
+from tests.integration.test_limits_real import (
+    HOST,
+    Window,
+    listening,
+    prometheus_config,
+    reports,
+    settled,
+)
 from tests.support.env import require
 from tests.support.realparts import (
     Agent,
@@ -59,8 +65,8 @@ from tests.support.realparts import (
 # alone: each scenario judges the whole machine's CPUs and flows (docs/testing.md)
 pytestmark = [pytest.mark.root, pytest.mark.alone, pytest.mark.timeout(300)]
 
-SCENARIO_S = 10  # seconds of traffic per scenario
-SKIP_S = 4  # left out of each report window: the rates' windows fill
+SCENARIO_S = 10  # seconds of traffic per scenario (test_limits_real.py's SCENARIO_S says why)
+SKIP_S = 4  # left out of each report window: the rates' windows fill, the last scenario's leave
 PACED_BITS = 20e6
 BUSY_CPU = "1"
 # the receiver's tcp_rmem in the window scenario's namespace: min, default, max
@@ -96,14 +102,6 @@ UNSHAPED_BITS = 1e12  # the unshaped veths' stated speed: never the limiter
 
 
 @dataclass
-class Window:
-    """One scenario's stretch of time."""
-
-    start: float
-    end: float
-
-
-@dataclass
 class Lab:
     """The running parts, each scenario's window and flow key."""
 
@@ -111,6 +109,7 @@ class Lab:
     tmp: Path
     windows: dict[str, Window]
     keys: dict[str, str]
+    reports: dict[str, subprocess.CompletedProcess[str]]
 
 
 FAR_NS = f"tcpvf{os.getpid() % 100000}"  # the congestion scenario's receiver, behind a router
@@ -151,13 +150,6 @@ def behind_router(router: str) -> Iterator[None]:
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid), 9)
         subprocess.run(["ip", "netns", "del", FAR_NS], capture_output=True)
-
-
-def _listening(ns: str | None, port: int) -> bool:
-    cmd = ["ss", "-ltnH", f"( sport = :{port} )"]
-    if ns:
-        cmd = ["ip", "netns", "exec", ns, *cmd]
-    return bool(subprocess.run(cmd, capture_output=True, text=True).stdout.strip())
 
 
 def _agent_config(ifaces: list[str], speeds: dict[str, float]) -> str:
@@ -234,7 +226,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             stack.enter_context(process(cmd, tmp / f"iperf3-s-{name}.log"))
         for name, port in ports.items():
             ns = {"window": ns_w, "congestion": FAR_NS, "paced": nets["paced"][0]}.get(name)
-            wait_for(lambda ns=ns, port=port: _listening(ns, port), 20, f"iperf3 -s {name}")
+            wait_for(lambda ns=ns, port=port: listening(ns, port), 20, f"iperf3 -s {name}")
         windows: dict[str, Window] = {}
 
         def scenario(name: str, cmd: list[str], extra: list[list[str]] | None = None) -> None:
@@ -247,7 +239,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
                     p.wait(timeout=SCENARIO_S + 60)
                     assert p.returncode == 0, (tmp / f"{name}.log").read_text()[-2000:]
             windows[name] = Window(start, time.time())
-            time.sleep(2)  # the next scenario's window starts clean
 
         t = ["-t", str(SCENARIO_S)]
         # CUBIC: its window grows without loss, so the receiver's is the one that binds (BBR's
@@ -264,26 +255,21 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
              "169.254.183.1", "-p", str(ports["cpu"]), *t],
             [["taskset", "-c", BUSY_CPU, sys.executable, "-c", "while True: pass"]],
         )  # fmt: skip
-        time.sleep(3)  # the last samples are scraped
+        settled(prom, windows["cpu"].end)
         keys = {
             "window": f"peer=169.254.181.2,port={ports['window']}",
             "congestion": f"peer={FAR_ADDR},port={ports['congestion']}",
             "paced": f"peer=169.254.183.2,port={ports['paced']}",
             "cpu": f"peer=169.254.183.2,port={ports['cpu']}",
         }
-        yield Lab(prom, tmp, windows, keys)
+        yield Lab(prom, tmp, windows, keys, reports(prom, tmp, "tcp", windows, SKIP_S))
 
 
 def report(lab: Lab, name: str) -> dict[str, Any]:
-    """`wattbit report` over the scenario's window (its first seconds left out)."""
-    w = lab.windows[name]
-    out = lab.tmp / "reports"
-    r = wattbit(
-        "report", "--prometheus", lab.prometheus, "--start", f"{w.start + SKIP_S:.3f}",
-        "--end", f"{w.end - 1:.3f}", "--name", f"tcp-{name}", "--out", str(out), timeout=120,
-    )  # fmt: skip
+    """The report over the scenario's window (its first seconds left out)."""
+    r = lab.reports[name]
     assert r.returncode == 0, r.stderr
-    doc: dict[str, Any] = json.loads((out / f"tcp-{name}.json").read_text())
+    doc: dict[str, Any] = json.loads((lab.tmp / "reports" / f"tcp-{name}.json").read_text())
     doc["_printed"] = r.stdout  # the summary, for the transfers' line
     return doc
 

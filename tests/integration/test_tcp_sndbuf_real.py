@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_limits_real import HOST, prometheus_config
+from tests.integration.test_limits_real import HOST, prometheus_config, settled
 from tests.integration.test_tcp_real import _ms, ss_fields
 from tests.support.cli import wattbit
 from tests.support.env import require
@@ -197,7 +197,7 @@ def lab() -> Iterator[Lab]:
             p.wait(timeout=SCENARIO_S + 60)
             assert p.returncode == 0, (tmp / "sender.log").read_text()[-2000:]
         end = time.time()
-        time.sleep(3)  # the last samples are scraped
+        settled(prom, end)  # the last samples are scraped
         yield Lab(prom, tmp, start, end, f"peer={ADDR_NS},port={port}", checks)
 
 

@@ -1,7 +1,7 @@
 """Fresh Debian 12 roots for the package tier (tests/integration/test_package_*.py).
 
-* `built()`: `packaging/build.sh` once per test session (the wheel, its dependencies as
-  wheels, the .deb, the RPM), from this tree.
+* `built()`: `packaging/build.sh` once per test run, shared by the xdist workers (the wheel,
+  its dependencies as wheels, the .deb, the RPM), from this tree.
 * `base_tarball()`: a Debian 12 root made by mmdebstrap from Debian's archive, cached under
   /var/cache/wattbit-test/ and keyed by the hash of its package list (a changed list makes a
   new root; an unchanged one is reused across sessions).
@@ -54,12 +54,7 @@ def built() -> dict[str, Path]:
     global _built
     # WATTBIT_TEST_PREBUILT=1: take dist/ as it is (a developer re-running one test)
     if _built is None and os.environ.get("WATTBIT_TEST_PREBUILT") != "1":
-        env = dict(os.environ, PACKAGES="deb rpm")
-        r = subprocess.run(
-            ["bash", "packaging/build.sh"], cwd=ROOT, env=env, capture_output=True, text=True
-        )
-        if r.returncode != 0:
-            raise RuntimeError(f"make package failed:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
+        _build_once_per_run()
     if _built is None:
         dist = ROOT / "dist"
         _built = {
@@ -69,6 +64,32 @@ def built() -> dict[str, Path]:
             "wheelhouse": ROOT / "build" / "wheelhouse",
         }
     return _built
+
+
+def _build_once_per_run() -> None:
+    """`packaging/build.sh` into dist/, once per pytest run even across xdist workers.
+
+    The package tests are split between the serial lane (test_package_deb: loop disks, BPF)
+    and a group of their own on another worker (tests/conftest.py): both read dist/, which a
+    build rewrites. Under a lock, the first worker builds and stamps dist/ with the run's id
+    (pytest-xdist's PYTEST_XDIST_TESTRUNUID, the same on every worker of a run); the others
+    wait for it and take its packages. Without xdist the process builds once, as before.
+    """
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid-{os.getpid()}")
+    (ROOT / "build").mkdir(exist_ok=True)
+    stamp = ROOT / "build" / ".packages-built-for"
+    with open(ROOT / "build" / ".packages.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.exists() and stamp.read_text() == run:
+            return
+        stamp.unlink(missing_ok=True)
+        env = dict(os.environ, PACKAGES="deb rpm")
+        r = subprocess.run(
+            ["bash", "packaging/build.sh"], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        if r.returncode != 0:
+            raise RuntimeError(f"make package failed:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
+        stamp.write_text(run)
 
 
 def lintian_started() -> subprocess.Popen[str]:

@@ -275,7 +275,8 @@ def test_outlets_without_their_index_column_are_found(profiles: list[Profile]) -
     # APC: the index column is the outlet name column; without it the values still name rows.
     full = _recording("apc_ap8641.snmprec")
     name_col = "1.3.6.1.4.1.318.1.1.26.9.4.3.1.3"
-    walk = without(full, name_col)
+    switched_name_col = "1.3.6.1.4.1.318.1.1.26.9.2.3.1.3"  # the name's second source
+    walk = without(full, name_col, switched_name_col)
     profile = detect_in_walk(profiles, walk).profile
     before = decode(profile, full)
     after = decode(profile, walk)

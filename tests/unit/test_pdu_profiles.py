@@ -599,6 +599,21 @@ def test_cyberpower_unmetered_outlets_export_nothing(profiles: list[Profile]) ->
     assert metered(r)  # the unit is metered even though the outlets are not
 
 
+def test_cyberpower_outlet_states_agree_with_centreon(profiles: list[Profile]) -> None:
+    """ePDUOutletStatusOutletState on(1) off(2): Centreon's plugin reads the same recording's
+    ten outlets as "on" (its outlets.robot), the raw column answers 1 for each."""
+    w = recording("cyberpower_pdu44005.snmpwalk")
+    _, r = decoded(profiles, w)
+    col = E + "3808.1.1.3.3.5.1.1.4."
+    robot = (RECORDINGS / "expected" / "cyberpower_pdu44005.outlets.robot").read_text()
+    line = next(x for x in robot.splitlines() if "outlet 'Outlet1 bank 1' state:" in x)
+    said = dict(re.findall(r"outlet 'Outlet(\d+) bank \d+' state: '(\w+)'", line))
+    assert len(said) == 10 and len(r.outlets) == 10
+    for o in r.outlets:
+        assert raw(w, col + o.index) == 1
+        assert o.on is (said[o.index] == "on") is True
+
+
 def test_cyberpower_metering_follows_the_device_statement(profiles: list[Profile]) -> None:
     w = recording("cyberpower_pdu44005.snmpwalk")
     w[E + "3808.1.1.3.3.1.5.0"] = Value("Integer32", 10)  # ePDUOutletDevMonitoredOutlets
@@ -1031,6 +1046,7 @@ def test_general_not_fitted(profiles: list[Profile], name: str) -> None:
         expected[f"U.{field}"] = total * doc[f"U.{field}"]
 
     outlets_expected: dict[str, dict[str, float]] = {}
+    on_expected: dict[str, bool] = {}
     if p.outlets is not None:
         o = p.outlets
         arcs = len(o.index)
@@ -1048,6 +1064,11 @@ def test_general_not_fitted(profiles: list[Profile], name: str) -> None:
         for k, row in enumerate(rows):
             ident: int | str = k + 1 if o.index_from in conditioned else f"id-{row}"
             _put(walk, f"{o.index_from}.{row}", ident)
+            if o.state is not None:
+                # the switched state, on and off in turn (it may be the index column)
+                states = (o.state.on_states[0], o.state.off_states[0])
+                walk[f"{o.state.oid}.{row}"] = Value("Integer32", states[k % 2])
+                on_expected[row] = k % 2 == 0
             if o.name and o.name[0] != o.index_from:
                 _put(walk, f"{o.name[0]}.{row}", f"syn {row}")
             for cond in o.skip_if:
@@ -1081,6 +1102,7 @@ def test_general_not_fitted(profiles: list[Profile], name: str) -> None:
     for x in r.outlets:
         for field, value in outlets_expected[x.index].items():
             assert getattr(x, field) == pytest.approx(value), (name, x.index, field)
+        assert x.on == on_expected.get(x.index), (name, x.index)
         if p.outlets is not None and p.outlets.name and p.outlets.name[0] != p.outlets.index_from:
             assert x.name == f"syn {x.index}"
     assert metered(r) == bool(expected or any(v for v in outlets_expected.values()))
