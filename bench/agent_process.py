@@ -45,6 +45,7 @@ from bench.harness import (
     ROOT,
     alternate,
     bench_lock,
+    build_ebpf_exporter_example,
     cpu_seconds,
     free_port,
     load_average,
@@ -125,30 +126,12 @@ def revision(rev: str) -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _clang_sys_includes() -> list[str]:
-    """clang's default include directories as -idirafter options, as ebpf_exporter's
-    examples/Makefile passes them (from libbpf-bootstrap: -target bpf drops them)."""
-    r = subprocess.run(
-        ["clang", "-v", "-E", "-"], input="", capture_output=True, text=True, check=True
-    )
-    lines = r.stderr.splitlines()
-    start = lines.index("#include <...> search starts here:") + 1
-    end = lines.index("End of search list.")
-    return [x for line in lines[start:end] for x in ("-idirafter", line.strip())]
-
-
 @contextlib.contextmanager
 def ebpf_exporter(binary: Path, src: Path, libbpf_include: Path) -> Iterator[Contender]:
     """ebpf_exporter with its biolatency example, the object built into a temporary directory
     (the source tree is only read)."""
-    arch = {"x86_64": "x86", "aarch64": "arm64"}[os.uname().machine]
-    examples = src / "examples"
     with tempfile.TemporaryDirectory(prefix="wattbit-bench-h2h-ebpfx-") as d:
-        cmd = ["clang", "-mcpu=v3", "-g", "-O2", "-Wall", "-Werror", f"-D__TARGET_ARCH_{arch}"]
-        cmd += [*_clang_sys_includes(), f"-I{src / 'include' / arch}", f"-I{libbpf_include}"]
-        cmd += ["-c", "-target", "bpf", "biolatency.bpf.c", "-o", f"{d}/biolatency.bpf.o"]
-        subprocess.run(cmd, cwd=examples, check=True)
-        shutil.copy2(examples / "biolatency.yaml", d)
+        build_ebpf_exporter_example(src, libbpf_include, "biolatency", Path(d))
         argv = [str(binary), f"--config.dir={d}", "--config.names=biolatency"]
         argv += ["--web.listen-address=127.0.0.1:{port}"]
         yield Contender("ebpf_exporter", argv, Path(d), EBPFX_MARK)

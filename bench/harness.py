@@ -295,6 +295,36 @@ def bench_lock(
         os.close(fd)  # releases the lock
 
 
+# --- ebpf_exporter, the exporter compared with (issue 35) -------------------------------------
+
+
+def _clang_sys_includes() -> list[str]:
+    """clang's default include directories as -idirafter options, as ebpf_exporter's
+    examples/Makefile passes them (from libbpf-bootstrap: -target bpf drops them)."""
+    r = subprocess.run(
+        ["clang", "-v", "-E", "-"], input="", capture_output=True, text=True, check=True
+    )
+    lines = r.stderr.splitlines()
+    start = lines.index("#include <...> search starts here:") + 1
+    end = lines.index("End of search list.")
+    return [x for line in lines[start:end] for x in ("-idirafter", line.strip())]
+
+
+def build_ebpf_exporter_example(src: Path, libbpf_include: Path, name: str, dest: Path) -> Path:
+    """ebpf_exporter's example `name` (NAME.bpf.o and NAME.yaml) built into dest with clang as
+    its examples/Makefile does, from its source tree src (only read) and libbpf's headers (a
+    libbpf whose bpf_core_read.h includes bpf_helpers.h, as the 1.5 its Makefile builds); the
+    directory to pass as --config.dir."""
+    arch = {"x86_64": "x86", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+    examples = src / "examples"
+    cmd = ["clang", "-mcpu=v3", "-g", "-O2", "-Wall", "-Werror", f"-D__TARGET_ARCH_{arch}"]
+    cmd += [*_clang_sys_includes(), f"-I{src / 'include' / arch}", f"-I{libbpf_include}"]
+    cmd += ["-c", "-target", "bpf", f"{name}.bpf.c", "-o", str(dest / f"{name}.bpf.o")]
+    subprocess.run(cmd, cwd=examples, check=True)
+    (dest / f"{name}.yaml").write_bytes((examples / f"{name}.yaml").read_bytes())
+    return dest
+
+
 # --- alternation, medians, tables -----------------------------------------------------------
 
 

@@ -23,6 +23,7 @@ from bench.blockio_overhead.common import (
     BPF_STATS,
     BT_SCRIPT,
     BTF,
+    DEFAULT_TRACERS,
     FINE_BOUNDS_S,
     GOAL_LAT_RATIO,
     GOAL_NS_PER_IO,
@@ -78,6 +79,8 @@ def preflight(args: argparse.Namespace) -> None:
         tools["bpftrace"] = "apt-get install bpftrace"
         if not BT_SCRIPT.is_file():
             raise BenchError(f"{BT_SCRIPT} is missing")
+    if "iops" in args.parts and "ebpf_exporter" in args.tracers and not args.ebpf_exporter:
+        raise BenchError("the ebpf_exporter tracer needs --ebpf-exporter PATH (its binary)")
     missing = [f"{t} (install: {how})" for t, how in tools.items() if shutil.which(t) is None]
     if missing:
         raise BenchError("missing tools: " + "; ".join(missing))
@@ -198,8 +201,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--tracers",
         type=_names(TRACERS),
-        default=list(TRACERS),
-        help="tracers of the iops part (default core,bcc,empty,bpftrace)",
+        default=list(DEFAULT_TRACERS),
+        help="tracers of the iops part (default core,bcc,empty,bpftrace; ebpf_exporter too)",
+    )
+    p.add_argument(
+        "--ebpf-exporter",
+        type=Path,
+        help="ebpf_exporter's binary, its source tree beside it (the ebpf_exporter tracer)",
+    )
+    p.add_argument(
+        "--libbpf-include",
+        type=Path,
+        default=Path("/usr/include"),
+        help="libbpf headers for ebpf_exporter's example (a libbpf >= 1.2)",
     )
     p.add_argument("--pairs", type=int, default=9, help="pairs per tracer (default 9)")
     p.add_argument("--runtime", type=int, default=10, help="seconds per fio run (default 10)")

@@ -26,7 +26,9 @@ BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 BTF = Path("/sys/kernel/btf/vmlinux")
 LOOP_SIZE = 1 << 30
 NEIGHBOUR_SHARE = 0.02  # another process using more than 2% of one CPU during a run is noise
-TRACERS = ("core", "bcc", "empty", "bpftrace")
+TRACERS = ("core", "bcc", "empty", "bpftrace", "ebpf_exporter")
+# ebpf_exporter only when its binary is given (--ebpf-exporter)
+DEFAULT_TRACERS = TRACERS[:4]
 PARTS = ("iops", "start", "latency")
 # blockio.bpf.o's programs; --hold-empty loads only the last.
 CORE_PROGRAMS = ("complete", "issue", "empty")

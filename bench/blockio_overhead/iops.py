@@ -217,7 +217,9 @@ def run_iops(args: argparse.Namespace, dev: str, workdir: Path) -> list[Run]:
     """Part 1: the pairs."""
     runs: list[Run] = []
     rng = random.Random(args.seed)
-    tracers = [make_tracer(n, workdir) for n in args.tracers]
+    tracers = [
+        make_tracer(n, workdir, args.ebpf_exporter, args.libbpf_include) for n in args.tracers
+    ]
     try:
         if args.warmup > 0:
             log(f"warm-up: fio {args.warmup} s without tracer (not counted)")

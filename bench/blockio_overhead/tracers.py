@@ -1,4 +1,5 @@
-"""The tracers the blockio overhead bench compares: the agent, the empty program, bpftrace."""
+"""The tracers the blockio overhead bench compares: the agent, the empty program, bpftrace,
+ebpf_exporter's biolatency example."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -27,7 +29,7 @@ from bench.blockio_overhead.common import (
     stop_child,
     wait_attached,
 )
-from bench.harness import free_port
+from bench.harness import build_ebpf_exporter_example, free_port
 from exporters.blockio.core.backend import OBJECT
 
 # --- the agent ---------------------------------------------------------------------------
@@ -327,10 +329,55 @@ class BpftraceTracer:
             self.proc = None
 
 
-def make_tracer(name: str, workdir: Path) -> Tracer:
+class EbpfExporterTracer:
+    """ebpf_exporter with its biolatency example (raw_tp block_rq_insert, issue, complete: a
+    hash map of start times), the object built by the harness into the work directory."""
+
+    name = "ebpf_exporter"
+
+    def __init__(self, workdir: Path, binary: Path, libbpf_include: Path) -> None:
+        self.binary = binary
+        self.config = Path(tempfile.mkdtemp(prefix="ebpfx-", dir=workdir))
+        build_ebpf_exporter_example(
+            binary.resolve().parent, libbpf_include, "biolatency", self.config
+        )
+        self.logfile = workdir / "ebpf_exporter.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.pid = 0
+
+    def start(self) -> dict[int, str]:
+        """Start it on a free port, wait for its three programs to be attached."""
+        cmd = [str(self.binary), f"--config.dir={self.config}", "--config.names=biolatency"]
+        cmd += [f"--web.listen-address=127.0.0.1:{free_port()}"]
+        with self.logfile.open("ab") as out:
+            self.proc = spawn_child(cmd, stdout=out, stderr=subprocess.STDOUT)
+        self.pid = self.proc.pid
+        return wait_attached(self.pid, {"insert", "issue", "complete"})
+
+    def during_run(self) -> Callable[[], dict[str, Any]]:
+        """Nothing (it is not scraped: its per-I/O cost is in the kernel)."""
+        return lambda: {}
+
+    def io_counts(self, device: str) -> dict[str, float] | None:
+        """Not read."""
+        return None
+
+    def stop(self) -> None:
+        """SIGTERM it (it detaches) and wait."""
+        if self.proc is not None:
+            stop_child(self.proc, signal.SIGTERM)
+            self.proc = None
+
+
+def make_tracer(
+    name: str, workdir: Path, ebpf_exporter: Path | None = None, libbpf_include: Path = Path()
+) -> Tracer:
     """The tracer called name."""
     if name in ("core", "bcc"):
         return AgentTracer(workdir, name)
     if name == "empty":
         return EmptyTracer(workdir)
+    if name == "ebpf_exporter":
+        assert ebpf_exporter is not None  # preflight
+        return EbpfExporterTracer(workdir, ebpf_exporter, libbpf_include)
     return BpftraceTracer(workdir)
