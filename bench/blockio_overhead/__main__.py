@@ -171,7 +171,7 @@ def bench(args: argparse.Namespace) -> int:
             "starts": [asdict(s) for s in starts],
             "latency_runs": [asdict(r) for r in lat],
         }
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(doc, indent=2, default=str) + "\n")
         log(f"raw numbers written to {args.json}")
     return 0
 
