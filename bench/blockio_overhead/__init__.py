@@ -17,6 +17,9 @@ iops      fio 4k random reads at QD32 in alternating pairs: each pair is one fio
                       at all on the core's attach point
             bpftrace  blockio_overhead.bt (in this package), the bcc program's work as a
                       bpftrace script
+            ebpf_exporter  only when asked for, with --ebpf-exporter PATH (its binary; the
+                      source tree beside it) and --libbpf-include: its biolatency example,
+                      built by bench/harness.py as its examples/Makefile does (issue 35)
 
           IOPS ratio = IOPS with / without, per pair, with kernel.bpf_stats_enabled=0. The
           core's against the empty program's: the median over pair rounds of (core ratio -
