@@ -316,6 +316,10 @@ REFUSED = {
         + b"X-More: a",
         431,
     ),
+    "headers over max_header_bytes, whole": (
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + b"".join(_LINE % i for i in range(5)) + b"\r\n",
+        431,
+    ),
     "not HTTP": (b"\x16\x03\x01\x00\x05hello\r\n\r\n", 400),
     "a bad method on the run API": (b"G\x01T /api/v1/runs HTTP/1.1\r\nHost: x\r\n\r\n", 400),
 }
