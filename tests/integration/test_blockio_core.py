@@ -79,19 +79,24 @@ def test_queue_clock_beside_device_clock_on_the_same_requests(disk: LoopDisk) ->
     assert kernel == n
     assert (d.clock, q.clock) == ("device", "queue")
     rd, rq = d.ops["read"], q.ops["read"]
-    assert rd.ios == rq.ios == kernel
-    assert sum(rd.lat_slots or []) == sum(rq.lat_slots or []) == kernel
+    # Each program counts every completion, or reports it unseen (the kernel sometimes does not
+    # run a program for one, even on a quiet machine: docs/exporters/blockio.md).
+    assert rd.ios + rd.unseen == rq.ios + rq.unseen == kernel, (rd, rq)
+    assert sum(rd.lat_slots or []) == rd.ios and sum(rq.lat_slots or []) == rq.ios
     assert rd.untimed == rq.untimed == 0
-    # Per request start_time_ns <= io_start_time_ns; the two programs read the clock tens of
-    # nanoseconds apart, so allow 1 us per request of slack on the mean.
-    assert rq.lat_sum_seconds / kernel >= rd.lat_sum_seconds / kernel - 1e-6
-    clat = job["clat_ns"]["percentile"]["50.000000"] / 1e9
+    if rd.ios == rq.ios == kernel:
+        # Per request start_time_ns <= io_start_time_ns; the two programs read the clock tens
+        # of nanoseconds apart, so allow 1 us per request of slack on the mean. (Over the same
+        # requests only: where one program missed one, the means are over different sets.)
+        assert rq.lat_sum_seconds / kernel >= rd.lat_sum_seconds / kernel - 1e-6
+    clat_min = job["clat_ns"]["min"] / 1e9
     total = job["lat_ns"]["percentile"]["50.000000"] / 1e9
     for op in (rd, rq):
-        # As in test_blockio_real: between fio's completion and total latency medians, each
-        # within the factor 2 of log2 buckets (the queue clock adds only the allocation).
-        assert clat / 2 <= _median(op) <= total * 2, (_median(op), clat, total)
-    print(f"medians: device {_median(rd)}, queue {_median(rq)}, fio clat {clat}, lat {total}")
+        # As in test_blockio_real: at most fio's total latency median, at least fio's fastest
+        # completion latency, each within the factor 2 of log2 buckets (fio's clat median
+        # carries its wake-up, which load stretches at will).
+        assert clat_min / 2 <= _median(op) <= total * 2, (_median(op), clat_min, total)
+    print(f"medians: device {_median(rd)}, queue {_median(rq)}, fio clat min {clat_min}")
 
 
 def test_requests_without_stamps_are_timed_at_issue(disk: LoopDisk) -> None:
@@ -101,7 +106,8 @@ def test_requests_without_stamps_are_timed_at_issue(disk: LoopDisk) -> None:
     try:
         _reads(disk, 101)
         first = backend.read()[disk.name]
-        assert first.ops["read"].untimed == 101 and first.clock is None
+        f = first.ops["read"]
+        assert f.untimed == f.ios and f.ios + f.unseen == 101 and first.clock is None
         assert "issue" in backend.missed_events()
         before = first.ops["read"]
         k0 = diskstats()[disk.name][0]
@@ -113,9 +119,10 @@ def test_requests_without_stamps_are_timed_at_issue(disk: LoopDisk) -> None:
     assert k1 - k0 == N
     r = after.ops["read"]
     assert after.clock == "device"
-    assert r.ios - before.ios == N
-    assert sum(r.lat_slots or []) == N  # every request after the attach, none before
-    assert r.untimed == 101
+    assert r.ios - before.ios + r.unseen - before.unseen == N  # unseen: as above
+    # every request after the attach timed, none before
+    assert sum(r.lat_slots or []) == r.ios - before.ios
+    assert r.untimed == before.untimed
     assert 0 < r.lat_sum_seconds / N < 1.0
 
 
@@ -132,8 +139,11 @@ def test_both_paths_count_exactly(disk: LoopDisk, max_queues: int | None) -> Non
     finally:
         backend.close()
     assert job["total_ios"] == k1[0] - k0[0] == N
-    assert r.ios == N and sum(r.lat_slots or []) == N and r.untimed == 0
-    assert r.bytes == (k1[2] - k0[2]) * 512 == N * 4096
+    # Every completion counted, or reported unseen: a CI run on a machine at load ~3 saw the
+    # kernel not run the program for 1 of 3,001 (docs/exporters/blockio.md).
+    assert r.ios + r.unseen == N and r.ios <= N, r
+    assert sum(r.lat_slots or []) == r.ios and r.untimed == 0
+    assert r.bytes == r.ios * 4096 and (k1[2] - k0[2]) * 512 == N * 4096
 
 
 @contextlib.contextmanager

@@ -38,15 +38,28 @@ def test_a_lower_bound_while_busy_and_never_decreasing() -> None:
     assert u.update({"sda": _k(30)}, {"sda": (ID, {"read": 29})})["sda"] == {"read": 2}
 
 
-def test_a_disk_first_seen_later_is_baselined_with_the_next_kernel_read() -> None:
+def test_a_disk_listed_before_its_first_sight_is_baselined_with_the_next_kernel_read() -> None:
     u = Unseen()
     u.start({})
+    # listed at a read, idle (the program has no entry for it): its kernel counts cannot be
+    # told apart from what it did before, so they are not taken as a baseline
+    assert u.update({"vdb": _k(2)}, {}) == {}
     # first sight: the program's 4; the kernel's baseline is the next read's (6: read after
     # the maps that said 4, so the 2 in between cannot be claimed unseen)
     assert u.update({"vdb": _k(5)}, {"vdb": (ID, {"read": 4})}) == {}
     assert u.update({"vdb": _k(6)}, {"vdb": (ID, {"read": 6})}) == {}
     out = u.update({"vdb": _k(16)}, {"vdb": (ID, {"read": 13})})
     assert out["vdb"] == {"read": 1}  # (16 - 6) - (13 - 4) = 1 <= the 3 truly unseen
+
+
+def test_a_disk_born_since_the_last_read_is_exact_from_its_first_read() -> None:
+    u = Unseen()
+    u.start({"vda": _k(7)})
+    # vdb did not exist at the last read: both counts began at zero after the attach
+    out = u.update({"vda": _k(7), "vdb": _k(101)}, {"vdb": (ID, {"read": 100})})
+    assert out == {"vdb": {"read": 1}}
+    out = u.update({"vda": _k(7), "vdb": _k(111)}, {"vdb": (ID, {"read": 110})})
+    assert out == {"vdb": {"read": 1}}  # never counted twice
 
 
 def test_a_recreated_disk_starts_again_and_a_gone_disk_leaves() -> None:
