@@ -449,11 +449,17 @@ pdus:
             serve_metrics(agent_body(3.0, t0)) as a1,
             serve_metrics(agent_body(1.5, t0)) as a2,
         ):
+            # the APC's own outlets, not any outlet: the Eaton has outlets too (unmapped), and
+            # its poll can be in before the APC's (a CI run failed on that race)
             s = collector.scrape_until(
                 "the feed's and the outlets' watts",
                 lambda s: (
                     any(k[0] == "wattbit_pdu_feed_power_watts" for k in s)
-                    and any(k[0] == "wattbit_pdu_outlet_power_watts" for k in s)
+                    and any(
+                        k[0] == "wattbit_pdu_outlet_power_watts"
+                        and dict(k[1]).get("host") == "srv01"
+                        for k in s
+                    )
                 ),
                 timeout=120,
             )
