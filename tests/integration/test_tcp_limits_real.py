@@ -152,6 +152,38 @@ def behind_router(router: str) -> Iterator[None]:
         subprocess.run(["ip", "netns", "del", FAR_NS], capture_output=True)
 
 
+def observed(stack: contextlib.ExitStack, tmp: Path, agent_port: int) -> str:
+    """node_exporter (CPU only) and Prometheus scraping it and the agent, in `stack`, once the
+    tcp exporter has sampled and node_exporter been scraped: Prometheus' URL."""
+    node_url = stack.enter_context(
+        server(
+            "node_exporter",
+            lambda port: ["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{port}",
+                          "--collector.disable-defaults", "--collector.cpu"],
+            tmp, ready_path="/metrics",
+        )
+    )  # fmt: skip
+    (tmp / "prometheus.yml").write_text(
+        prometheus_config(agent_port, int(node_url.rsplit(":", 1)[1]))
+    )
+    prom: str = stack.enter_context(
+        server(
+            "prometheus",
+            lambda port: ["prometheus", f"--config.file={tmp / 'prometheus.yml'}",
+                          f"--storage.tsdb.path={tmp / 'prom'}",
+                          f"--web.listen-address=127.0.0.1:{port}"],
+            tmp,
+        )
+    )  # fmt: skip
+
+    def scraped() -> bool:
+        q = "wattbit_tcp_samples_total > 0 or up{job='node'} == 1"
+        return len(query_api(prom, "/api/v1/query", {"query": q})["result"]) == 2
+
+    wait_for(scraped, 60, "the tcp exporter sampled and node_exporter scraped")
+    return prom
+
+
 def _agent_config(ifaces: list[str], speeds: dict[str, float]) -> str:
     off = "".join(f"{e}:\n  enabled: false\n" for e in ("blockio", "smart", "pcie", "power"))
     link = ", ".join(f"{i}: {v:.0f}" for i, v in speeds.items())
@@ -185,32 +217,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         speeds = {nets["window"][1]: UNSHAPED_BITS, nets["paced"][1]: UNSHAPED_BITS}
         (tmp / "agent").mkdir()
         agent = stack.enter_context(running(Agent(_agent_config(ifaces, speeds), tmp / "agent")))
-        node_url = stack.enter_context(
-            server(
-                "node_exporter",
-                lambda port: ["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{port}",
-                              "--collector.disable-defaults", "--collector.cpu"],
-                tmp, ready_path="/metrics",
-            )
-        )  # fmt: skip
-        (tmp / "prometheus.yml").write_text(
-            prometheus_config(agent.port, int(node_url.rsplit(":", 1)[1]))
-        )
-        prom = stack.enter_context(
-            server(
-                "prometheus",
-                lambda port: ["prometheus", f"--config.file={tmp / 'prometheus.yml'}",
-                              f"--storage.tsdb.path={tmp / 'prom'}",
-                              f"--web.listen-address=127.0.0.1:{port}"],
-                tmp,
-            )
-        )  # fmt: skip
-
-        def scraped() -> bool:
-            q = "wattbit_tcp_samples_total > 0 or up{job='node'} == 1"
-            return len(query_api(prom, "/api/v1/query", {"query": q})["result"]) == 2
-
-        wait_for(scraped, 60, "the tcp exporter sampled and node_exporter scraped")
+        prom = observed(stack, tmp, agent.port)
         ports = {"window": 5401, "congestion": 5402, "paced": 5403, "cpu": 5404}
         servers = {
             name: ["ip", "netns", "exec", ns, "iperf3", "-s", "-B", addr, "-p", str(ports[name])]

@@ -38,7 +38,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_limits_real import HOST, prometheus_config, settled
+from tests.integration.test_limits_real import HOST, settled
+from tests.integration.test_tcp_limits_real import observed
 from tests.integration.test_tcp_real import _ms, ss_fields
 from tests.support.cli import wattbit
 from tests.support.env import require
@@ -48,9 +49,7 @@ from tests.support.realparts import (
     have,
     is_root,
     process,
-    query_api,
     running,
-    server,
     wait_for,
 )
 
@@ -154,32 +153,7 @@ def lab() -> Iterator[Lab]:
         ns = stack.enter_context(delayed_namespace(tmp))
         (tmp / "agent").mkdir()
         agent = stack.enter_context(running(Agent(AGENT, tmp / "agent")))
-        node_url = stack.enter_context(
-            server(
-                "node_exporter",
-                lambda port: ["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{port}",
-                              "--collector.disable-defaults", "--collector.cpu"],
-                tmp, ready_path="/metrics",
-            )
-        )  # fmt: skip
-        (tmp / "prometheus.yml").write_text(
-            prometheus_config(agent.port, int(node_url.rsplit(":", 1)[1]))
-        )
-        prom = stack.enter_context(
-            server(
-                "prometheus",
-                lambda port: ["prometheus", f"--config.file={tmp / 'prometheus.yml'}",
-                              f"--storage.tsdb.path={tmp / 'prom'}",
-                              f"--web.listen-address=127.0.0.1:{port}"],
-                tmp,
-            )
-        )  # fmt: skip
-
-        def scraped() -> bool:
-            q = "wattbit_tcp_samples_total > 0 or up{job='node'} == 1"
-            return len(query_api(prom, "/api/v1/query", {"query": q})["result"]) == 2
-
-        wait_for(scraped, 60, "the tcp exporter sampled and node_exporter scraped")
+        prom = observed(stack, tmp, agent.port)
         port = free_port()
         sink_log = tmp / "sink.log"
         sink = ["ip", "netns", "exec", ns, sys.executable, "-m", "tests.support.tcpnet", "sink",
