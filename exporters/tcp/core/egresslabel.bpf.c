@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: GPL-2.0
+/* wattbit tcp: the IPv6 flow label each outgoing TCP packet leaves with, by 5-tuple, for the
+ * SciTags experiment and activity of flows marked below the socket: scitags flowd's eBPF
+ * backend rewrites the label at tc egress (a clsact egress classifier), so no socket holds it
+ * and the iter/tcp program (flowlabel.bpf.c) cannot see it (docs/exporters/tcp.md, "SciTags").
+ *
+ * Where: tp_btf/net_dev_start_xmit (xmit_one(), net/core/dev.c), the last point before the
+ * driver's ndo_start_xmit. Every tc egress hook (sch_handle_egress(), tcx and clsact alike)
+ * and the qdisc have run by then, so the label is what goes on the wire whatever order the
+ * tc programs are in; a tcx/clsact program of our own would have to be ordered after flowd's
+ * (tcx anchors, or clsact priorities that flowd's pyroute2 attach does not promise) and would
+ * need CAP_NET_ADMIN and one attach per interface, hot-plugged ones included. The tracepoint
+ * is one attach for every device, read-only, and needs only CAP_BPF + CAP_PERFMON (a tracing
+ * program, as flowlabel.bpf.c and blockio). BTF-typed tracepoints: Linux 5.5 (commit
+ * ac4414b5ca47 "bpf: Introduce BPF_TRACE_RAW_TP / tp_btf").
+ *
+ * Kept: an LRU hash (5-tuple -> label) bounded by max_entries (userspace sizes it,
+ * tcp.packet_label_flows), so closed flows' entries leave as new ones come; userspace also
+ * deletes those of sockets gone from sock_diag. Only labels the kernel did not make itself
+ * are kept: the automatic label (net.ipv6.auto_flowlabels, on by default) is a hash, not a
+ * marking, and is recognised from skb->hash as ip6_make_flowlabel() makes it.
+ */
+#include "egresslabel_types.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_tracing.h>
+
+#define ETH_P_IPV6 0x86DD
+#define IPPROTO_TCP 6
+#define IPV6_HLEN 40
+#define FLOWLABEL_MASK 0x000FFFFF
+/* the stateless flag ip6_make_flowlabel() adds under net.ipv6.flowlabel_state_ranges */
+#define FLOWLABEL_NOSTATE_MASK 0x0007FFFF
+
+struct flow_key {
+	u8 addrs[32]; /* saddr, daddr as in the header */
+	__be16 sport;
+	__be16 dport;
+	u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536); /* sized by userspace before load */
+	__type(key, struct flow_key);
+	__type(value, u32);
+} egress_labels SEC(".maps");
+
+/* the network namespace (its inode, /proc/self/ns/net) whose devices' packets are kept: the
+ * tracepoint fires for every namespace, sock_diag answers for the agent's only */
+const volatile u32 netns_ino = 0;
+
+static __always_inline u32 rol32(u32 w, unsigned int s)
+{
+	return (w << s) | (w >> (32 - s));
+}
+
+SEC("tp_btf/net_dev_start_xmit")
+int BPF_PROG(egress_label, const struct sk_buff *skb, const struct net_device *dev)
+{
+	struct flow_key key = {};
+	unsigned char *ip6;
+	u32 word, label, *old;
+	u8 nexthdr;
+
+	if (skb->protocol != bpf_htons(ETH_P_IPV6))
+		return 0;
+	if (netns_ino && BPF_CORE_READ(dev, nd_net.net, ns.inum) != netns_ino)
+		return 0;
+	ip6 = skb->head + skb->network_header;
+	if (bpf_probe_read_kernel(&word, sizeof(word), ip6) ||
+	    bpf_probe_read_kernel(&nexthdr, sizeof(nexthdr), ip6 + 6))
+		return 0;
+	/* a TCP segment right after the fixed header (extension headers: not followed) */
+	if (nexthdr != IPPROTO_TCP)
+		return 0;
+	if (bpf_probe_read_kernel(key.addrs, sizeof(key.addrs), ip6 + 8) ||
+	    bpf_probe_read_kernel(&key.sport, 4, ip6 + IPV6_HLEN))
+		return 0;
+	label = bpf_ntohl(word) & FLOWLABEL_MASK;
+	old = bpf_map_lookup_elem(&egress_labels, &key);
+	/* ip6_make_flowlabel(): the automatic label is rol32(hash, 16) masked as a big-endian
+	 * word (its low 20 bits on the wire), maybe with the stateless flag */
+	if (!label || ((rol32(skb->hash, 16) ^ word) & bpf_htonl(FLOWLABEL_NOSTATE_MASK)) == 0) {
+		if (old) /* the 5-tuple's packets no longer carry a marking: forget it */
+			bpf_map_delete_elem(&egress_labels, &key);
+		return 0;
+	}
+	if (old && *old == label)
+		return 0;
+	bpf_map_update_elem(&egress_labels, &key, &label, BPF_ANY);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";
