@@ -116,8 +116,7 @@ class PacketLabels:
             return {}
         try:
             return {
-                k: VALUE.unpack_from(v)[0]
-                for k, v in self._map.lookup_batch(KEY_SIZE, VALUE.size)
+                k: VALUE.unpack_from(v)[0] for k, v in self._map.lookup_batch(KEY_SIZE, VALUE.size)
             }
         except OSError:
             self.failures += 1

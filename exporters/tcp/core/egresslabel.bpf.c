@@ -18,7 +18,7 @@
  * tcp.packet_label_flows), so closed flows' entries leave as new ones come; userspace also
  * deletes those of sockets gone from sock_diag. Only labels the kernel did not make itself
  * are kept: the automatic label (net.ipv6.auto_flowlabels, on by default) is a hash, not a
- * marking, and is recognised from skb->hash as ip6_make_flowlabel() makes it.
+ * marking, and is recognised from skb->hash as ip6_make_flowlabel() makes it (kernel_made()).
  */
 #include "egresslabel_types.h"
 #include <bpf/bpf_helpers.h>
@@ -51,22 +51,53 @@ struct {
  * tracepoint fires for every namespace, sock_diag answers for the agent's only */
 const volatile u32 netns_ino = 0;
 
+#define AF_INET6 10
+#define TCP_TIME_WAIT 6
+#define TCP_NEW_SYN_RECV 12
+
 static __always_inline u32 rol32(u32 w, unsigned int s)
 {
 	return (w << s) | (w >> (32 - s));
+}
+
+/* Whether the packet's label (word: the header's first 32 bits as they are) is the one the
+ * kernel made itself, ip6_make_flowlabel(): only when net.ipv6.auto_flowlabels is on and the
+ * socket has no label of its own, and then rol32(hash, 16) masked as a big-endian word (its
+ * low 20 bits on the wire), maybe with the stateless flag. A marking that happens to equal
+ * it (one chance in 2^19 per flow) is taken for the kernel's. */
+static __always_inline bool kernel_made(const struct sk_buff *skb, struct net *net, u32 word)
+{
+	struct sock *sk = skb->sk;
+	struct ipv6_pinfo *np;
+	unsigned char state;
+
+	if (!BPF_CORE_READ(net, ipv6.sysctl.auto_flowlabels))
+		return false;
+	if (sk && BPF_CORE_READ(sk, __sk_common.skc_family) == AF_INET6) {
+		state = BPF_CORE_READ(sk, __sk_common.skc_state);
+		/* a full socket (a request or time-wait one is no inet_sock) */
+		if (state != TCP_TIME_WAIT && state != TCP_NEW_SYN_RECV) {
+			np = BPF_CORE_READ((struct inet_sock *)sk, pinet6);
+			if (np && (BPF_CORE_READ(np, flow_label) & bpf_htonl(FLOWLABEL_MASK)))
+				return false;
+		}
+	}
+	return ((rol32(skb->hash, 16) ^ word) & bpf_htonl(FLOWLABEL_NOSTATE_MASK)) == 0;
 }
 
 SEC("tp_btf/net_dev_start_xmit")
 int BPF_PROG(egress_label, const struct sk_buff *skb, const struct net_device *dev)
 {
 	struct flow_key key = {};
+	struct net *net;
 	unsigned char *ip6;
 	u32 word, label, *old;
 	u8 nexthdr;
 
 	if (skb->protocol != bpf_htons(ETH_P_IPV6))
 		return 0;
-	if (netns_ino && BPF_CORE_READ(dev, nd_net.net, ns.inum) != netns_ino)
+	net = BPF_CORE_READ(dev, nd_net.net);
+	if (netns_ino && BPF_CORE_READ(net, ns.inum) != netns_ino)
 		return 0;
 	ip6 = skb->head + skb->network_header;
 	if (bpf_probe_read_kernel(&word, sizeof(word), ip6) ||
@@ -80,9 +111,7 @@ int BPF_PROG(egress_label, const struct sk_buff *skb, const struct net_device *d
 		return 0;
 	label = bpf_ntohl(word) & FLOWLABEL_MASK;
 	old = bpf_map_lookup_elem(&egress_labels, &key);
-	/* ip6_make_flowlabel(): the automatic label is rol32(hash, 16) masked as a big-endian
-	 * word (its low 20 bits on the wire), maybe with the stateless flag */
-	if (!label || ((rol32(skb->hash, 16) ^ word) & bpf_htonl(FLOWLABEL_NOSTATE_MASK)) == 0) {
+	if (!label || kernel_made(skb, net, word)) {
 		if (old) /* the 5-tuple's packets no longer carry a marking: forget it */
 			bpf_map_delete_elem(&egress_labels, &key);
 		return 0;
