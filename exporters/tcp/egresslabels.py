@@ -110,6 +110,10 @@ class PacketLabels:
         self._map = m
         self.reason = "tp_btf/net_dev_start_xmit attached"
 
+    def program_fd(self) -> int | None:
+        """The program's fd (its run_time_ns and run_cnt in /proc/self/fdinfo), if attached."""
+        return self._obj.program("egress_label").fd if self._obj and self._map else None
+
     def entries_now(self) -> dict[bytes, int]:
         """5-tuple key -> label of every map entry ({} when not attached or unreadable)."""
         if self._map is None:
