@@ -13,6 +13,7 @@ from prometheus_client.metrics_core import Metric
 
 from collector.agent.config import AgentConfig
 from collector.preflight.report import Report
+from collector.preflight.tcp import check_tcp
 from exporters.base import Exporter
 from exporters.blockio.exporter import open_backend
 from exporters.blockio.model import BackendUnavailable
@@ -66,7 +67,9 @@ def check_agent(
         _rapl(report, sys_root)
     if cfg.smart.enabled:
         _smart(report, cfg, held, helper_timeout)
-    for name in ("nic", "pcie", "power", "smart"):
+    if cfg.tcp.enabled:
+        check_tcp(report, cfg.tcp, sys_root, proc_root)
+    for name in ("nic", "pcie", "power", "smart", "tcp"):
         if not getattr(cfg, name).enabled:
             report.add(name, "enabled", "off", f"{name}.enabled: false")
     _after_start(report, cfg, held)
