@@ -226,7 +226,8 @@ def _tuning(report: Report, proc_root: Path) -> None:
         "host tuning",
         "fail" if not got else "warn",
         f"{got} of {TUNING_VALUES} values; unreadable: {', '.join(missing[:6])}",
-        f"the agent reads them under {proc_root}/sys/net (a container: mount it read-only)",
+        f"the agent reads them under {proc_root}/sys/net; net.core.default_qdisc is only in "
+        "the host's network namespace (net_core_table): run the agent there",
     )
 
 
