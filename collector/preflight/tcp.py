@@ -131,11 +131,12 @@ def _dump(
         )
     else:
         report.add("tcp", "socket dump", "ok", detail)
-    _cgroup(report, cfg, probe or (others[0] if others else None), sys_root)
+    sample = probe or (others[0] if others else None)
+    _cgroup(report, cfg, sample, "this check" if probe else "the dump", sys_root)
 
 
 def _cgroup(
-    report: Report, cfg: TcpConfig, sample: netlink.DiagSocket | None, sys_root: Path
+    report: Report, cfg: TcpConfig, sample: netlink.DiagSocket | None, whose: str, sys_root: Path
 ) -> None:
     """Whether the kernel gives each socket's cgroup (INET_DIAG_CGROUP_ID, Linux 5.7: commit
     b1f3e43dbfac "inet_diag: Add cgroup id attribute"), and whether it names a cgroup v2."""
@@ -177,7 +178,7 @@ def _cgroup(
             "tcp",
             "socket cgroup",
             "ok",
-            f"given with the dump; a socket of this check is in {name}",
+            f"given with the dump; a socket of {whose} is in {name}",
         )
     else:
         report.add(

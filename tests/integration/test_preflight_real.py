@@ -211,6 +211,10 @@ def test_agent_check_tcp_counts_what_ss_counts(tmp: Path) -> None:
         "ok",
         f"given with the dump; a socket of this check is in {_own_cgroup()}",
     )
+    assert status(doc, "tcp", "closing sockets") == (
+        "ok",
+        "destroy messages (bound the sock_diag destroy groups)",
+    )
     # net.core.default_qdisc is in the initial network namespace's /proc/sys only (the
     # kernel's net_core_table, not netns_core_table): a fallback, said as a warning
     tuning, detail = status(doc, "tcp", "host tuning")

@@ -202,6 +202,12 @@ def test_without_the_probe_any_socket_tells(roots: tuple[Path, Path, int]) -> No
     rows = _run(roots, FakeReader(socks), probe=_no_probe)
     assert rows["socket dump"][1].startswith("3 sockets")
     assert rows["socket cgroup"][0] == "fail"
+    socks = [s for s in _dump(roots[2]) if s.sport != PROBE_PORT]
+    rows = _run(roots, FakeReader(socks), probe=_no_probe)
+    assert rows["socket cgroup"][:2] == (
+        "ok",
+        "given with the dump; a socket of the dump is in wattbit-agent.service",
+    )
 
 
 def test_nothing_to_look_at(roots: tuple[Path, Path, int]) -> None:
