@@ -203,7 +203,8 @@ def _closing(report: Report, cfg: TcpConfig, reader: Reader) -> None:
             "warn",
             f"sampling only: {reader.reason}; what a socket moves between its last sample "
             "and its close is not counted",
-            "CAP_NET_ADMIN at start (docs/privileges.md), or tcp.destroy_events: false",
+            "the bind needs no capability: look for an LSM or seccomp policy refusing it "
+            "(docs/privileges.md), or tcp.destroy_events: false",
         )
 
 

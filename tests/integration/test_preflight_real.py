@@ -227,7 +227,8 @@ def test_agent_check_tcp_counts_what_ss_counts(tmp: Path) -> None:
 
 
 def test_agent_check_tcp_unprivileged(tmp: Path) -> None:
-    """As uid 65534 with no capability: the dump, the cgroup and the tuning need none; the
+    """As uid 65534 with no capability: the dump, the closing sockets, the cgroup and the
+    tuning need none; the
     SciTags dimensions in tcp.key cannot work (the iterator needs CAP_BPF + CAP_PERFMON):
     the row names them and the check exits 1; the same key without them exits 0."""
     require(is_root() and have("setpriv"), "needs root and setpriv")
@@ -235,6 +236,12 @@ def test_agent_check_tcp_unprivileged(tmp: Path) -> None:
     assert status(doc, "agent", "capabilities") == ("ok", "effective: none")
     assert status(doc, "tcp", "socket dump")[0] == "ok"
     assert status(doc, "tcp", "host tuning")[0] == "ok"
+    # the destroy groups need no capability either: sock_diag's netlink family is created
+    # with NL_CFG_F_NONROOT_RECV (diag_net_init(), net/core/sock_diag.c)
+    assert status(doc, "tcp", "closing sockets") == (
+        "ok",
+        "destroy messages (bound the sock_diag destroy groups)",
+    )
     labels, detail = status(doc, "tcp", "flow labels (SciTags)")
     assert labels == "fail" and "missing CAP_BPF+CAP_PERFMON" in detail, detail
     assert [f["check"] for f in doc["findings"] if f["status"] == "fail"] == [
