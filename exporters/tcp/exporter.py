@@ -81,6 +81,11 @@ class PacketSource(Protocol):
     reason: str
     entries: int  # 5-tuples kept after the last read
 
+    @property
+    def attached(self) -> bool:
+        """Whether the program runs."""
+        ...
+
     def read(self, sockets: Sequence[netlink.DiagSocket]) -> dict[int, int]:
         """cookie -> flow label of the dump's sockets."""
         ...

@@ -79,7 +79,7 @@ def test_an_entry_leaves_after_two_samples_without_its_socket(tmp_path: Path) ->
 class Packets:
     """A PacketSource with fixed labels by 5-tuple."""
 
-    source, reason, entries = "packet", "test", 0
+    source, reason, entries, attached = "packet", "test", 0, True
 
     def __init__(self, by_key: dict[bytes, int]) -> None:
         self.by_key = by_key
