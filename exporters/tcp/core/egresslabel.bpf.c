@@ -28,7 +28,6 @@
 
 #define ETH_P_IPV6 0x86DD
 #define IPPROTO_TCP 6
-#define IPV6_HLEN 40
 #define FLOWLABEL_MASK 0x000FFFFF
 /* the stateless flag ip6_make_flowlabel() adds under net.ipv6.flowlabel_state_ranges */
 #define FLOWLABEL_NOSTATE_MASK 0x0007FFFF
@@ -38,6 +37,17 @@ struct flow_key {
 	__be16 sport;
 	__be16 dport;
 	u32 pad;
+};
+
+/* the fixed IPv6 header (RFC 8200) and the TCP ports after it: read in one copy */
+struct ip6_tcp {
+	__be32 word; /* version, traffic class, flow label */
+	__be16 payload_len;
+	u8 nexthdr;
+	u8 hop_limit;
+	u8 addrs[32];
+	__be16 sport;
+	__be16 dport;
 };
 
 struct {
@@ -61,57 +71,57 @@ static __always_inline u32 rol32(u32 w, unsigned int s)
 }
 
 /* Whether the packet's label (word: the header's first 32 bits as they are) is the one the
- * kernel made itself, ip6_make_flowlabel(): only when net.ipv6.auto_flowlabels is on and the
- * socket has no label of its own, and then rol32(hash, 16) masked as a big-endian word (its
- * low 20 bits on the wire), maybe with the stateless flag. A marking that happens to equal
- * it (one chance in 2^19 per flow) is taken for the kernel's. */
+ * kernel made itself, ip6_make_flowlabel(): only when net.ipv6.auto_flowlabels is on, then
+ * rol32(hash, 16) masked as a big-endian word (its low 20 bits on the wire), maybe with the
+ * stateless flag, and only when the socket has no label of its own (one that equals the hash
+ * by chance is the socket's). A marking that happens to equal the hash (one chance in 2^19
+ * per flow) is taken for the kernel's. */
 static __always_inline bool kernel_made(const struct sk_buff *skb, struct net *net, u32 word)
 {
-	struct sock *sk = skb->sk;
+	struct sock *sk;
 	struct ipv6_pinfo *np;
 	unsigned char state;
 
-	if (!BPF_CORE_READ(net, ipv6.sysctl.auto_flowlabels))
+	if (!net->ipv6.sysctl.auto_flowlabels)
 		return false;
-	if (sk && BPF_CORE_READ(sk, __sk_common.skc_family) == AF_INET6) {
-		state = BPF_CORE_READ(sk, __sk_common.skc_state);
-		/* a full socket (a request or time-wait one is no inet_sock) */
-		if (state != TCP_TIME_WAIT && state != TCP_NEW_SYN_RECV) {
-			np = BPF_CORE_READ((struct inet_sock *)sk, pinet6);
-			if (np && (BPF_CORE_READ(np, flow_label) & bpf_htonl(FLOWLABEL_MASK)))
-				return false;
-		}
-	}
-	return ((rol32(skb->hash, 16) ^ word) & bpf_htonl(FLOWLABEL_NOSTATE_MASK)) == 0;
+	if ((rol32(skb->hash, 16) ^ word) & bpf_htonl(FLOWLABEL_NOSTATE_MASK))
+		return false;
+	sk = skb->sk;
+	if (!sk || sk->__sk_common.skc_family != AF_INET6)
+		return true;
+	state = sk->__sk_common.skc_state;
+	/* a request or time-wait socket is no inet_sock, and has no label of its own here */
+	if (state == TCP_TIME_WAIT || state == TCP_NEW_SYN_RECV)
+		return true;
+	np = BPF_CORE_READ((struct inet_sock *)sk, pinet6);
+	return !np || !(BPF_CORE_READ(np, flow_label) & bpf_htonl(FLOWLABEL_MASK));
 }
 
 SEC("tp_btf/net_dev_start_xmit")
 int BPF_PROG(egress_label, const struct sk_buff *skb, const struct net_device *dev)
 {
 	struct flow_key key = {};
+	struct ip6_tcp h;
 	struct net *net;
-	unsigned char *ip6;
-	u32 word, label, *old;
-	u8 nexthdr;
+	u32 label, *old;
 
 	if (skb->protocol != bpf_htons(ETH_P_IPV6))
 		return 0;
-	net = BPF_CORE_READ(dev, nd_net.net);
-	if (netns_ino && BPF_CORE_READ(net, ns.inum) != netns_ino)
+	/* BTF-typed loads (tp_btf arguments), no helper call: this runs for every packet */
+	net = dev->nd_net.net;
+	if (netns_ino && net->ns.inum != netns_ino)
 		return 0;
-	ip6 = skb->head + skb->network_header;
-	if (bpf_probe_read_kernel(&word, sizeof(word), ip6) ||
-	    bpf_probe_read_kernel(&nexthdr, sizeof(nexthdr), ip6 + 6))
+	if (bpf_probe_read_kernel(&h, sizeof(h), skb->head + skb->network_header))
 		return 0;
 	/* a TCP segment right after the fixed header (extension headers: not followed) */
-	if (nexthdr != IPPROTO_TCP)
+	if (h.nexthdr != IPPROTO_TCP)
 		return 0;
-	if (bpf_probe_read_kernel(key.addrs, sizeof(key.addrs), ip6 + 8) ||
-	    bpf_probe_read_kernel(&key.sport, 4, ip6 + IPV6_HLEN))
-		return 0;
-	label = bpf_ntohl(word) & FLOWLABEL_MASK;
+	__builtin_memcpy(key.addrs, h.addrs, sizeof(key.addrs));
+	key.sport = h.sport;
+	key.dport = h.dport;
+	label = bpf_ntohl(h.word) & FLOWLABEL_MASK;
 	old = bpf_map_lookup_elem(&egress_labels, &key);
-	if (!label || kernel_made(skb, net, word)) {
+	if (!label || kernel_made(skb, net, h.word)) {
 		if (old) /* the 5-tuple's packets no longer carry a marking: forget it */
 			bpf_map_delete_elem(&egress_labels, &key);
 		return 0;
