@@ -5,12 +5,14 @@ does, over the label the sender's socket chose (a different SciTags one). The ag
 exactly; with `socket` it counts them under the socket's own label and never the marked one;
 with `both` the packet's wins. tcpdump on the receiving veth reads the marked label. A second,
 unmarked flow (a socket without a label: the kernel's automatic one) stays unattributed.
-Many marked connections through a small map never hold more than the map's size, and their
-entries leave once the sockets are gone.
+Many marked connections, short ones and held ones, through a small map never hold more than
+the map's size (bpftool counts the kernel's map beside the agent's gauge), and their entries
+leave once the sockets are gone.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -67,8 +69,12 @@ def net() -> Iterator[V6Net]:
         yield n
 
 
+def samples(s: Samples) -> float:
+    return s.get(("wattbit_tcp_samples_total", ()), 0)
+
+
 def sampled_twice(s: Samples) -> bool:
-    return s.get(("wattbit_tcp_samples_total", ()), 0) >= 2
+    return samples(s) >= 2
 
 
 def infos(s: Samples) -> list[dict[str, str]]:
@@ -156,10 +162,13 @@ def test_without_bpf_capabilities_the_packet_source_says_why(net: V6Net) -> None
 def test_many_flows_stay_within_the_map_and_leave_with_their_sockets(
     net: V6Net, tmp_path: Path
 ) -> None:
-    """600 marked connections held open through a map of 256 5-tuples: the entries never
-    exceed it (the LRU evicts), and once the sockets are closed none stays (an entry is
-    deleted after two samples without its socket)."""
-    port, flows, count = free_port(), 256, 600
+    """Through a map of 293 5-tuples (an odd size: bpftool finds this agent's map by it):
+    2,000 short marked connections, then 600 held open. The kernel's map never holds more
+    than its size (the LRU evicts), the agent's gauge equals what bpftool counts in it, and
+    once the sockets are closed no entry stays (each is deleted after two samples without its
+    socket), in the agent's gauge and in the kernel's map alike."""
+    require(have("bpftool"), "needs bpftool to count the kernel's map")
+    port, flows = free_port(), 293
     mark_egress(net, MARKED, tmp_path, dport=port)
     far = popen(net.ns_b, sys.executable, "-m", "tests.support.tcpnet", "sink", str(port),
                 net.addr_b)  # fmt: skip
@@ -168,29 +177,68 @@ def test_many_flows_stay_within_the_map_and_leave_with_their_sockets(
     try:
         assert far.stdout is not None and far.stdout.readline().strip() == "ready"
         agent.wait_ready()
+        map_id = our_map(flows)
+        short = popen(net.ns_a, sys.executable, "-m", "tests.support.tcpnet", "churn",
+                      net.addr_b, str(port), "2000", "1000", "1")  # fmt: skip
+        procs.append(short)
+        churn = short.communicate(timeout=120)[0].strip().splitlines()[-1]
+        after_churn = kernel_entries(map_id)
+        # three samples after the churn: the map read twice without those sockets
+        n = samples(agent.scrape()) + 3
+        agent.scrape_until(
+            "the churn's entries gone", lambda s: samples(s) >= n and entries(s) == 0, timeout=30
+        )
+        assert kernel_entries(map_id) == 0
         holder = subprocess.Popen(
             ["ip", "netns", "exec", net.ns_a, sys.executable, "-c", HOLDER, net.addr_b,
-             str(port), str(count)],
+             str(port), "600"],
             text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         )  # fmt: skip
         procs.append(holder)
         assert holder.stdin is not None and holder.stdout is not None
-        assert holder.stdout.readline().split() == ["ready", str(count)]
+        assert holder.stdout.readline().split() == ["ready", "600"]
+        # a sample begun after the last connection: two more than the ones done now
+        n = samples(agent.scrape()) + 2
         held = agent.scrape_until(
-            "the held flows' entries", lambda s: entries(s) > 0 and sampled_twice(s)
+            "the held flows' entries", lambda s: samples(s) >= n and entries(s) > 0
         )
+        held_in_kernel = kernel_entries(map_id)  # the held sockets send nothing more
         holder.stdin.write("\n")
         holder.stdin.flush()
         assert holder.stdout.readline().strip() == "closed"
-        gone = agent.scrape_until("the closed flows' entries gone", lambda s: entries(s) == 0)
+        n = samples(agent.scrape()) + 3
+        gone = agent.scrape_until(
+            "the closed flows' entries gone", lambda s: samples(s) >= n and entries(s) == 0
+        )
+        gone_in_kernel = kernel_entries(map_id)
     finally:
         agent.stop()
         for p in procs:
             p.kill()
-    assert 0 < entries(held) <= flows, entries(held)
+    assert json.loads(churn)["connections"] == 2000
+    assert after_churn <= flows
+    assert 0 < entries(held) == held_in_kernel <= flows, (entries(held), held_in_kernel)
     # the held sockets were labelled from what the map kept: at most the map's size of them
     assert 0 < flow(held, "wattbit_tcp_flow_sockets", experiment="3", activity="2") <= flows
+    assert gone_in_kernel == 0
     assert infos(gone) == [{"source": "packet", "reason": "tp_btf/net_dev_start_xmit attached"}]
+
+
+def our_map(max_entries: int) -> int:
+    """The id of the one egress_labels map of that size (this test's agent's)."""
+    out = subprocess.run(["bpftool", "-j", "map", "show"], capture_output=True, text=True,
+                         check=True).stdout  # fmt: skip
+    ids = [m["id"] for m in json.loads(out)
+           if m.get("name") == "egress_labels" and m.get("max_entries") == max_entries]  # fmt: skip
+    assert len(ids) == 1, ids
+    return int(ids[0])
+
+
+def kernel_entries(map_id: int) -> int:
+    """The map's entries as bpftool dumps them."""
+    out = subprocess.run(["bpftool", "-j", "map", "dump", "id", str(map_id)],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return len(json.loads(out))
 
 
 def entries(s: Samples) -> float:
