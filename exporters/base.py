@@ -33,7 +33,8 @@ class Exporter(ABC):
     """A metric source, run on every scrape by ExportersCollector.
 
     Required: ``name`` (its ``exporter`` label in wattbit_exporter_up) and ``collect()``.
-    Optional, with defaults here: ``startup_note()``, ``kept_capabilities()`` and ``close()``;
+    Optional, with defaults here: ``startup_note()``, ``kept_capabilities()``,
+    ``kept_effective()`` and ``close()``;
     the process running the exporters (collector/daemon/serve.py, for the agent and the site
     collector) logs every note once serving and closes every exporter when it stops, whatever
     the exporter; the agent drops every capability no exporter keeps once all have started.
@@ -52,6 +53,12 @@ class Exporter(ABC):
     def kept_capabilities(self) -> frozenset[int]:
         """Capabilities this exporter still needs once started (the agent drops the rest)."""
         return frozenset()
+
+    def kept_effective(self) -> dict[int, str]:
+        """Those of kept_capabilities() this process itself still uses once started, and why:
+        kept effective (inherited by threads started later); the others stay permitted only,
+        for what the process executes."""
+        return {}
 
     def close(self) -> None:  # noqa: B027 (optional: a no-op unless overridden)
         """Release what the exporter holds (sockets, BPF programs); by default nothing."""

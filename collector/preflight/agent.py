@@ -39,8 +39,9 @@ def check_agent(
     report = Report("agent")
     held = caps.current()
     report.add("agent", "capabilities", "ok", "effective: " + describe(held.effective))
+    own: dict[int, str] = {}  # kept effective for the map reads, as the agent will decide
     if cfg.blockio.enabled:
-        _blockio(report, cfg, sys_root, proc_root, held.effective)
+        own |= _blockio(report, cfg, sys_root, proc_root, held.effective)
     else:
         report.add("blockio", "enabled", "off", "blockio.enabled: false")
     if cfg.nic.enabled:
@@ -68,16 +69,20 @@ def check_agent(
     if cfg.smart.enabled:
         _smart(report, cfg, held, helper_timeout)
     if cfg.tcp.enabled:
-        check_tcp(report, cfg.tcp, sys_root, proc_root)
+        own |= check_tcp(report, cfg.tcp, sys_root, proc_root)
     for name in ("nic", "pcie", "power", "smart", "tcp"):
         if not getattr(cfg, name).enabled:
             report.add(name, "enabled", "off", f"{name}.enabled: false")
-    _after_start(report, cfg, held)
+    _after_start(report, cfg, held, own)
     return report
 
 
-def _after_start(report: Report, cfg: AgentConfig, held: caps.CapSets) -> None:
-    """What the agent would keep once its programs are attached (collector/agent/privileges)."""
+def _after_start(
+    report: Report, cfg: AgentConfig, held: caps.CapSets, own: dict[int, str] | None = None
+) -> None:
+    """What the agent would keep once its programs are attached (collector/agent/privileges);
+    own: what the BPF exporters' map reads keep effective (caps.bpf_read_keep on the programs
+    this check loaded) and why."""
     if not held.permitted:
         report.add("agent", "after start", "ok", "holds no capability to drop")
         return
@@ -104,14 +109,15 @@ def _after_start(report: Report, cfg: AgentConfig, held: caps.CapSets) -> None:
     if cfg.tcp.enabled and cfg.tcp.processes and held.permitted & ptrace:
         kept |= ptrace
         why.append("the tcp exporter's owning processes (tcp.processes: true)")
+    parts = []
+    mine = {c: why for c, why in (own or {}).items() if held.permitted >> c & 1}
+    if mine:
+        reasons = "; ".join(sorted(set(mine.values())))
+        parts.append(f"keeps {describe(caps.mask(mine))} effective: {reasons}")
     if kept:
-        report.add(
-            "agent",
-            "after start",
-            "ok",
-            f"drops the rest; keeps {describe(kept)} permitted (never effective) for "
-            + " and ".join(why),
-        )
+        parts.append(f"keeps {describe(kept)} permitted (never effective) for " + " and ".join(why))
+    if parts:
+        report.add("agent", "after start", "ok", "drops the rest; " + "; ".join(parts))
     else:
         report.add("agent", "after start", "ok", "drops every capability once attached")
 
@@ -130,7 +136,10 @@ def describe(eff: int) -> str:
     return text + (f" (and {others} others)" if others else "")
 
 
-def _blockio(report: Report, cfg: AgentConfig, sys_root: Path, proc_root: Path, eff: int) -> None:
+def _blockio(
+    report: Report, cfg: AgentConfig, sys_root: Path, proc_root: Path, eff: int
+) -> dict[int, str]:
+    """The blockio rows; what its map reads would keep effective after the drop."""
     btf = Path("/sys/kernel/btf/vmlinux")
     if btf.exists():
         report.add("blockio", "kernel BTF", "ok", f"{btf} present (CO-RE relocates against it)")
@@ -161,9 +170,12 @@ def _blockio(report: Report, cfg: AgentConfig, sys_root: Path, proc_root: Path, 
             f"backend {b.backend!r} was requested but {exc.detail.splitlines()[0]}",
             GRANT if exc.reason.startswith("missing CAP") else "see docs/exporters/blockio.md",
         )
-        return
+        return {}
     try:
         name = backend.name
+        # The probe the agent runs before its drop (BlockioExporter.kept_capabilities).
+        probe = getattr(backend, "bpf_read_keep", None)
+        keep = probe() if probe is not None else frozenset()
     finally:
         backend.close()
     why = f" ({reason})" if reason else ""
@@ -192,6 +204,7 @@ def _blockio(report: Report, cfg: AgentConfig, sys_root: Path, proc_root: Path, 
             f"no eBPF: would fall back to /proc/diskstats{why}, no latency histograms",
             GRANT if reason.startswith("missing CAP") else "docs/exporters/blockio.md",
         )
+    return {c: caps.bpf_read_reason(proc_root) for c in keep}
 
 
 Families = dict[str, Metric]

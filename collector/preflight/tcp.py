@@ -15,6 +15,7 @@ from typing import Protocol
 
 from collector.agent.config import TcpConfig
 from collector.preflight.report import Report
+from exporters.hostfs import caps
 from exporters.tcp import netlink
 from exporters.tcp.egresslabels import PacketLabels
 from exporters.tcp.exporter import LabelSource, NetlinkReader, PacketSource
@@ -85,8 +86,10 @@ def check_tcp(
     labels_factory: LabelsFactory = FlowLabels,
     probe: Callable[[], contextlib.AbstractContextManager[tuple[int, int] | None]] = probe_socket,
     packet_factory: PacketFactory = PacketLabels,
-) -> None:
-    """The tcp exporter's rows: dump, socket cgroup, closing sockets, tuning, flow labels."""
+) -> dict[int, str]:
+    """The tcp exporter's rows: dump, socket cgroup, closing sockets, tuning, flow labels;
+    what the flow-label sources' bpf() reads would keep effective after the drop, and why
+    (their own probe, run on the programs loaded here: TcpExporter.kept_effective)."""
     # Built as the exporter builds it: the destroy groups are bound here, or refused.
     reader = reader_factory(cfg.destroy_events)
     try:
@@ -96,11 +99,19 @@ def check_tcp(
     finally:
         reader.close()
     _tuning(report, proc_root)
+    keep: frozenset[int] = frozenset()
     if {"experiment", "activity"} & set(cfg.key):
         if cfg.flow_labels in ("socket", "both"):
-            _flow_labels(report, cfg, sys_root, labels_factory)
+            keep |= _flow_labels(report, cfg, sys_root, labels_factory)
         if cfg.flow_labels in ("packet", "both"):
-            _packet_labels(report, cfg, sys_root, proc_root, packet_factory)
+            keep |= _packet_labels(report, cfg, sys_root, proc_root, packet_factory)
+    return {c: caps.bpf_read_reason(proc_root) for c in keep}
+
+
+def _read_keep(source: object) -> frozenset[int]:
+    """The source's own probe (caps.bpf_read_keep) where it has one (tests' fakes have none)."""
+    probe = getattr(source, "bpf_read_keep", None)
+    return probe() if probe is not None else frozenset()
 
 
 def _dump(
@@ -243,7 +254,7 @@ def _tuning(report: Report, proc_root: Path) -> None:
 
 def _flow_labels(
     report: Report, cfg: TcpConfig, sys_root: Path, labels_factory: LabelsFactory
-) -> None:
+) -> frozenset[int]:
     """The iter/tcp program as the exporter loads it (which decides from the effective
     capability set itself: exporters/tcp/flowlabels.py), walked once, then detached."""
     asked = " and ".join(d for d in cfg.key if d in ("experiment", "activity"))
@@ -259,7 +270,8 @@ def _flow_labels(
                 f'{asked} would stay ""',
                 fix or "docs/exporters/tcp.md (SciTags)",
             )
-            return
+            return frozenset()
+        keep = _read_keep(labels)
         got = labels.read()
         failures = getattr(labels, "failures", 0)
     finally:
@@ -272,7 +284,7 @@ def _flow_labels(
             f"{labels.source}: loaded and attached, but its walk failed",
             "docs/exporters/tcp.md (SciTags)",
         )
-        return
+        return keep
     report.add(
         "tcp",
         "flow labels (SciTags)",
@@ -280,11 +292,12 @@ def _flow_labels(
         f"{labels.source}: loaded, attached, walked once ({len(got)} IPv6 socket(s) with a "
         "flow label), detached",
     )
+    return keep
 
 
 def _packet_labels(
     report: Report, cfg: TcpConfig, sys_root: Path, proc_root: Path, factory: PacketFactory
-) -> None:
+) -> frozenset[int]:
     """The tp_btf program as the exporter loads it (deciding from the effective capability
     set itself: exporters/tcp/egresslabels.py), its map read once, then detached."""
     asked = " and ".join(d for d in cfg.key if d in ("experiment", "activity"))
@@ -300,7 +313,8 @@ def _packet_labels(
                 f"{packet.reason}; labels written below the socket would not count in {asked}",
                 (fix or "docs/exporters/tcp.md (SciTags)").replace("flowlabel", "egresslabel"),
             )
-            return
+            return frozenset()
+        keep = _read_keep(packet)
         packet.read([])
         kept = packet.entries
     finally:
@@ -312,3 +326,4 @@ def _packet_labels(
         f"{packet.reason}, map of {cfg.packet_label_flows} read once ({kept} 5-tuple(s) with a "
         "marked label), detached",
     )
+    return keep

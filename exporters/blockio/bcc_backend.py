@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import logging
 import os
 import subprocess
@@ -182,6 +183,23 @@ class BccBackend:
             name = fn_name.decode() if isinstance(fn_name, bytes) else str(fn_name)
             out.append((name.rsplit("__", 1)[-1].removeprefix("block_rq_"), fn.fd))
         return out
+
+    def bpf_read_keep(self) -> frozenset[int]:
+        """The capability the map reads need after the drop (caps.bpf_read_keep), found by one
+        real read of the stats table without it (its first key: BPF_MAP_GET_NEXT_KEY)."""
+        from bcc import libbcc
+
+        table = self.bpf[b"stats"]
+
+        def first_key() -> None:
+            key = table.Key()
+            ptr = ctypes.cast(ctypes.pointer(key), ctypes.c_void_p)
+            if libbcc.lib.bpf_get_first_key(table.map_fd, ptr, ctypes.sizeof(key)) < 0:
+                err = ctypes.get_errno()
+                if err != errno.ENOENT:  # an empty table is a read that worked
+                    raise OSError(err, os.strerror(err))
+
+        return caps.bpf_read_keep(first_key)
 
     def missed_events(self) -> dict[str, int]:
         """Events each program skipped because another BPF program ran on the CPU."""

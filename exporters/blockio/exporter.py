@@ -19,6 +19,7 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from exporters.base import Exporter
+from exporters.hostfs import caps
 from exporters.hostfs.blockdevs import BLOCK_EXCLUDE, DiskInfo, excluded, read_topology
 from exporters.hostfs.read import PROC_ROOT, SYS_ROOT
 
@@ -154,11 +155,30 @@ class BlockioExporter(Exporter):
         # Devices still without a size after a fresh read (e.g. gone): don't re-read for them
         # on every scrape.
         self._unsized: set[str] = set()
+        self._read_keep: frozenset[int] | None = None  # probed once, by kept_capabilities
 
     def startup_note(self) -> str:
         """The backend in use, and why not eBPF if it is not ("backend: diskstats (missing
-        CAP_BPF+CAP_PERFMON)")."""
-        return f"backend: {self.backend.name}" + (f" ({self.reason})" if self.reason else "")
+        CAP_BPF+CAP_PERFMON)"); the capability its map reads keep, if any."""
+        note = f"backend: {self.backend.name}" + (f" ({self.reason})" if self.reason else "")
+        if self._read_keep:
+            kept = "+".join(caps.names(caps.mask(self._read_keep)))
+            note += f"; keeps {kept} effective: {caps.bpf_read_reason()}"
+        return note
+
+    def kept_capabilities(self) -> frozenset[int]:
+        """What the BPF backend's map reads need after the drop: CAP_BPF where this kernel
+        refuses bpf() without it (caps.bpf_read_keep, tried once with a real read, before the
+        drop); nothing for /proc/diskstats."""
+        if self._read_keep is None:
+            # the diskstats backend (and tests' fakes) read no BPF map
+            probe = getattr(self.backend, "bpf_read_keep", None)
+            self._read_keep = probe() if probe is not None else frozenset()
+        return self._read_keep
+
+    def kept_effective(self) -> dict[int, str]:
+        """The map reads' capability (kept_capabilities), used by this process itself."""
+        return {c: caps.bpf_read_reason() for c in self.kept_capabilities()}
 
     def close(self) -> None:
         """Detach BPF programs, if any."""

@@ -15,7 +15,7 @@ import ctypes.util
 import errno
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,9 +191,16 @@ class DropResult:
     bounding_kept: list[str]  # could not be dropped from the bounding set (no CAP_SETPCAP)
 
 
-def drop_to(keep: Iterable[int], proc_root: Path = Path("/proc")) -> DropResult:
-    """Lower every set of this process to keep, with an empty effective set (never raises a
-    capability).
+def drop_to(
+    keep: Iterable[int], proc_root: Path = Path("/proc"), effective: Iterable[int] = ()
+) -> DropResult:
+    """Lower every set of this process to keep, with an effective set of only those of keep
+    also in effective (never raises a capability).
+
+    keep alone stays permitted, inheritable and ambient: for what the process executes
+    (smartctl's child). effective: kept in the permitted and effective sets only, for the
+    process itself (its threads started later inherit them): the bpf() map reads of a kernel
+    that refuses them without CAP_BPF (bpf_read_keep).
 
     The bounding set first (that needs CAP_SETPCAP, which the packaged unit does not grant:
     then the bounding set stays as the unit set it, which is harmless: with empty
@@ -203,12 +210,12 @@ def drop_to(keep: Iterable[int], proc_root: Path = Path("/proc")) -> DropResult:
     capabilities per thread). Raises OSError when capset fails.
     """
     libc = _libc()
-    want = mask(keep)
     before = current(proc_root)
-    want &= before.permitted
+    own = mask(effective) & before.permitted
+    want = mask(keep) & before.permitted
     kept_bounding = []
     for cap in range(64):
-        dropping = before.bounding >> cap & 1 and not want >> cap & 1
+        dropping = before.bounding >> cap & 1 and not (want | own) >> cap & 1
         if dropping and libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
             kept_bounding.append(CAP_NAMES.get(cap, f"cap_{cap}"))
     libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
@@ -216,9 +223,13 @@ def drop_to(keep: Iterable[int], proc_root: Path = Path("/proc")) -> DropResult:
     data = (_Data * 2)()
     for i in range(2):
         word = want >> (32 * i) & 0xFFFFFFFF
-        # Effective stays empty: the process itself uses none of them any more; a kept one
-        # is for what it executes (permitted + inheritable, and ambient below).
-        data[i].permitted = data[i].inheritable = word
+        mine = own >> (32 * i) & 0xFFFFFFFF
+        # A kept one is for what the process executes (permitted + inheritable, and ambient
+        # below), never effective; one the process itself still uses stays permitted and
+        # effective, and is not handed to what it executes.
+        data[i].inheritable = word
+        data[i].permitted = word | mine
+        data[i].effective = mine
     if libc.capset(ctypes.byref(hdr), data) != 0:
         err = ctypes.get_errno() or errno.EPERM
         raise OSError(err, f"capset: {os.strerror(err)}")
@@ -247,3 +258,76 @@ def raise_effective(cap: int) -> bool:
         return True
     data[word].effective |= 1 << bit
     return bool(libc.capset(ctypes.byref(hdr), data) == 0)
+
+
+# --- what the process needs after the drop ---------------------------------------------------
+
+# bpf_capable() (include/linux/capability.h): CAP_BPF, or CAP_SYS_ADMIN which implies it.
+BPF_CAPABLE = (CAP_BPF, CAP_SYS_ADMIN)
+
+
+def _capget(libc: ctypes.CDLL) -> tuple[_Header, ctypes.Array[_Data]]:
+    hdr = _Header(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_Data * 2)()
+    if libc.capget(ctypes.byref(hdr), data) != 0:
+        err = ctypes.get_errno() or errno.EPERM
+        raise OSError(err, f"capget: {os.strerror(err)}")
+    return hdr, data
+
+
+def _capset(libc: ctypes.CDLL, hdr: _Header, data: ctypes.Array[_Data]) -> None:
+    if libc.capset(ctypes.byref(hdr), data) != 0:
+        err = ctypes.get_errno() or errno.EPERM
+        raise OSError(err, f"capset: {os.strerror(err)}")
+
+
+def needs(lower: Iterable[int], action: Callable[[], object]) -> bool:
+    """Whether action fails with EPERM once lower is taken out of the calling thread's
+    effective set (the permitted set untouched: capset(2) on this thread only); the effective
+    set is put back afterwards whatever happens. Another OSError, or none: False. Raises
+    OSError when the sets cannot be read or changed."""
+    libc = _libc()
+    hdr, saved = _capget(libc)
+    low = (_Data * 2)()
+    for i in range(2):
+        low[i].permitted, low[i].inheritable = saved[i].permitted, saved[i].inheritable
+        low[i].effective = saved[i].effective & ~(mask(lower) >> (32 * i) & 0xFFFFFFFF)
+    _capset(libc, hdr, low)
+    try:
+        action()
+    except OSError as exc:
+        return exc.errno == errno.EPERM
+    finally:
+        # Effective back to what it was: always allowed (a subset of the same permitted set).
+        _capset(libc, hdr, saved)
+    return False
+
+
+def bpf_read_keep(read: Callable[[], object], proc_root: Path = PROC_ROOT) -> frozenset[int]:
+    """The capability to keep effective after the drop so that read (one real bpf() read of a
+    map or iterator this process created) still works: {CAP_BPF} (CAP_SYS_ADMIN where the
+    kernel has no CAP_BPF or the process holds only that), or none where the read needs no
+    capability. Call it before the drop, before other threads start.
+
+    Linux 5.8 to 6.4 refuse every bpf() command, map reads included, without bpf_capable()
+    while kernel.unprivileged_bpf_disabled is set (the check at the top of __sys_bpf, moved
+    into map_create() and bpf_prog_load() by commit 1d28635abcf1 "bpf: Move unprivileged
+    checks into map_create() and bpf_prog_load()", Linux 6.5, backported to 6.4.y; vendor
+    kernels differ). The version cannot tell (backports): the read is tried without them.
+    """
+    held = current(proc_root).effective
+    if not held & mask(BPF_CAPABLE) or not needs(BPF_CAPABLE, read):
+        return frozenset()
+    if cap_last_cap(proc_root) >= CAP_BPF and held >> CAP_BPF & 1:
+        return frozenset({CAP_BPF})
+    return frozenset({CAP_SYS_ADMIN})
+
+
+def bpf_read_reason(proc_root: Path = PROC_ROOT) -> str:
+    """Why bpf_read_keep kept a capability, for logs and the preflight."""
+    value = read_proc(proc_root / "sys" / "kernel" / "unprivileged_bpf_disabled", 16).strip()
+    shown = value if value.isascii() and value.isdigit() and len(value) <= 3 else "?"
+    return (
+        "this kernel refuses bpf() map reads without it "
+        f"(kernel.unprivileged_bpf_disabled={shown}; Linux < 6.5)"
+    )

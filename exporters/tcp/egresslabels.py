@@ -61,7 +61,8 @@ class PacketLabels:
     """Loads and attaches the program where the process may (CAP_BPF + CAP_PERFMON: a tracing
     program, as the iterator) and the kernel has BTF; says why not otherwise. Reading and
     deleting map entries later go through the map's fd, opened while the capabilities were
-    held (the kernel checks none on an fd it already gave)."""
+    held (Linux 6.5+ checks none on an fd it already gave; before, bpf_read_keep says what to
+    keep)."""
 
     source = "packet"
 
@@ -109,6 +110,14 @@ class PacketLabels:
             return
         self._map = m
         self.reason = "tp_btf/net_dev_start_xmit attached"
+
+    def bpf_read_keep(self) -> frozenset[int]:
+        """The capability the map reads need after the drop (caps.bpf_read_keep), found by one
+        real lookup without it; none when not attached."""
+        m = self._map
+        if m is None:
+            return frozenset()
+        return caps.bpf_read_keep(lambda: m.lookup(bytes(KEY_SIZE), VALUE.size))
 
     def program_fd(self) -> int | None:
         """The program's fd (its run_time_ns and run_cnt in /proc/self/fdinfo), if attached."""

@@ -211,6 +211,7 @@ class TcpExporter(Exporter):
         if packet is None and scitags_key and flow_labels in ("packet", "both"):
             self.packet = PacketLabels(packet_label_flows, sys_root, proc_root)
         self._labels: dict[int, int] = {}
+        self._read_keep: frozenset[int] | None = None  # probed once, by kept_effective
         self._socket_labels = 0
         self.cgroups = CgroupNames(sys_root, process_refresh, clock)
         self.processes = Processes(proc_root, process_refresh, clock)
@@ -237,6 +238,9 @@ class TcpExporter(Exporter):
             note += f", flow labels by {self.labels.source} ({self.labels.reason})"
         if self.packet is not None:
             note += f", packet flow labels: {self.packet.reason}"
+        if self._read_keep:
+            kept = "+".join(caps.names(caps.mask(self._read_keep)))
+            note += f"; keeps {kept} effective: {caps.bpf_read_reason()}"
         return note
 
     def kept_capabilities(self) -> frozenset[int]:
@@ -244,7 +248,20 @@ class TcpExporter(Exporter):
         is a ptrace read access check (fs/proc/fd.c, proc_fd_access_allowed), which fails
         against a process holding capabilities this one lacks (security/commoncap.c
         cap_ptrace_access_check) unless CAP_SYS_PTRACE is held."""
-        return frozenset({PTRACE}) if self.find_processes else frozenset()
+        ptrace = frozenset({PTRACE}) if self.find_processes else frozenset()
+        return ptrace | frozenset(self.kept_effective())
+
+    def kept_effective(self) -> dict[int, str]:
+        """The capability the flow-label sources' bpf() reads need after the drop, where this
+        kernel refuses them without it (caps.bpf_read_keep: probed once, before the drop)."""
+        if self._read_keep is None:
+            self._read_keep = frozenset()
+            for source in (self.labels, self.packet):
+                # the BPF sources have a probe; tests' fakes read no BPF map
+                probe = getattr(source, "bpf_read_keep", None)
+                if probe is not None:
+                    self._read_keep |= probe()
+        return {c: caps.bpf_read_reason() for c in self._read_keep}
 
     def _peer(self, address: str) -> str:
         """peer_label, cached (bounded: cleared when full) for prefixes."""

@@ -37,7 +37,8 @@ def parse_records(data: bytes) -> dict[int, int]:
 class FlowLabels:
     """Loads and attaches the iterator where the process may (CAP_BPF + CAP_PERFMON, or
     CAP_SYS_ADMIN before 5.8: a tracing program type) and the kernel has BTF; says why not
-    otherwise. Reading it later needs no capability (a new iterator of an existing link)."""
+    otherwise. Reading it later needs no capability (a new iterator of an existing link) on
+    Linux 6.5+; before, bpf_read_keep says what to keep."""
 
     def __init__(self, max_sockets: int, sys_root: Path = Path("/sys")) -> None:
         self.max_bytes = max_sockets * RECORD.size
@@ -67,6 +68,14 @@ class FlowLabels:
             self.close()
             return
         self.source, self.reason = "bpf_iter", "iter/tcp program attached"
+
+    def bpf_read_keep(self) -> frozenset[int]:
+        """The capability a walk needs after the drop (caps.bpf_read_keep: bpf_iter_create is
+        a bpf() command too), found by one real walk without it; none when not loaded."""
+        prog = self._prog
+        if prog is None:
+            return frozenset()
+        return caps.bpf_read_keep(lambda: prog.iterate(RECORD.size))
 
     def read(self) -> dict[int, int]:
         """cookie -> label of every IPv6 TCP socket sending with a label; {} when not loaded."""

@@ -323,6 +323,11 @@ class CoreBackend:
             except OSError as exc:  # never fatal to a scrape
                 log.debug("blockio: deleting a gone disk's entry: %s", exc)
 
+    def bpf_read_keep(self) -> frozenset[int]:
+        """The capability the map reads need after the drop (caps.bpf_read_keep), found by one
+        real read of the .data.full map without it."""
+        return caps.bpf_read_keep(lambda: self._full.lookup(b"\0\0\0\0", 8 * len(MAP_FULL)))
+
     def map_full(self) -> dict[str, int]:
         """Updates that failed because a map was full, by map: stats (completions not
         counted) and start (requests not timed)."""
