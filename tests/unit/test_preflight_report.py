@@ -71,3 +71,29 @@ def test_after_start_counts_what_tcp_processes_keeps() -> None:
         "drops the rest; keeps CAP_SYS_PTRACE permitted (never effective) for the tcp "
         "exporter's owning processes (tcp.processes: true)"
     )
+
+
+def test_after_start_says_cap_bpf_stays_effective_where_map_reads_need_it() -> None:
+    """The probe on the programs the check loaded found the reads refused: the row says
+    CAP_BPF stays effective and why, beside what smartctl keeps permitted."""
+    from collector.agent.config import AgentConfig
+    from collector.preflight.agent import _after_start
+
+    held = caps.CapSets(permitted=caps.mask([caps.CAP_BPF, caps.CAP_PERFMON,
+                                             caps.CAP_NUMBERS["CAP_SYS_PTRACE"]]))  # fmt: skip
+    why = "this kernel refuses bpf() map reads without it (kernel.unprivileged_bpf_disabled=2; "
+    why += "Linux < 6.5)"
+    off = {"smart": {"enabled": False}}
+    r = Report("agent")
+    _after_start(r, AgentConfig.model_validate(off), held, {caps.CAP_BPF: why})
+    assert r.findings[0].detail == f"drops the rest; keeps CAP_BPF effective: {why}"
+    r = Report("agent")
+    cfg = AgentConfig.model_validate({**off, "tcp": {"processes": True}})
+    _after_start(r, cfg, held, {caps.CAP_BPF: why})
+    assert r.findings[0].detail == (
+        f"drops the rest; keeps CAP_BPF effective: {why}; keeps CAP_SYS_PTRACE permitted "
+        "(never effective) for the tcp exporter's owning processes (tcp.processes: true)"
+    )
+    r = Report("agent")
+    _after_start(r, AgentConfig.model_validate(off), held, {})
+    assert r.findings[0].detail == "drops every capability once attached"

@@ -219,3 +219,132 @@ def test_decode_answer_never_raises(raw: bytes) -> None:
     out = decode_answer(raw)
     assert out.result in ("done", "error", "timeout")
     assert out.result != "done" or (out.exit_code is not None and isinstance(out.output, bytes))
+
+
+# --- keeping CAP_BPF effective where this kernel refuses map reads without it --------------
+
+REASON = (
+    "this kernel refuses bpf() map reads without it "
+    "(kernel.unprivileged_bpf_disabled=2; Linux < 6.5)"
+)
+
+
+def _proc(tmp_path: Path, eff: list[int], last_cap: int = 40) -> Path:
+    """A proc tree with this thread's capability sets, cap_last_cap and the sysctl at 2."""
+    (tmp_path / "thread-self").mkdir(parents=True, exist_ok=True)
+    m = caps.mask(eff)
+    (tmp_path / "thread-self" / "status").write_text(f"CapPrm:\t{m:016x}\nCapEff:\t{m:016x}\n")
+    (tmp_path / "sys" / "kernel").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "sys" / "kernel" / "cap_last_cap").write_text(f"{last_cap}\n")
+    (tmp_path / "sys" / "kernel" / "unprivileged_bpf_disabled").write_text("2\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("held", "last_cap", "refused", "kept"),
+    [
+        ([caps.CAP_BPF, caps.CAP_PERFMON], 40, True, {caps.CAP_BPF}),  # Debian 12's 6.1
+        ([caps.CAP_BPF, caps.CAP_PERFMON], 40, False, set()),  # 6.5+ (this VM)
+        ([caps.CAP_SYS_ADMIN], 37, True, {caps.CAP_SYS_ADMIN}),  # no CAP_BPF in the kernel
+        ([caps.CAP_SYS_ADMIN, caps.CAP_BPF], 40, True, {caps.CAP_BPF}),  # root
+        ([caps.CAP_SYS_ADMIN], 40, True, {caps.CAP_SYS_ADMIN}),  # holds no CAP_BPF
+        ([], 40, True, set()),  # nothing to lower, nothing to keep
+    ],
+)
+def test_bpf_read_keep(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    held: list[int],
+    last_cap: int,
+    refused: bool,
+    kept: set[int],
+) -> None:
+    tried: list[frozenset[int]] = []
+
+    def needs(lower: object, action: object) -> bool:
+        tried.append(frozenset(lower))  # type: ignore[arg-type]
+        return refused
+
+    monkeypatch.setattr(caps, "needs", needs)
+    proc = _proc(tmp_path, held, last_cap)
+    assert caps.bpf_read_keep(lambda: None, proc) == kept
+    # bpf_capable() is CAP_BPF or CAP_SYS_ADMIN: both are lowered for the try
+    assert tried == ([frozenset({caps.CAP_BPF, caps.CAP_SYS_ADMIN})] if held else [])
+    assert caps.bpf_read_reason(proc) == REASON
+
+
+class _Fake:
+    """An exporter keeping what it is told."""
+
+    def __init__(self, name: str, kept: set[int], own: dict[int, str]) -> None:
+        self.name = name
+        self._kept, self._own = kept, own
+
+    def kept_capabilities(self) -> frozenset[int]:
+        return frozenset(self._kept)
+
+    def kept_effective(self) -> dict[int, str]:
+        return dict(self._own)
+
+
+@pytest.mark.parametrize("refused", [True, False])
+def test_drop_keeps_the_map_reads_capability_effective(
+    monkeypatch: pytest.MonkeyPatch, refused: bool
+) -> None:
+    """The decision: a BPF exporter whose probe found its reads refused keeps CAP_BPF
+    effective (and says why); one whose reads need nothing lets it go with the rest. smartctl's
+    capabilities stay permitted only, as before."""
+    from collector.agent import privileges
+
+    tracer = caps.mask([caps.CAP_BPF, caps.CAP_PERFMON, caps.CAP_SYS_RAWIO])
+    before = caps.CapSets(permitted=tracer, effective=tracer)
+    calls = []
+
+    def drop_to(keep: object, effective: object = ()) -> caps.DropResult:
+        k, e = caps.mask(keep) & tracer, caps.mask(effective) & tracer  # type: ignore[arg-type]
+        calls.append((k, e))
+        return caps.DropResult(caps.CapSets(permitted=k | e, effective=e, inheritable=k), [])
+
+    monkeypatch.setattr(caps, "current", lambda *a, **k: before)
+    monkeypatch.setattr(caps, "drop_to", drop_to)
+    bpf = {caps.CAP_BPF} if refused else set()
+    exporters = [
+        _Fake("blockio", bpf, {c: REASON for c in bpf}),
+        _Fake("smart", {caps.CAP_SYS_RAWIO}, {}),
+    ]
+    line = privileges.drop_after_start(exporters)  # type: ignore[arg-type]
+    rawio = caps.mask([caps.CAP_SYS_RAWIO])
+    if refused:
+        assert calls == [(caps.mask([caps.CAP_BPF]) | rawio, caps.mask([caps.CAP_BPF]))]
+        assert line == (
+            "capabilities: dropped CAP_PERFMON; kept CAP_SYS_RAWIO (smart), "
+            f"CAP_BPF effective (blockio): {REASON}"
+        )
+    else:
+        assert calls == [(rawio, 0)]
+        assert line == "capabilities: dropped CAP_PERFMON,CAP_BPF; kept CAP_SYS_RAWIO (smart)"
+
+
+def test_blockio_probes_its_backend_once(tmp_path: Path) -> None:
+    """BlockioExporter asks its backend's probe once (at kept_capabilities, before the drop),
+    keeps what it found effective and says so in its startup note; diskstats keeps nothing."""
+    from exporters.blockio.exporter import BlockioExporter
+
+    e = BlockioExporter(backend="diskstats", sys_root=tmp_path, proc_root=tmp_path)
+    assert e.kept_capabilities() == frozenset() and e.kept_effective() == {}
+    probes = []
+
+    class Backend:
+        name = "core"
+
+        def bpf_read_keep(self) -> frozenset[int]:
+            probes.append(1)
+            return frozenset({caps.CAP_BPF})
+
+    e = BlockioExporter(backend="diskstats", sys_root=tmp_path, proc_root=tmp_path)
+    e.backend = Backend()  # type: ignore[assignment]
+    e.reason = ""
+    assert e.kept_capabilities() == {caps.CAP_BPF}
+    assert set(e.kept_effective()) == {caps.CAP_BPF}
+    assert probes == [1]
+    assert e.startup_note().startswith("backend: core; keeps CAP_BPF effective: this kernel")
