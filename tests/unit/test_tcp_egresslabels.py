@@ -118,3 +118,34 @@ def test_the_packets_label_wins_over_the_sockets(tmp_path: Path) -> None:
     assert "wattbit_tcp_flow_label_info {'source': 'packet', 'reason': 'test'} 1" in text
     assert "wattbit_tcp_flow_label_entries {'source': 'socket'} 2" in text
     assert "wattbit_tcp_flow_label_entries {'source': 'packet'} 1" in text
+
+
+def test_the_bpf_sources_probe_once_for_what_their_reads_keep(tmp_path: Path) -> None:
+    """TcpExporter asks each BPF label source's probe once (at kept_capabilities, before the
+    drop): a source whose reads are refused keeps CAP_BPF effective, said in the startup
+    note; sources without a probe (or whose reads need nothing) keep nothing."""
+    from exporters.hostfs import caps
+
+    asked = []
+
+    class Probed(Packets):
+        def __init__(self, keep: frozenset[int]) -> None:
+            super().__init__({})
+            self.keep = keep
+
+        def bpf_read_keep(self) -> frozenset[int]:
+            asked.append(self.keep)
+            return self.keep
+
+    dims = KeyConfig(("peer", "port", "experiment", "activity"))
+    plain = TcpExporter(reader=Steps([]), sys_root=tmp_path, key=dims, labels=Labels({}),
+                        packet=Packets({}))  # fmt: skip
+    assert plain.kept_capabilities() == frozenset() and plain.kept_effective() == {}
+    for keep in (frozenset(), frozenset({caps.CAP_BPF})):
+        asked.clear()
+        exp = TcpExporter(reader=Steps([]), sys_root=tmp_path, key=dims, labels=Labels({}),
+                          packet=Probed(keep))  # fmt: skip
+        assert exp.kept_capabilities() == keep
+        assert set(exp.kept_effective()) == keep
+        assert asked == [keep]  # once
+        assert ("keeps CAP_BPF effective: this kernel" in exp.startup_note()) == bool(keep)
