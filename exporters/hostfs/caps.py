@@ -316,7 +316,13 @@ def bpf_read_keep(read: Callable[[], object], proc_root: Path = PROC_ROOT) -> fr
     kernels differ). The version cannot tell (backports): the read is tried without them.
     """
     held = current(proc_root).effective
-    if not held & mask(BPF_CAPABLE) or not needs(BPF_CAPABLE, read):
+    if not held & mask(BPF_CAPABLE):
+        return frozenset()
+    try:
+        refused = needs(BPF_CAPABLE, read)
+    except OSError:  # the sets could not be changed (a seccomp filter): keep, to be safe
+        refused = True
+    if not refused:
         return frozenset()
     if cap_last_cap(proc_root) >= CAP_BPF and held >> CAP_BPF & 1:
         return frozenset({CAP_BPF})

@@ -380,7 +380,7 @@ def test_tcp_disabled_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_tcp_enabled_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[TcpConfig] = []
-    monkeypatch.setattr(agent_check, "check_tcp", lambda r, cfg, s, p: seen.append(cfg))
+    monkeypatch.setattr(agent_check, "check_tcp", lambda r, cfg, s, p: seen.append(cfg) or {})
     off = {e: {"enabled": False} for e in ("blockio", "nic", "pcie", "power", "smart")}
     cfg = AgentConfig.model_validate({**off, "tcp": {"key": ["peer", "experiment"]}})
     agent_check.check_agent(cfg)

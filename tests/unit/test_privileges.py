@@ -348,3 +348,17 @@ def test_blockio_probes_its_backend_once(tmp_path: Path) -> None:
     assert set(e.kept_effective()) == {caps.CAP_BPF}
     assert probes == [1]
     assert e.startup_note().startswith("backend: core; keeps CAP_BPF effective: this kernel")
+
+
+def test_bpf_read_keep_keeps_when_it_cannot_try(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """capset refused (a seccomp filter): the read cannot be tried without CAP_BPF, so it is
+    kept rather than risk every map read after the drop."""
+
+    def needs(lower: object, action: object) -> bool:
+        raise PermissionError(1, "capset: Operation not permitted")
+
+    monkeypatch.setattr(caps, "needs", needs)
+    proc = _proc(tmp_path, [caps.CAP_BPF, caps.CAP_PERFMON])
+    assert caps.bpf_read_keep(lambda: None, proc) == {caps.CAP_BPF}
