@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import shutil
 import sys
@@ -39,17 +38,6 @@ def _load(model: type[P], args: argparse.Namespace) -> tuple[P, WebConfig | None
 
 
 def _agent(args: argparse.Namespace) -> int:
-    # Off while the agent imports and builds its ~47,000 start-up objects (pydantic's models,
-    # aiohttp, the exporters): full collections through them cost 40-90 ms of its start
-    # (issue 35). Back on once started (agent.settle_gc), or when this returns.
-    gc.disable()
-    try:
-        return _agent_started(args)
-    finally:
-        gc.enable()
-
-
-def _agent_started(args: argparse.Namespace) -> int:
     from collector.agent import main as agent
     from collector.agent.config import AgentConfig
 

@@ -198,21 +198,17 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
 # The cyclic GC's first threshold: container objects allocated (net) before a young
 # collection. A 48-disk scrape builds and frees thousands (samples, label dicts) that
 # reference counting frees alone, yet at the default 700 they set off young collections, and
-# every few scrapes a full one through the ~46,000 objects of the imports (pydantic, aiohttp):
-# ~1.9 ms of GC per scrape, measured in-process (docs/benchmarks.md, issue 35).
+# every few scrapes a full one through the ~47,000 objects of the imports (pydantic, aiohttp):
+# ~1.0-1.9 ms of GC per scrape, ~0.01 ms at 5,000, measured in-process (docs/benchmarks.md,
+# issue 35). No gc.freeze() as well: it gains nothing measurable more, and what start-up
+# leaves and later drops in cycles would never be freed.
 GC_THRESHOLD = 5000
 
 
-def settle_gc() -> None:
-    """Freeze what start-up made (it lives as long as the process: never traversed again),
-    raise the young threshold, and turn the collector on (the command turned it off for the
-    start: collector/cli.py)."""
-    # No gc.collect() first: at this point it frees a handful of objects, for ~20 ms of the
-    # start (measured with every exporter on).
-    gc.freeze()
+def raise_gc_threshold() -> None:
+    """The young generation's threshold to GC_THRESHOLD, the older ones as they are."""
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(GC_THRESHOLD, older, oldest)
-    gc.enable()
 
 
 def run(
@@ -234,7 +230,7 @@ def run(
         log.info(drop_after_start(exporters))
     start_exporters(exporters)
     if own_process:
-        settle_gc()
+        raise_gc_threshold()
     try:
         return serve(
             "wattbit agent",
