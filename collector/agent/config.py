@@ -144,7 +144,7 @@ class TcpConfig(Strict):
     peer_prefix_v6: int = Field(default=128, ge=0, le=128)
     process_refresh: Annotated[Duration, at_least(1)] = 30.0
     max_sockets: int = Field(default=262_144, ge=1024, le=1 << 22)
-    destroy_events: bool = True  # follow closing sockets' last figures (CAP_NET_ADMIN)
+    destroy_events: bool = True  # follow closing sockets' last figures
     # the owning process and its CPU (a /proc fd scan): opt-in, the agent then keeps
     # CAP_SYS_PTRACE (docs/privileges.md)
     processes: bool = False

@@ -13,6 +13,7 @@ from prometheus_client.metrics_core import Metric
 
 from collector.agent.config import AgentConfig
 from collector.preflight.report import Report
+from collector.preflight.tcp import check_tcp
 from exporters.base import Exporter
 from exporters.blockio.exporter import open_backend
 from exporters.blockio.model import BackendUnavailable
@@ -66,7 +67,9 @@ def check_agent(
         _rapl(report, sys_root)
     if cfg.smart.enabled:
         _smart(report, cfg, held, helper_timeout)
-    for name in ("nic", "pcie", "power", "smart"):
+    if cfg.tcp.enabled:
+        check_tcp(report, cfg.tcp, sys_root, proc_root)
+    for name in ("nic", "pcie", "power", "smart", "tcp"):
         if not getattr(cfg, name).enabled:
             report.add(name, "enabled", "off", f"{name}.enabled: false")
     _after_start(report, cfg, held)
@@ -95,20 +98,27 @@ def _after_start(report: Report, cfg: AgentConfig, held: caps.CapSets) -> None:
             "smartctl"
         )
     kept = held.permitted & caps.mask([caps.CAP_SYS_RAWIO, caps.CAP_SYS_ADMIN]) if direct else 0
+    why = ["smartctl, its child (the helper socket would let it keep none)"] if kept else []
+    # exporters/tcp kept_capabilities(): the owners' /proc/PID/fd reads need CAP_SYS_PTRACE
+    ptrace = caps.mask([caps.CAP_NUMBERS["CAP_SYS_PTRACE"]])
+    if cfg.tcp.enabled and cfg.tcp.processes and held.permitted & ptrace:
+        kept |= ptrace
+        why.append("the tcp exporter's owning processes (tcp.processes: true)")
     if kept:
         report.add(
             "agent",
             "after start",
             "ok",
             f"drops the rest; keeps {describe(kept)} permitted (never effective) for "
-            "smartctl, its child (the helper socket would let it keep none)",
+            + " and ".join(why),
         )
     else:
         report.add("agent", "after start", "ok", "drops every capability once attached")
 
 
 # The capabilities an exporter may use (docs/privileges.md); the others are only counted.
-RELEVANT = ("CAP_BPF", "CAP_PERFMON", "CAP_SYS_ADMIN", "CAP_SYS_RAWIO", "CAP_DAC_READ_SEARCH")
+RELEVANT = ("CAP_BPF", "CAP_PERFMON", "CAP_SYS_ADMIN", "CAP_SYS_RAWIO", "CAP_DAC_READ_SEARCH",
+            "CAP_SYS_PTRACE")  # fmt: skip
 
 
 def describe(eff: int) -> str:

@@ -39,6 +39,13 @@ HEADLINE: dict[str, float | None] = {
     # Enclosure, no Contains/ContainedBy links; the enclosure's Power has rectifiers without
     # figures (its watts are Sensors only, not read): nothing to export
     "hpe-cray-ex-cmm": None,
+    # DMTF's blade enclosure: MultiBladeEncl's Power has two supplies with output figures
+    # (LastPowerOutputWatts 650, 635) and PowerCapacityWatts 1450, no PowerControl; the four
+    # blades (Links.ContainedBy) have no Power at all: no input figure anywhere
+    "dmtf-public-bladed": None,
+    # DMTF's NVMe-oF JBOF: Chassis/1/Power PowerControl[0] "System Input Power", no
+    # PhysicalContext (supplies: output 900 + 895)
+    "dmtf-public-nvmeof-jbof": 1795.0,
 }
 
 SUBDOMAIN_CONTEXTS = {"CPU", "Memory", "GPU", "StorageDevice", "VoltageRegulator", "Fan"}
@@ -362,3 +369,39 @@ def test_an_enclosure_listed_after_its_blades_beyond_max_chassis(
             for k, v in values(samples, "wattbit_bmc_invalid_values_total").items()
         }
         assert invalid["capped"] == capped, max_chassis
+
+
+def test_blade_enclosure_supplies_are_output_only(tmp_path: Path, sushy: None) -> None:
+    """DMTF's public-bladed: the enclosure (first in the collection, Links.Contains the four
+    blades) has supplies rated 1450 W reporting only what they deliver (LastPowerOutputWatts
+    650 and 635 W), no PowerControl; the blades have no Power. Mapped chassis by chassis: the
+    enclosure's supplies are exported as output, no chassis gets a power series (output is
+    never the input power: 1,285 W is not exported as the enclosure's draw), the blades none."""
+    mockup = "dmtf-public-bladed"
+    encl = _doc(mockup, "/redfish/v1/Chassis/MultiBladeEncl")
+    power = _doc(mockup, "/redfish/v1/Chassis/MultiBladeEncl/Power")
+    assert encl is not None and power is not None
+    assert encl["ChassisType"] == "Enclosure" and len(encl["Links"]["Contains"]) == 4
+    assert "PowerControl" not in power
+    assert [ps["PowerCapacityWatts"] for ps in power["PowerSupplies"]] == [1450, 1450]
+    for blade in ("Blade1", "Blade2", "Blade3", "Blade4"):
+        doc = _doc(mockup, f"/redfish/v1/Chassis/{blade}")
+        assert doc is not None and "Power" not in doc and doc["Links"]["ContainedBy"]
+
+    def mapper(cid: str, name: str) -> tuple[str, str] | None:
+        return ("one", cid)
+
+    with SushyStatic(MOCKUPS / mockup, tmp_path) as srv:
+        samples = poll(srv.url, mockup, mapper)
+    assert values(samples, "wattbit_bmc_up") == {(("bmc", mockup),): 1.0}
+    assert values(samples, "wattbit_bmc_power_watts") == {}
+    supplies = {
+        (dict(k)["component"], dict(k)["supply"], dict(k)["kind"]): v
+        for k, v in values(samples, "wattbit_bmc_supply_power_watts").items()
+    }
+    assert supplies == {
+        ("MultiBladeEncl", "0", "output"): 650.0,
+        ("MultiBladeEncl", "1", "output"): 635.0,
+    }
+    invalid = values(samples, "wattbit_bmc_invalid_values_total")
+    assert sum(invalid.values()) == 0.0, invalid

@@ -739,3 +739,42 @@ def test_devices_no_profile_reads_are_down_with_no_profile(
     for p in by_name.values():
         cols = tuple(c + "." for c in p.signature_columns())
         assert not [o for o in walked if o.startswith(cols)], p.name
+
+
+def test_a_first_generation_rack_pdu_as_it_answers(scraped: dict, walks: dict) -> None:
+    """apc_ap7931.snmpwalk: a real first-generation Switched Rack PDU (AP7931, AOS 3.9.2,
+    rpdu 3.9.2, sysObjectID masterSwitchrPDU; no rPDU2 branch at all). It is detected as
+    apc_rpdu by itself, names its 16 outlets and their state, and reads its one phase row
+    (rPDULoadStatusLoad 0: an idle unit, 0 A, a reading not an absence). Its
+    rPDUIdentDevicePowerWatts (0) is no meter on an AP7xxx (rPDUIdentDeviceLinetoLineVoltage
+    120, a setting): no power series."""
+    pdu = "apc_ap7931"
+    w = walks[pdu]
+    # net-snmp's side: the first-generation tables answer, the rPDU2 branch does not exist
+    load = "1.3.6.1.4.1.318.1.1.12.2.3.1.1.2"  # rPDULoadStatusLoad
+    assert w.column(RPDU2.rstrip(".")) == {}
+    assert w.number(f"{load}.1", load) == 0
+    mine = {k: v for k, v in scraped.items() if dict(k[1]).get("pdu") == pdu}
+    info = [dict(k[1]) for k in mine if k[0] == "wattbit_pdu_info"]
+    assert len(info) == 1
+    assert {k: info[0][k] for k in ("profile", "vendor", "model", "firmware", "serial")} == {
+        "profile": "apc_rpdu",
+        "vendor": "APC",
+        "model": "AP7931",
+        "firmware": "v3.9.2",
+        "serial": "SSJ00000000",  # scrubbed upstream (scripts/sanitize-apc.py)
+    }
+    on = {dict(k[1])["outlet"]: v for k, v in mine.items() if k[0] == OUTLET_ON}
+    assert on == {str(n): 1.0 for n in range(1, 17)}
+    names = {dict(k[1])["outlet"]: dict(k[1])["outlet_name"] for k in mine if k[0] == OUTLET_ON}
+    assert names == {str(n): f"Outlet {n}" for n in range(1, 17)}
+    values = {k[0]: v for k, v in mine.items() if k[0] in UNIT_METRICS.values()}
+    assert values == {"wattbit_pdu_current_amperes": 0.0}
+    phases = {
+        dict(k[1])["phase"]: v
+        for k, v in mine.items()
+        if k[0] == "wattbit_pdu_phase_current_amperes"
+    }
+    assert phases == {"1": 0.0}
+    assert not [k for k in mine if k[0] == "wattbit_pdu_bank_current_amperes"]
+    assert not [k for k in mine if k[0].startswith("wattbit_pdu_outlet_") and k[0] != OUTLET_ON]

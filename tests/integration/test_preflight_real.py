@@ -6,7 +6,9 @@ Redfish mockup (sushy-static) and an IPMI simulator through FreeIPMI's ipmi-raw 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +20,8 @@ import pytest
 
 from exporters.blockio.core.backend import OBJECT
 from exporters.hostfs import caps
+from exporters.tcp.flowlabels import OBJECT as FLOWLABEL_OBJECT
+from exporters.tcp.owners import cgroup_name
 from tests.support.bmcs import MOCKUPS, IpmiSim, SushyStatic, sushy_static_path
 from tests.support.env import RECORDINGS, ROOT, require
 from tests.support.realparts import Collector, have, is_root, running, setpriv
@@ -40,13 +44,19 @@ def tmp() -> Iterator[Path]:
 
 
 def check(
-    command: str, config: Path, user: str | None = None, tracer: list[str] | None = None
+    command: str,
+    config: Path,
+    user: str | None = None,
+    tracer: list[str] | None = None,
+    prefix: tuple[str, ...] = (),
 ) -> tuple[int, dict]:
-    """Run `wattbit COMMAND --config CONFIG --check --json` (as user with caps); (exit, doc)."""
+    """Run `wattbit COMMAND --config CONFIG --check --json` (as user with caps, after
+    prefix: nsenter into a network namespace); (exit, doc)."""
     cmd = [sys.executable, "-m", "collector.cli", command, "--config", str(config)]
     cmd += ["--check", "--json"]
     if user is not None:
         cmd = [*setpriv(user, tracer), *cmd]
+    cmd = [*prefix, *cmd]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
     assert out.stdout, out.stderr
     return out.returncode, json.loads(out.stdout)
@@ -111,6 +121,142 @@ def test_agent_check_without_capabilities(tmp: Path) -> None:
     loaded, detail = status(doc, "blockio", "program loads and attaches")
     assert loaded == "fail" and "(missing CAP_BPF+CAP_PERFMON)" in detail
     assert code == 1 and doc["ok"] is False
+
+
+# --- tcp (issue #31) -----------------------------------------------------------------------
+
+ONLY_TCP = "".join(
+    f"{e}:\n  enabled: false\n" for e in ("blockio", "smart", "pcie", "power", "nic")
+)
+SCITAGS_KEY = "tcp:\n  key: [peer, port, cgroup, experiment]\n"
+# Inside the namespace: a listener on 127.0.0.1 and N connections to it, all accepted; says
+# "ready", then holds them until its stdin closes.
+HOLDER = """
+import socket, sys
+n = int(sys.argv[1])
+lst = socket.socket()
+lst.bind(("127.0.0.1", 0))
+lst.listen(n)
+conns = [socket.create_connection(lst.getsockname()) for _ in range(n)]
+accepted = [lst.accept()[0] for _ in range(n)]
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def _tcp_config(tmp: Path, text: str) -> Path:
+    cfg = tmp / "agent-tcp.yml"
+    cfg.write_text(ONLY_TCP + text)
+    cfg.chmod(0o644)
+    return cfg
+
+
+@contextlib.contextmanager
+def _netns() -> Iterator[tuple[str, ...]]:
+    """A network namespace of this branch's tests (lo up), as an nsenter prefix: nsenter
+    switches the network namespace only (`ip netns exec` would also mount a new /sys,
+    hiding /sys/fs/cgroup from the check)."""
+    name = f"agentcheck{os.getpid() % 100000}"
+    subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+        yield ("nsenter", f"--net=/run/netns/{name}")
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+
+
+def _ss_count(prefix: tuple[str, ...]) -> int:
+    out = subprocess.run([*prefix, "ss", "-tanH"], capture_output=True, text=True, check=True)
+    return len(out.stdout.splitlines())
+
+
+def _own_cgroup() -> str:
+    """This process's cgroup v2 label (the check, its child, is in the same cgroup)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return cgroup_name(line[3:])
+    raise AssertionError("no cgroup v2 line in /proc/self/cgroup")
+
+
+def test_agent_check_tcp_counts_what_ss_counts(tmp: Path) -> None:
+    """As root, in a namespace of its own holding a listener and 6 connections (sockets
+    elsewhere on this shared machine come and go: here only ours): the tcp rows pass, and
+    the dump's count lies between `ss -tanH | wc -l` taken before and after the check."""
+    _need_bpf()
+    require(have("nsenter") and have("ss") and have("ip"), "needs nsenter and iproute2")
+    require(FLOWLABEL_OBJECT.exists(), f"{FLOWLABEL_OBJECT} is not built")
+    n = 6
+    with _netns() as ns:
+        holder = subprocess.Popen(
+            [*ns, sys.executable, "-c", HOLDER, str(n)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+            before = _ss_count(ns)
+            code, doc = check("agent", _tcp_config(tmp, SCITAGS_KEY), prefix=ns)
+            after = _ss_count(ns)
+        finally:
+            assert holder.stdin is not None
+            holder.stdin.close()
+            holder.wait(timeout=60)
+    assert before >= 2 * n + 1  # the listener, n connections and n accepted
+    dump, detail = status(doc, "tcp", "socket dump")
+    assert dump == "ok", detail
+    counted = int(detail.split()[0])
+    assert min(before, after) <= counted <= max(before, after), (before, detail, after)
+    assert status(doc, "tcp", "socket cgroup") == (
+        "ok",
+        f"given with the dump; a socket of this check is in {_own_cgroup()}",
+    )
+    assert status(doc, "tcp", "closing sockets") == (
+        "ok",
+        "destroy messages (bound the sock_diag destroy groups)",
+    )
+    # net.core.default_qdisc is in the initial network namespace's /proc/sys only (the
+    # kernel's net_core_table, not netns_core_table): a fallback, said as a warning
+    tuning, detail = status(doc, "tcp", "host tuning")
+    assert tuning == "warn" and "unreadable: " in detail, detail
+    assert "net.core.default_qdisc" in detail.split("unreadable: ")[1]
+    assert "net.ipv4.tcp_congestion_control" not in detail
+    labels, detail = status(doc, "tcp", "flow labels (SciTags)")
+    assert labels == "ok" and detail.startswith("bpf_iter: loaded, attached, walked once")
+    assert code == 0 and doc["ok"] is True, doc
+
+
+def test_agent_check_tcp_unprivileged(tmp: Path) -> None:
+    """As uid 65534 with no capability: the dump, the closing sockets, the cgroup and the
+    tuning need none; the
+    SciTags dimensions in tcp.key cannot work (the iterator needs CAP_BPF + CAP_PERFMON):
+    the row names them and the check exits 1; the same key without them exits 0."""
+    require(is_root() and have("setpriv"), "needs root and setpriv")
+    code, doc = check("agent", _tcp_config(tmp, SCITAGS_KEY), "65534", [])
+    assert status(doc, "agent", "capabilities") == ("ok", "effective: none")
+    assert status(doc, "tcp", "socket dump")[0] == "ok"
+    assert status(doc, "tcp", "host tuning")[0] == "ok"
+    # the destroy groups need no capability either: sock_diag's netlink family is created
+    # with NL_CFG_F_NONROOT_RECV (diag_net_init(), net/core/sock_diag.c)
+    assert status(doc, "tcp", "closing sockets") == (
+        "ok",
+        "destroy messages (bound the sock_diag destroy groups)",
+    )
+    labels, detail = status(doc, "tcp", "flow labels (SciTags)")
+    assert labels == "fail" and "missing CAP_BPF+CAP_PERFMON" in detail, detail
+    assert [f["check"] for f in doc["findings"] if f["status"] == "fail"] == [
+        "flow labels (SciTags)"
+    ]
+    assert code == 1 and doc["ok"] is False
+    code, doc = check("agent", _tcp_config(tmp, "tcp:\n  key: [peer, port, cgroup]\n"), "65534", [])
+    assert not any(f["check"] == "flow labels (SciTags)" for f in doc["findings"])
+    assert code == 0 and doc["ok"] is True, doc
+
+
+def test_agent_check_tcp_disabled(tmp: Path) -> None:
+    code, doc = check("agent", _tcp_config(tmp, "tcp:\n  enabled: false\n"))
+    tcp = [(f["check"], f["status"]) for f in doc["findings"] if f["exporter"] == "tcp"]
+    assert tcp == [("enabled", "off")] and code == 0
 
 
 @pytest.mark.parametrize(

@@ -306,11 +306,13 @@ def test_find_smartctl_ignores_relative_path_entries(
 # --- disks behind a RAID controller: a stand-in smartctl answering as a MegaRAID host -------
 
 
-def megaraid_host(tmp: Path, scan: Path, hang_slot: int | None = None) -> Path:
+def megaraid_host(
+    tmp: Path, scan: Path, hang_slot: int | None = None, drive: str = "WD4000FYYX"
+) -> Path:
     """A stand-in smartctl at a fixed path answering as scrutiny's PERC H710 host did: its
     scan (scan_megaraid.json, or the file scan), `-d megaraid,N /dev/bus/0` with the real
-    captures of slots 0 and 1 (exit 4 as captured); hang_slot hangs instead."""
-    slot = {n: SMART / f"megaraid_sat_WD4000FYYX_slot{n}.json" for n in (0, 1)}
+    captures of slots 0 and 1 of drive (exit 4 as captured); hang_slot hangs instead."""
+    slot = {n: SMART / f"megaraid_sat_{drive}_slot{n}.json" for n in (0, 1)}
     answer = {n: f"cat {slot[n]}; exit 4" for n in (0, 1)}
     if hang_slot is not None:
         # as hang(): a child in the process group holds stdout open
@@ -356,6 +358,30 @@ def test_raid_members_through_a_stand_in_megaraid_host(tmp_path: Path, two_disks
         e.run_cycle()
         assert e.wait_idle(WAIT)
         assert sorted(e.states()) == ["bus/0:megaraid,0", "sda", "sdb"]
+    finally:
+        e.close()
+
+
+def test_raid_member_ssds_of_a_second_megaraid_host(tmp_path: Path, two_disks: Path) -> None:
+    """XCP-ng's captures (KINGSTON SA400S37240G SSDs, smartctl 7.0, `-d megaraid,N
+    /dev/bus/0`, exit 4) through the same path: each member's own reading, its attribute 187
+    (the SSD has no 5, 197 or 198), temperature and power-on time as the captures hold them."""
+    fake = megaraid_host(tmp_path, SMART / "scan_megaraid.json", drive="KINGSTON_SA400S37240G")
+    e = SmartExporter(
+        timeout=30.0, sys_root=two_disks, runner=SmartctlRunner(str(fake)), autostart=False
+    )
+    try:
+        e.run_cycle()
+        assert e.wait_idle(WAIT)
+        states = e.states()
+        got = {}
+        for n in (0, 1):
+            state = states[f"bus/0:megaraid,{n}"]
+            assert state.reading is not None and state.reason == ""
+            r = state.reading
+            got[n] = (r.exit_status, r.healthy, r.temperature_celsius, r.power_on_seconds)
+            assert {a.id: a.raw for a in r.attributes} == {187: 0}
+        assert got == {0: (4, True, 26, 23872 * 3600), 1: (4, True, 23, 23892 * 3600)}
     finally:
         e.close()
 

@@ -61,6 +61,7 @@ RECORDING_PROFILE = {
     "apc_ap8932.snmprec": "apc_rpdu2",
     "apc_ap8959eu3.snmprec": "apc_rpdu2",
     "apc_apdu9959eu3.snmprec": "apc_rpdu2",
+    "apc_ap7931.snmpwalk": "apc_rpdu",  # a first-generation card as it answers (AOS 3.9.2)
     "raritan_px2-12outlet.snmprec": "raritan_pdu2",
     "raritan_px4-5730-e8v2.snmprec": "raritan_pdu2",
     "raritan_pdu2-12outlet-centreon.snmpwalk": "raritan_pdu2",

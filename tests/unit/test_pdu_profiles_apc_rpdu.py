@@ -1,6 +1,6 @@
-"""The APC first-generation Rack PDU profile (PowerNet-MIB rPDU, .318.1.1.12), on the rPDU
-tables that real Rack PDU 2G units keep beside rPDU2 (no public capture of an AOS 3.x card was
-found: tests/fixtures/pdu/recordings/README.md).
+"""The APC first-generation Rack PDU profile (PowerNet-MIB rPDU, .318.1.1.12): on a real
+first-generation card (apc_ap7931.snmpwalk, an AP7931 on AOS 3.9.2), and on the rPDU tables
+that real Rack PDU 2G units keep beside rPDU2.
 
 Expected values are the raw recorded integers times the MIB's unit (rPDULoadStatusLoad: tenths
 of A; rPDUIdentDevicePowerWatts: W), worked out here; the same unit's rPDU2 tables, another
@@ -147,3 +147,31 @@ def test_an_apc_ups_is_no_rack_pdu(profiles: list[Profile]) -> None:
     ups[SYS_OBJECT_ID] = Value("ObjectIdentifier", E + "318.1.3.4.5")
     with pytest.raises(NoProfile, match="product family of apc_rpdu"):
         detect_in_walk(profiles, ups)
+
+
+def test_a_real_first_generation_card(profiles: list[Profile]) -> None:
+    """The AP7931 (AOS 3.9.2, rpdu 3.9.2; TechBlueprints/disunified's capture): detected by its
+    own sysObjectID and signature columns, no rPDU2 branch to fall back on. One phase row
+    (rPDULoadStatusBankNumber 0, PhaseNumber 1) reading 0 tenths of A; 16 switched outlets, all
+    on (rPDUOutletStatusOutletState 1); rPDUIdentDevicePowerWatts 0 beside a configured 120 V
+    (an AP7xxx estimate, not a meter): no unit power."""
+    w = recording("apc_ap7931.snmpwalk")
+    assert not [o for o in w if o.startswith(RPDU2)]
+    assert w[SYS_OBJECT_ID].value == MASTERSWITCH_RPDU
+    found = detect_in_walk(profiles, w)
+    assert found.profile.name == "apc_rpdu"
+    assert [raw(w, LOAD + f"{c}.1") for c in (2, 4, 5)] == [0, 1, 0]
+    assert raw(w, RPDU + "1.15.0") == 120 and raw(w, RPDU + "1.16.0") == 0
+    r = decode(found.profile, w)
+    assert r.identity == {
+        "vendor": "APC",
+        "model": "AP7931",
+        "firmware": "v3.9.2",
+        "serial": "SSJ00000000",  # scrubbed upstream
+    }
+    assert r.unit_current_amperes == 0.0  # an idle unit: a reading, not an absence
+    assert r.unit_power_watts is None and r.invalid == {"missing": 1}
+    assert [(p.name, p.current_amperes) for p in r.phases] == [("1", 0.0)]  # phase 1
+    assert r.banks == []
+    assert [(o.name, o.on) for o in r.outlets] == [(f"Outlet {n}", True) for n in range(1, 17)]
+    assert all(o.current_amperes is None and o.power_watts is None for o in r.outlets)

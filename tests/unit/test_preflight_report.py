@@ -49,3 +49,25 @@ def test_describe_capabilities() -> None:
     tracer = caps.mask([caps.CAP_BPF, caps.CAP_PERFMON])
     assert describe(tracer) == "CAP_BPF, CAP_PERFMON"
     assert describe(tracer | caps.mask([0, 1])) == "CAP_BPF, CAP_PERFMON (and 2 others)"
+
+
+def test_after_start_counts_what_tcp_processes_keeps() -> None:
+    """tcp.processes keeps CAP_SYS_PTRACE permitted (exporters/tcp kept_capabilities): the
+    row says so instead of "drops every capability"."""
+    from collector.agent.config import AgentConfig
+    from collector.preflight.agent import _after_start
+
+    held = caps.CapSets(permitted=caps.mask([caps.CAP_BPF, caps.CAP_PERFMON,
+                                             caps.CAP_NUMBERS["CAP_SYS_PTRACE"]]))  # fmt: skip
+    off = {"smart": {"enabled": False}}
+    rows = {}
+    for processes in (False, True):
+        r = Report("agent")
+        cfg = AgentConfig.model_validate({**off, "tcp": {"processes": processes}})
+        _after_start(r, cfg, held)
+        rows[processes] = r.findings[0].detail
+    assert rows[False] == "drops every capability once attached"
+    assert rows[True] == (
+        "drops the rest; keeps CAP_SYS_PTRACE permitted (never effective) for the tcp "
+        "exporter's owning processes (tcp.processes: true)"
+    )

@@ -93,6 +93,13 @@ ATA |= {
         ata((5, "Reallocated_Sector_Ct", 387), (197, "Current_Pending_Sector", 0),
             (198, "Offline_Uncorrectable", 0)),
     ),
+    # another host (XCP-ng, smartctl 7.0): SATA SSDs whose only error attribute is 187
+    "megaraid_sat_KINGSTON_SA400S37240G_slot0.json": (
+        4, True, 26, 23872 * H, ata((187, "Reported_Uncorrect", 0)),
+    ),
+    "megaraid_sat_KINGSTON_SA400S37240G_slot1.json": (
+        4, True, 23, 23892 * H, ata((187, "Reported_Uncorrect", 0)),
+    ),
 }  # fmt: skip
 
 # file -> (power cycles, the newest self-test passed): ATA attribute 12 as power_cycle_count,
@@ -108,6 +115,8 @@ ATA_MORE = {
     "reallocated_ST3500418AS.json": (26, None),
     "megaraid_sat_WD4000FYYX_slot0.json": (70, True),
     "megaraid_sat_WD4000FYYX_slot1.json": (68, None),  # newest test "Aborted by host"
+    "megaraid_sat_KINGSTON_SA400S37240G_slot0.json": (10, True),
+    "megaraid_sat_KINGSTON_SA400S37240G_slot1.json": (10, True),
 }
 
 
@@ -115,7 +124,7 @@ ATA_MORE = {
 def test_ata_drives(name: str) -> None:
     exit_status, healthy, temp, power_on, attributes = ATA[name]
     cycles, self_test = ATA_MORE[name]
-    # smartctl's first message: both MegaRAID captures carry one (severity warning)
+    # smartctl's first message: every MegaRAID capture carries one (severity warning)
     detail = "Warning: This result is based on an Attribute check." if "megaraid" in name else ""
     assert parse(name) == SmartReading(
         "ok",
