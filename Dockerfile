@@ -15,8 +15,9 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY scripts/build-bpf.sh scripts/
-COPY exporters/blockio/wattbit_buckets.h exporters/blockio/
-COPY exporters/blockio/core/blockio.bpf.c exporters/blockio/core/blockio_types.h exporters/blockio/core/
+# the whole tree: each program's sources and the headers it includes (blockio's stat_val.h,
+# the tcp programs) without a list here to fall behind scripts/build-bpf.sh
+COPY exporters exporters
 RUN bash scripts/build-bpf.sh
 
 FROM debian:12.8-slim
@@ -33,6 +34,8 @@ COPY pyproject.toml README.md ./
 COPY collector ./collector
 COPY exporters ./exporters
 COPY --from=bpf /src/exporters/blockio/core/blockio.bpf.o ./exporters/blockio/core/
+COPY --from=bpf /src/exporters/tcp/core/flowlabel.bpf.o /src/exporters/tcp/core/egresslabel.bpf.o \
+     ./exporters/tcp/core/
 RUN python3 -m venv --system-site-packages /opt/wattbit/.venv \
  && /opt/wattbit/.venv/bin/pip install --no-cache-dir ".[report]" \
  && mkdir -p /var/lib/wattbit /etc/wattbit

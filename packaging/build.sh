@@ -21,6 +21,7 @@ $PY - "$WHEEL" <<'PYEOF'
 import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
 for need in ("exporters/blockio/core/blockio.bpf.o", "exporters/tcp/core/flowlabel.bpf.o",
+             "exporters/tcp/core/egresslabel.bpf.o",
              "exporters/pdu/profiles/apc_rpdu2.yaml"):
     if need not in names:
         sys.exit(f"package: {sys.argv[1]} lacks {need}")

@@ -4,7 +4,8 @@
 # on any kernel with BTF (libbpf relocates them at load), so the agent needs neither LLVM nor
 # headers at run time. Idempotent: rebuilds only when a source is newer than its object.
 # exporters/blockio/core/blockio.bpf.o: the block I/O tracer; exporters/tcp/core/
-# flowlabel.bpf.o: the TCP sockets' IPv6 flow labels (an iter/tcp program).
+# flowlabel.bpf.o: the TCP sockets' IPv6 flow labels (an iter/tcp program); egresslabel.bpf.o:
+# the labels outgoing IPv6 TCP packets leave with (tp_btf/net_dev_start_xmit).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 arch=$(uname -m)
@@ -35,3 +36,4 @@ core="$root/exporters/blockio/core"
 build "$core" blockio "$core/blockio_types.h" "$core/../wattbit_buckets.h" "$core/../stat_val.h"
 tcp="$root/exporters/tcp/core"
 build "$tcp" flowlabel "$tcp/flowlabel_types.h"
+build "$tcp" egresslabel "$tcp/egresslabel_types.h"

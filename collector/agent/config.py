@@ -148,6 +148,12 @@ class TcpConfig(Strict):
     # the owning process and its CPU (a /proc fd scan): opt-in, the agent then keeps
     # CAP_SYS_PTRACE (docs/privileges.md)
     processes: bool = False
+    # where experiment/activity's flow labels come from: the sockets (iter/tcp), the
+    # outgoing packets after tc egress (tp_btf, for labels scitags flowd writes), or both
+    # (docs/exporters/tcp.md, "SciTags")
+    flow_labels: Literal["socket", "packet", "both"] = "socket"
+    # the packet source's LRU map: 5-tuples kept (about 100 bytes each in the kernel)
+    packet_label_flows: int = Field(default=65_536, ge=256, le=1 << 22)
 
     @field_validator("processes")
     @classmethod

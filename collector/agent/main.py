@@ -143,6 +143,8 @@ def build_exporters(
                 reader=tcp_reader,
                 destroy=t.destroy_events,
                 processes=t.processes,
+                flow_labels=t.flow_labels,
+                packet_label_flows=t.packet_label_flows,
             )
         )
     return exporters

@@ -1,7 +1,9 @@
 """`wattbit agent --check`, the tcp exporter's rows (issue #31): found by doing what the
 exporter does — one sock_diag dump through its own reader, the cgroup of a socket of this
 process, the host-tuning read, and (when `tcp.key` asks for SciTags) the flow-label iterator
-loaded, walked once and detached — never by guessing from the kernel version or the uid."""
+loaded, walked once and detached, and with `tcp.flow_labels: packet` or `both` the packet
+program attached, its map read once, detached — never by guessing from the kernel version or
+the uid."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from typing import Protocol
 from collector.agent.config import TcpConfig
 from collector.preflight.report import Report
 from exporters.tcp import netlink
-from exporters.tcp.exporter import LabelSource, NetlinkReader
+from exporters.tcp.egresslabels import PacketLabels
+from exporters.tcp.exporter import LabelSource, NetlinkReader, PacketSource
 from exporters.tcp.flowlabels import FlowLabels
 from exporters.tcp.owners import CgroupNames
 from exporters.tcp.tuning import BUFFERS, NAMES, SETTINGS, read_tuning
@@ -51,6 +54,7 @@ class Reader(Protocol):
 
 ReaderFactory = Callable[[bool], Reader]
 LabelsFactory = Callable[[int, Path], LabelSource]
+PacketFactory = Callable[[int, Path, Path], PacketSource]
 
 
 @contextlib.contextmanager
@@ -80,6 +84,7 @@ def check_tcp(
     reader_factory: ReaderFactory = NetlinkReader,
     labels_factory: LabelsFactory = FlowLabels,
     probe: Callable[[], contextlib.AbstractContextManager[tuple[int, int] | None]] = probe_socket,
+    packet_factory: PacketFactory = PacketLabels,
 ) -> None:
     """The tcp exporter's rows: dump, socket cgroup, closing sockets, tuning, flow labels."""
     # Built as the exporter builds it: the destroy groups are bound here, or refused.
@@ -92,7 +97,10 @@ def check_tcp(
         reader.close()
     _tuning(report, proc_root)
     if {"experiment", "activity"} & set(cfg.key):
-        _flow_labels(report, cfg, sys_root, labels_factory)
+        if cfg.flow_labels in ("socket", "both"):
+            _flow_labels(report, cfg, sys_root, labels_factory)
+        if cfg.flow_labels in ("packet", "both"):
+            _packet_labels(report, cfg, sys_root, proc_root, packet_factory)
 
 
 def _dump(
@@ -271,4 +279,36 @@ def _flow_labels(
         "ok",
         f"{labels.source}: loaded, attached, walked once ({len(got)} IPv6 socket(s) with a "
         "flow label), detached",
+    )
+
+
+def _packet_labels(
+    report: Report, cfg: TcpConfig, sys_root: Path, proc_root: Path, factory: PacketFactory
+) -> None:
+    """The tp_btf program as the exporter loads it (deciding from the effective capability
+    set itself: exporters/tcp/egresslabels.py), its map read once, then detached."""
+    asked = " and ".join(d for d in cfg.key if d in ("experiment", "activity"))
+    packet = factory(cfg.packet_label_flows, sys_root, proc_root)
+    try:
+        if not packet.attached:
+            fix = next((f for p, f in _LABEL_FIXES if packet.reason.startswith(p)), "")
+            report.add(
+                "tcp",
+                "packet flow labels (SciTags)",
+                "fail",
+                f"tcp.flow_labels is {cfg.flow_labels}, but the tp_btf program cannot run: "
+                f"{packet.reason}; labels written below the socket would not count in {asked}",
+                (fix or "docs/exporters/tcp.md (SciTags)").replace("flowlabel", "egresslabel"),
+            )
+            return
+        packet.read([])
+        kept = packet.entries
+    finally:
+        packet.close()
+    report.add(
+        "tcp",
+        "packet flow labels (SciTags)",
+        "ok",
+        f"{packet.reason}, map of {cfg.packet_label_flows} read once ({kept} 5-tuple(s) with a "
+        "marked label), detached",
     )

@@ -20,6 +20,7 @@ from prometheus_client.metrics_core import Metric
 from exporters.base import Exporter
 from exporters.hostfs import caps
 from exporters.tcp import netlink, scitags
+from exporters.tcp.egresslabels import PacketLabels
 from exporters.tcp.flowlabels import FlowLabels
 from exporters.tcp.flows import COUNTERS, DEFAULT_KEY, KEY_LABELS, FlowTable, Key, Snapshot, Sock
 from exporters.tcp.owners import CgroupNames, Processes
@@ -32,6 +33,7 @@ DIMENSIONS = KEY_LABELS
 PTRACE = caps.CAP_NUMBERS["CAP_SYS_PTRACE"]
 DESTROY_DRAIN_BYTES = 64 << 20  # per sample: beyond, the rest waits for the next sample
 FIRST_SAMPLE_WAIT = 10.0  # seconds the first scrape waits for the first sample
+PACKET_LABEL_FLOWS = 65_536  # default size of the packet source's LRU map (5-tuples)
 MAX_OWNERS = 65_536  # (peer, port) -> owner remembered for closing sockets; oldest leave
 Owner = tuple[str, str]  # (cgroup, process) labels of a key
 Labels = tuple[str, str]  # (experiment, activity)
@@ -64,6 +66,27 @@ class LabelSource(Protocol):
 
     def read(self) -> dict[int, int]:
         """cookie -> flow label."""
+        ...
+
+    def close(self) -> None:
+        """Release it."""
+        ...
+
+
+class PacketSource(Protocol):
+    """Labels read off outgoing packets by 5-tuple: the tp_btf program, or a fake in tests."""
+
+    source: str  # packet
+    reason: str
+    entries: int  # 5-tuples kept after the last read
+
+    @property
+    def attached(self) -> bool:
+        """Whether the program runs."""
+        ...
+
+    def read(self, sockets: Sequence[netlink.DiagSocket]) -> dict[int, int]:
+        """cookie -> flow label of the dump's sockets."""
         ...
 
     def close(self) -> None:
@@ -162,6 +185,9 @@ class TcpExporter(Exporter):
         processes: bool = False,
         clock: Callable[[], float] = time.monotonic,
         labels: LabelSource | None = None,
+        flow_labels: str = "socket",
+        packet_label_flows: int = PACKET_LABEL_FLOWS,
+        packet: PacketSource | None = None,
     ) -> None:
         self.interval = interval
         self.key = key
@@ -173,12 +199,18 @@ class TcpExporter(Exporter):
         self.reader: SocketReader = reader if reader is not None else NetlinkReader(destroy)
         other = tuple("other" if d in key.dims else "" for d in DIMENSIONS)
         self.table = FlowTable(top_k, other)  # type: ignore[arg-type]
-        # the SciTags dimensions need each socket's flow label: the BPF iterator, loaded here
-        # (before the agent drops CAP_BPF and CAP_PERFMON) only when the key asks for them
+        # the SciTags dimensions need each socket's flow label: the BPF iterator (socket) and
+        # the tp_btf program (packet) as tcp.flow_labels says, loaded here (before the agent
+        # drops CAP_BPF and CAP_PERFMON) only when the key asks for them
         self.labels: LabelSource | None = labels
-        if labels is None and reader is None and {"experiment", "activity"} & set(key.dims):
+        self.packet: PacketSource | None = packet
+        scitags_key = reader is None and {"experiment", "activity"} & set(key.dims)
+        if labels is None and scitags_key and flow_labels in ("socket", "both"):
             self.labels = FlowLabels(max_sockets, sys_root)
+        if packet is None and scitags_key and flow_labels in ("packet", "both"):
+            self.packet = PacketLabels(packet_label_flows, sys_root, proc_root)
         self._labels: dict[int, int] = {}
+        self._socket_labels = 0
         self.cgroups = CgroupNames(sys_root, process_refresh, clock)
         self.processes = Processes(proc_root, process_refresh, clock)
         self.snapshot: Snapshot | None = None
@@ -202,6 +234,8 @@ class TcpExporter(Exporter):
         note = f"every {self.interval:g}s, closes by {mode} ({self.reader.reason})"
         if self.labels is not None:
             note += f", flow labels by {self.labels.source} ({self.labels.reason})"
+        if self.packet is not None:
+            note += f", packet flow labels: {self.packet.reason}"
         return note
 
     def kept_capabilities(self) -> frozenset[int]:
@@ -264,6 +298,11 @@ class TcpExporter(Exporter):
         # after the dump: every socket in it has its cookie (sock_gen_cookie()), and one born
         # since has no key yet anyway
         self._labels = self.labels.read() if self.labels is not None else {}
+        self._socket_labels = len(self._labels)
+        if self.packet is not None:
+            # the packet's label wins over the socket's: it is the one on the wire, written
+            # after the socket's by whatever rewrote it at tc egress (scitags flowd)
+            self._labels.update(self.packet.read(diag))
         listeners = [d for d in diag if d.state == netlink.TCP_LISTEN]
         listening = {d.sport for d in listeners}
         if "process" in self.key.dims and self.processes.due():
@@ -414,10 +453,19 @@ class TcpExporter(Exporter):
             ["destroy_messages" if self.reader.tracking else "sampling", self.reader.reason], 1
         )
         yield mode
-        if self.labels is not None:  # the key has experiment or activity
-            src = g("wattbit_tcp_flow_label_info", _H["labels"], labels=["source", "reason"])
+        if self.labels is None and self.packet is None:
+            return
+        # the key has experiment or activity
+        src = g("wattbit_tcp_flow_label_info", _H["labels"], labels=["source", "reason"])
+        kept = g("wattbit_tcp_flow_label_entries", _H["entries"], labels=["source"])
+        if self.labels is not None:
             src.add_metric([self.labels.source, self.labels.reason], 1)
-            yield src
+            kept.add_metric(["socket"], self._socket_labels)
+        if self.packet is not None:
+            src.add_metric([self.packet.source, self.packet.reason], 1)
+            kept.add_metric(["packet"], self.packet.entries)
+        yield src
+        yield kept
 
     def close(self) -> None:
         """Stop sampling, leave the destroy groups, free the flow-label iterator."""
@@ -427,6 +475,8 @@ class TcpExporter(Exporter):
         self.reader.close()
         if self.labels is not None:
             self.labels.close()
+        if self.packet is not None:
+            self.packet.close()
 
 
 _H = {
@@ -439,6 +489,7 @@ _H = {
     "skipped": "Sockets over tcp.max_sockets in a sample, not followed.",
     "tracking": "How closing sockets are followed, and why.",
     "labels": "Where the sockets' IPv6 flow labels (SciTags) come from, and why.",
+    "entries": "Flow labels known at the last sample: labelled sockets, or kept 5-tuples.",
     "closed": "Sockets of the key that closed; final: seen (destroy message) or unseen.",
     "cc": "Congestion control algorithms the key's sockets use.",
     "process": "The process owning the key's busiest socket and the CPU it last ran on.",

@@ -73,3 +73,11 @@ def walk_dirs(root: Path, rel: str, limit: int) -> Iterator[tuple[str, int]]:
         seen += 1
         yield sub, st.st_ino
         stack.extend(os.path.join(sub, c) for c in sorted(children, reverse=True))
+
+
+def inode(root: Path, rel: str) -> int | None:
+    """The inode number the path leads to (a namespace's, for self/ns/net), or None."""
+    try:
+        return os.stat(os.path.join(root, rel)).st_ino
+    except OSError:
+        return None

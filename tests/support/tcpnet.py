@@ -102,14 +102,14 @@ def _raise_nofile(n: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
-def sink(port: int) -> None:
-    """Accept on 0.0.0.0:port and read every connection to its end (threads, bounded)."""
+def sink(port: int, host: str = "0.0.0.0") -> None:
+    """Accept on host:port (IPv4 or IPv6) and read every connection to its end."""
     import selectors
 
     _raise_nofile(1 << 16)
-    lst = socket.socket()
+    lst = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    lst.bind(("0.0.0.0", port))
+    lst.bind((host, port))
     lst.listen(4096)
     lst.setblocking(False)
     sel = selectors.DefaultSelector()
@@ -241,7 +241,7 @@ def idle_pair(host: str, port: int, size: int) -> None:
 if __name__ == "__main__":
     cmd, *argv = sys.argv[1:]
     if cmd == "sink":
-        sink(int(argv[0]))
+        sink(int(argv[0]), *argv[1:2])
     elif cmd == "churn":
         churn(argv[0], int(argv[1]), int(argv[2]), int(argv[3]), int(argv[4]))
     elif cmd == "hold":

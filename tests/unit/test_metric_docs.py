@@ -29,6 +29,7 @@ NOT_IN_GOLDENS = {
     "wattbit_disk_ios_unseen_total": "core only, and only where the kernel skipped the program",
     "wattbit_cpu_seconds_total": "cpu.enabled, opt-in (where no node_exporter runs)",
     "wattbit_tcp_flow_label_info": "tcp.key with experiment or activity only (SciTags)",
+    "wattbit_tcp_flow_label_entries": "tcp.key with experiment or activity only (SciTags)",
 }
 
 _NAME = re.compile(r"(?<![:\w])(wattbit_[a-z0-9_]*[a-z0-9])(?![\w*]|\.[A-Za-z])")

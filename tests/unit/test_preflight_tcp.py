@@ -304,6 +304,67 @@ def test_flow_labels_missing_capabilities_decided_by_the_exporter(
     assert report.exit_code() == 1
 
 
+class FakePackets:
+    """The exporter's PacketLabels, attached or not as a test says."""
+
+    source = "packet"
+
+    def __init__(self, reason: str, entries: int = 0) -> None:
+        self.reason, self.entries = reason, entries
+        self.attached = reason.startswith("tp_btf")
+        self.read_count, self.closed = 0, False
+
+    def read(self, sockets: object) -> dict[int, int]:
+        self.read_count += 1
+        return {}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _run_packet(
+    roots: tuple[Path, Path, int], packets: FakePackets, flow_labels: str
+) -> dict[str, tuple[str, str, str]]:
+    sys_root, proc_root, _ = roots
+    report = Report("agent")
+    made: list[tuple[int, Path, Path]] = []
+
+    def factory(flows: int, sys: Path, proc: Path) -> FakePackets:
+        made.append((flows, sys, proc))
+        return packets
+
+    tcp_check.check_tcp(
+        report,
+        TcpConfig(key=SCITAGS, flow_labels=flow_labels, packet_label_flows=4096),  # type: ignore[arg-type]
+        sys_root,
+        proc_root,
+        reader_factory=lambda destroy: FakeReader(_dump(roots[2])),
+        labels_factory=lambda n, root: FakeLabels("bpf_iter", "iter/tcp program attached"),
+        probe=_probe,
+        packet_factory=factory,
+    )
+    assert made == [(4096, sys_root, proc_root)]
+    return {f.check: (f.status, f.detail, f.fix) for f in report.findings}
+
+
+def test_packet_flow_labels_attach_read_and_detach(roots: tuple[Path, Path, int]) -> None:
+    packets = FakePackets("tp_btf/net_dev_start_xmit attached", entries=2)
+    rows = _run_packet(roots, packets, "packet")
+    status, detail, _ = rows["packet flow labels (SciTags)"]
+    assert status == "ok" and "map of 4096 read once (2 5-tuple(s)" in detail
+    assert "flow labels (SciTags)" not in rows  # packet only: the iterator is not loaded
+    assert packets.read_count == 1 and packets.closed
+
+
+def test_packet_flow_labels_cannot_load(roots: tuple[Path, Path, int]) -> None:
+    packets = FakePackets("missing CAP_BPF+CAP_PERFMON")
+    rows = _run_packet(roots, packets, "both")
+    status, detail, fix = rows["packet flow labels (SciTags)"]
+    assert status == "fail" and "missing CAP_BPF+CAP_PERFMON" in detail
+    assert "CAP_BPF and CAP_PERFMON" in fix and packets.read_count == 0 and packets.closed
+    assert rows["flow labels (SciTags)"][0] == "ok"  # both: the iterator's row too
+
+
 def test_tcp_disabled_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     """tcp.enabled: false: one `off` row, and nothing of the exporter is built."""
 

@@ -15,6 +15,7 @@ def test_defaults() -> None:
     t = AgentConfig().tcp
     assert t.enabled and t.interval == 5.0 and t.key == ["peer", "port", "cgroup"]
     assert t.top_k == 20 and t.destroy_events and not t.processes
+    assert t.flow_labels == "socket" and t.packet_label_flows == 65_536
 
 
 @pytest.mark.parametrize(
@@ -31,6 +32,10 @@ def test_defaults() -> None:
         ("tcp:\n  max_sockets: 10\n", "tcp.max_sockets"),
         ("tcp:\n  destroy_event: true\n", "tcp.destroy_event"),
         ("tcp:\n  key: [peer, process]\n  processes: false\n", "tcp.processes"),
+        ("tcp:\n  flow_labels: wire\n", "tcp.flow_labels"),
+        ("tcp:\n  flow_labels: [socket, packet]\n", "tcp.flow_labels"),
+        ("tcp:\n  packet_label_flows: 16\n", "tcp.packet_label_flows"),
+        ("tcp:\n  packet_label_flows: 100000000\n", "tcp.packet_label_flows"),
     ],
 )
 def test_bad_values_name_the_key(tmp_path: Path, text: str, key: str) -> None:
@@ -39,6 +44,14 @@ def test_bad_values_name_the_key(tmp_path: Path, text: str, key: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_model(AgentConfig, f)
     assert key in err.value.key, err.value
+
+
+def test_cli_exits_2_on_a_bad_flow_label_source(tmp_path: Path) -> None:
+    f = tmp_path / "agent.yml"
+    f.write_text("tcp:\n  flow_labels: s3cr3t\n")
+    r = wattbit("agent", "--config", str(f), "--listen", "127.0.0.1:1")
+    assert r.returncode == 2
+    assert str(f) in r.stderr and "tcp.flow_labels" in r.stderr and "s3cr3t" not in r.stderr
 
 
 def test_cli_exits_2(tmp_path: Path) -> None:
