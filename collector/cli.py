@@ -50,7 +50,7 @@ def _agent(args: argparse.Namespace) -> int:
         return _report(check_agent(cfg), args.json)
     _logging(args.log_level or cfg.log_level)
     try:
-        return agent.run(cfg, web)
+        return agent.run(cfg, web, own_process=True)
     except agent.StartupError as exc:
         print(f"wattbit agent: {exc}", file=sys.stderr)
         return 1

@@ -29,6 +29,22 @@ def clean_text(value: object, limit: int = 128) -> str:
     return text.strip()[:limit]
 
 
+# Set on a family its exporter yields again as the very same object, never changed, while the
+# family's inputs are unchanged (issue 35: a 48-disk host's idle disks' histograms are the
+# same ~2,000 samples scrape after scrape). A renderer may keep such a family's text and reuse
+# it while it is handed that same object (collector/web/exposition.py); any other family is
+# rendered afresh.
+REUSED = "_wattbit_reused"
+
+
+def reusable(families: Iterable[Metric]) -> tuple[Metric, ...]:
+    """The families, marked REUSED: the caller yields these objects again only unchanged."""
+    out = tuple(families)
+    for family in out:
+        setattr(family, REUSED, True)
+    return out
+
+
 class Exporter(ABC):
     """A metric source, run on every scrape by ExportersCollector.
 

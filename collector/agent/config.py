@@ -13,8 +13,8 @@ from collector.daemon.config import AGENT_PORT, Listen, ProcessConfig
 from exporters.blockio.model import DEFAULT_LAT_BOUNDS_SECONDS, MAX_LAT_BOUNDS
 from exporters.hostfs.blockdevs import BLOCK_EXCLUDE
 from exporters.hostfs.netdevs import NIC_EXCLUDE
-from exporters.smart.runner import HELPER_SOCKET
-from exporters.tcp.exporter import DEFAULT_KEY as TCP_DEFAULT_KEY
+from exporters.smart import HELPER_SOCKET
+from exporters.tcp.flows import DEFAULT_KEY as TCP_DEFAULT_KEY
 
 MAX_LINK_SPEEDS = 4096  # nic.link_speeds entries: far more interfaces than a host exports
 

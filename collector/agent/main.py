@@ -3,33 +3,28 @@ cpu) metrics."""
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import logging
+import os
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from collector.agent.config import AgentConfig, SmartConfig
 from collector.agent.privileges import drop_after_start
 from collector.daemon.serve import ListenError, serve
-from collector.web.config import WebConfig
 from exporters.base import Exporter
-from exporters.blockio.exporter import BlockioExporter
 from exporters.blockio.model import BackendUnavailable
-from exporters.cpu.exporter import CpuExporter
-from exporters.hostfs import caps
 from exporters.hostfs.read import PROC_ROOT, SYS_ROOT
-from exporters.nic.exporter import NicExporter, QueueReader
-from exporters.pcie.exporter import PcieExporter
-from exporters.power.exporter import PowerExporter
-from exporters.smart.exporter import SmartExporter
-from exporters.smart.runner import (
-    HelperRunner,
-    Runner,
-    RunnerChoice,
-    SmartctlRunner,
-    choose_runner,
-    helper_present,
-)
-from exporters.tcp.exporter import KeyConfig, SocketReader, TcpExporter
+
+# Each exporter's module is imported where the configuration turns it on (issue 35: an agent
+# with an exporter off neither loads its code nor pays its import at start).
+if TYPE_CHECKING:
+    from collector.web.config import WebConfig
+    from exporters.nic.exporter import QueueReader
+    from exporters.smart.runner import Runner, RunnerChoice
+    from exporters.tcp.exporter import SocketReader
 
 log = logging.getLogger("wattbit.agent")
 
@@ -56,6 +51,8 @@ def build_exporters(
     """
     exporters: list[Exporter] = []
     if cfg.blockio.enabled:
+        from exporters.blockio.exporter import BlockioExporter
+
         try:
             exporters.append(
                 BlockioExporter(
@@ -74,6 +71,8 @@ def build_exporters(
                 f"blockio: backend '{cfg.blockio.backend}' was requested but {exc.detail}"
             ) from exc
     if cfg.nic.enabled:
+        from exporters.nic.exporter import NicExporter
+
         exporters.append(
             NicExporter(
                 exclude=cfg.nic.exclude,
@@ -86,6 +85,8 @@ def build_exporters(
             )
         )
     if cfg.smart.enabled:
+        from exporters.smart.exporter import SmartExporter
+
         choice, runner = smart_runner(cfg.smart)
         exporters.append(
             SmartExporter(
@@ -103,10 +104,14 @@ def build_exporters(
             )
         )
     if cfg.power.enabled:
+        from exporters.power.exporter import PowerExporter
+
         exporters.append(
             PowerExporter(sys_root=sys_root, rapl=cfg.power.rapl, hwmon=cfg.power.hwmon)
         )
     if cfg.pcie.enabled:
+        from exporters.pcie.exporter import PcieExporter
+
         exporters.append(
             PcieExporter(
                 # the controllers and NICs of the disks and interfaces the exporters above show
@@ -119,8 +124,12 @@ def build_exporters(
             )
         )
     if cfg.cpu.enabled:
+        from exporters.cpu.exporter import CpuExporter
+
         exporters.append(CpuExporter(proc_root=proc_root))
     if cfg.tcp.enabled:
+        from exporters.tcp.exporter import KeyConfig, TcpExporter
+
         t = cfg.tcp
         exporters.append(
             TcpExporter(
@@ -143,6 +152,9 @@ def build_exporters(
 
 def smart_runner(cfg: SmartConfig) -> tuple[RunnerChoice, Runner]:
     """Who runs smartctl (smart.smartctl; auto: from this process's CAP_SYS_RAWIO)."""
+    from exporters.hostfs import caps
+    from exporters.smart.runner import HelperRunner, SmartctlRunner, choose_runner, helper_present
+
     has_rawio = caps.current().has(caps.CAP_SYS_RAWIO)
     choice = choose_runner(cfg.smartctl, helper_present(cfg.helper_socket), has_rawio)
     if choice.runner == "helper":
@@ -152,17 +164,75 @@ def smart_runner(cfg: SmartConfig) -> tuple[RunnerChoice, Runner]:
 
 def start_exporters(exporters: list[Exporter]) -> None:
     """Start the exporters' background threads (the smart reads)."""
+    if not any(e.name == "smart" for e in exporters):
+        return
+    from exporters.smart.exporter import SmartExporter
+
     for e in exporters:
         if isinstance(e, SmartExporter):
             e.start()
 
 
-def run(cfg: AgentConfig, web: WebConfig | None, stop: threading.Event | None = None) -> int:
-    """Start the exporters and the endpoint, serve until SIGINT/SIGTERM (or stop is set)."""
+# mallopt(3)'s M_ARENA_MAX (glibc's malloc.h). glibc gives a thread that allocates while
+# another holds the main arena an arena of its own (up to 8 per core), each keeping the
+# memory freed into it: the agent's few threads (the HTTP loop, the WSGI pool, the smart
+# reads, the tcp sampler) kept ~0.8 MB more resident that way (issue 35, docs/benchmarks.md).
+M_ARENA_MAX = -8
+MALLOC_ARENAS = 1
+
+
+def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
+    """Cap glibc's malloc arenas before any thread starts; False where not glibc or set.
+
+    An operator's MALLOC_ARENA_MAX (the environment, read by glibc itself) wins.
+    """
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(M_ARENA_MAX, arenas))
+
+
+# The cyclic GC's first threshold: container objects allocated (net) before a young
+# collection. A 48-disk scrape builds and frees thousands (samples, label dicts) that
+# reference counting frees alone, yet at the default 700 they set off young collections, and
+# every few scrapes a full one through the ~47,000 objects of the imports (pydantic, aiohttp):
+# ~1.0-1.9 ms of GC per scrape, ~0.01 ms at 5,000, measured in-process (docs/benchmarks.md,
+# issue 35). No gc.freeze() as well: it gains nothing measurable more, and what start-up
+# leaves and later drops in cycles would never be freed.
+GC_THRESHOLD = 5000
+
+
+def raise_gc_threshold() -> None:
+    """The young generation's threshold to GC_THRESHOLD, the older ones as they are."""
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_THRESHOLD, older, oldest)
+
+
+def run(
+    cfg: AgentConfig,
+    web: WebConfig | None,
+    stop: threading.Event | None = None,
+    *,
+    own_process: bool = False,
+) -> int:
+    """Start the exporters and the endpoint, serve until SIGINT/SIGTERM (or stop is set).
+
+    own_process (`wattbit agent`): the process is the agent's alone, so its malloc arenas and
+    GC are set for it; a caller running the agent in its own process (tests) keeps them.
+    """
+    if own_process:
+        limit_malloc_arenas()
     exporters = build_exporters(cfg, start=False)
     if cfg.drop_capabilities:
         log.info(drop_after_start(exporters))
     start_exporters(exporters)
+    if own_process:
+        raise_gc_threshold()
     try:
         return serve(
             "wattbit agent",

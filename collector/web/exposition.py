@@ -22,6 +22,8 @@ from prometheus_client.openmetrics import exposition as om
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from exporters.base import REUSED
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _OM_SUFFIXES = ("_created", "_gsum", "_gcount")
 _TYPES = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram", "unknown": "untyped"}
@@ -53,6 +55,9 @@ class TextRenderer:
         self.registry = registry
         # per series: its "name{labels} " prefix, and its last value and line
         self._prefixes: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[str, float, str]] = {}
+        # per family an exporter marked REUSED (exporters/base.py): the object last handed
+        # over, its text and its samples' count, reused while the same object comes again
+        self._reused: dict[str, tuple[Any, str, int]] = {}
         self._lock = threading.Lock()
 
     def render(self) -> bytes:
@@ -62,45 +67,58 @@ class TextRenderer:
 
     def _render(self, metrics: Iterable[Any]) -> bytes:
         out: list[str] = []
-        cache = self._prefixes
+        reused = self._reused
         seen = 0
         for metric in metrics:
-            mname, mtype = metric.name, metric.type
-            if mtype == "counter":
-                mname += "_total"
-            elif mtype == "info":
-                mname += "_info"
-            mtype = _TYPES.get(mtype, mtype)
-            esc = om.escape_metric_name(mname, om.UNDERSCORES)
-            lines = [f"# HELP {esc} {_doc(metric.documentation)}\n# TYPE {esc} {mtype}\n"]
-            for s in metric.samples:
-                # Sample: (name, labels, value, timestamp, ...), read by index (no property)
-                name, labels, value, timestamp = s[0], s[1], s[2], s[3]
-                if timestamp is not None or name.endswith(_OM_SUFFIXES):
-                    break  # OpenMetrics-only samples and timestamps: rare here, see below
-                key = (name, tuple(labels.items()))
-                entry = cache.get(key)
-                if entry is not None and _same(value, entry[1]):
-                    # Unchanged since the last scrape (most series of a host: info gauges,
-                    # idle disks' buckets): its line as written then.
-                    lines.append(entry[2])
-                else:
-                    prefix = _prefix(name, labels) if entry is None else entry[0]
-                    line = f"{prefix}{floatToGoString(value)}\n"
-                    cache[key] = (prefix, value, line)
-                    lines.append(line)
+            if getattr(metric, REUSED, False):
+                entry = reused.get(metric.name)
+                if entry is None or entry[0] is not metric:
+                    text, n = self._family(metric)
+                    entry = reused[metric.name] = (metric, text, n)
+                out.append(entry[1])
+                seen += entry[2]
             else:
-                out += lines
-                seen += len(lines) - 1
-                continue
-            # the family has a sample this renderer leaves to the library
-            out.append(generate_latest(_One(metric)).decode())
-        if len(cache) > 4 * seen + 1024:
-            cache.clear()  # series churned (devices went away): don't keep the dead ones
+                text, n = self._family(metric)
+                out.append(text)
+                seen += n
+        if len(self._prefixes) > 4 * seen + 1024:
+            self._prefixes.clear()  # series churned (devices went away): don't keep the dead ones
+        if len(reused) > 4096:  # names no exporter makes any more (never this many: bound)
+            reused.clear()
         # "replace": the last line of defence against a string no exporter cleaned (a lone
         # surrogate from a BMC's JSON cannot be UTF-8): it costs that label's character, never
         # the page (issue 34); the exporters clean their strings first (exporters.base.clean_text).
         return "".join(out).encode("utf-8", "replace")
+
+    def _family(self, metric: Any) -> tuple[str, int]:
+        """One family's text, and its samples' count."""
+        cache = self._prefixes
+        mname, mtype = metric.name, metric.type
+        if mtype == "counter":
+            mname += "_total"
+        elif mtype == "info":
+            mname += "_info"
+        mtype = _TYPES.get(mtype, mtype)
+        esc = om.escape_metric_name(mname, om.UNDERSCORES)
+        lines = [f"# HELP {esc} {_doc(metric.documentation)}\n# TYPE {esc} {mtype}\n"]
+        for s in metric.samples:
+            # Sample: (name, labels, value, timestamp, ...), read by index (no property)
+            name, labels, value, timestamp = s[0], s[1], s[2], s[3]
+            if timestamp is not None or name.endswith(_OM_SUFFIXES):
+                # OpenMetrics-only samples and timestamps: rare here, left to the library
+                return generate_latest(_One(metric)).decode(), 0
+            key = (name, tuple(labels.items()))
+            entry = cache.get(key)
+            if entry is not None and _same(value, entry[1]):
+                # Unchanged since the last scrape (most series of a host: info gauges,
+                # idle disks' buckets): its line as written then.
+                lines.append(entry[2])
+            else:
+                prefix = _prefix(name, labels) if entry is None else entry[0]
+                line = f"{prefix}{floatToGoString(value)}\n"
+                cache[key] = (prefix, value, line)
+                lines.append(line)
+        return "".join(lines), len(lines) - 1
 
 
 class _One:

@@ -18,7 +18,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-from exporters.base import Exporter
+from exporters.base import Exporter, reusable
 from exporters.hostfs import caps
 from exporters.hostfs.blockdevs import BLOCK_EXCLUDE, DiskInfo, excluded, read_topology
 from exporters.hostfs.read import PROC_ROOT, SYS_ROOT
@@ -156,6 +156,9 @@ class BlockioExporter(Exporter):
         # on every scrape.
         self._unsized: set[str] = set()
         self._read_keep: frozenset[int] | None = None  # probed once, by kept_capabilities
+        # The last render's inputs (a copy of every value: a backend may update its objects in
+        # place) and its families, yielded again while the inputs are equal (issue 35)
+        self._last: tuple[tuple[object, ...], tuple[Metric, ...]] | None = None
 
     def startup_note(self) -> str:
         """The backend in use, and why not eBPF if it is not ("backend: diskstats (missing
@@ -202,20 +205,81 @@ class BlockioExporter(Exporter):
         devices = {
             name: dev for name, dev in stats.items() if self._included(name, infos.get(name))
         }
-        yield from render(
-            devices,
-            self.backend.name,
-            self.reason,
-            self.backend.missed_events(),
-            lat_le=self.lat_le,
-            prog_stats=self.backend.prog_stats(),
-            map_full=self.backend.map_full(),
-        )
+        missed, prog_stats = self.backend.missed_events(), self.backend.prog_stats()
+        map_full = self.backend.map_full()
+        key: tuple[object, ...] = (_stats_key(devices), self.backend.name, self.reason)
+        key += (_items(missed), _items(prog_stats), _items(map_full))
+        if self._last is None or self._last[0] != key:
+            families = render(
+                devices,
+                self.backend.name,
+                self.reason,
+                missed,
+                lat_le=self.lat_le,
+                prog_stats=prog_stats,
+                map_full=map_full,
+            )
+            self._last = (key, reusable(families))
+        yield from self._last[1]
         yield disk_info_metric(
             info
             for info in infos.values()
             if info.size_bytes > 0 and not excluded(self.exclude, info)
         )
+
+
+def _items(d: Mapping[str, object] | None) -> tuple[tuple[str, object], ...] | None:
+    return None if d is None else tuple(sorted(d.items()))
+
+
+# OpStats' fields, in _stats_key's order (tests/unit/test_blockio_reuse.py holds them to the
+# dataclass: a field added there and not here would be served stale)
+STATS_KEY_FIELDS = (
+    "ios",
+    "bytes",
+    "errors",
+    "lat_slots",
+    "lat_sum_seconds",
+    "untimed",
+    "unseen",
+    "size_slots",
+    "size_sum_bytes",
+    "time_seconds",
+)
+
+
+def _stats_key(devices: Mapping[str, DeviceStats]) -> tuple[object, ...]:
+    """Every value render() writes of these devices, copied: equal keys, equal output.
+
+    Compared by ==, so a value that equals another but is written otherwise would be served
+    as the other: none is here (counts and sums of the kernel's, never -0.0; NaN never
+    equals, so it is rendered afresh).
+    """
+    return tuple(
+        (
+            name,
+            d.busy_seconds,
+            d.inflight,
+            d.clock,
+            tuple(
+                (
+                    op,
+                    s.ios,
+                    s.bytes,
+                    s.errors,
+                    None if s.lat_slots is None else tuple(s.lat_slots),
+                    s.lat_sum_seconds,
+                    s.untimed,
+                    s.unseen,
+                    None if s.size_slots is None else tuple(s.size_slots),
+                    s.size_sum_bytes,
+                    s.time_seconds,
+                )
+                for op, s in d.ops.items()
+            ),
+        )
+        for name, d in sorted(devices.items())
+    )
 
 
 def _counter_by(

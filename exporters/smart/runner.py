@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from . import HELPER_SOCKET
 from .parse import MAX_OUTPUT
 
 # --json=c: compact JSON (smartctl(8) "-j, --json[=cgiosuvy]"). --nocheck=standby: do not
@@ -249,8 +250,6 @@ class SmartctlRunner:
 
 
 # --- through the privileged helper -----------------------------------------------------------
-
-HELPER_SOCKET = "/run/wattbit/smartctl.sock"  # wattbit-smartctl.socket (packaging/systemd)
 
 
 class HelperRunner:

@@ -22,7 +22,7 @@ from exporters.hostfs import caps
 from exporters.tcp import netlink, scitags
 from exporters.tcp.egresslabels import PacketLabels
 from exporters.tcp.flowlabels import FlowLabels
-from exporters.tcp.flows import COUNTERS, KEY_LABELS, FlowTable, Key, Snapshot, Sock
+from exporters.tcp.flows import COUNTERS, DEFAULT_KEY, KEY_LABELS, FlowTable, Key, Snapshot, Sock
 from exporters.tcp.owners import CgroupNames, Processes
 from exporters.tcp.tcpinfo import parse_skmeminfo, parse_tcp_info
 from exporters.tcp.tuning import read_tuning
@@ -30,7 +30,6 @@ from exporters.tcp.tuning import read_tuning
 log = logging.getLogger(__name__)
 
 DIMENSIONS = KEY_LABELS
-DEFAULT_KEY = ("peer", "port", "cgroup")
 PTRACE = caps.CAP_NUMBERS["CAP_SYS_PTRACE"]
 DESTROY_DRAIN_BYTES = 64 << 20  # per sample: beyond, the rest waits for the next sample
 FIRST_SAMPLE_WAIT = 10.0  # seconds the first scrape waits for the first sample

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 
 # Key labels, in order. A key is a tuple of these six strings.
 KEY_LABELS = ("peer", "port", "cgroup", "process", "experiment", "activity")
+# tcp.key's default; here rather than in exporter.py so that the agent's config reads it
+# without importing the exporter (issue 35: an agent with tcp off does not load it)
+DEFAULT_KEY = ("peer", "port", "cgroup")
 Key = tuple[str, str, str, str, str, str]
 
 # tcp_info counters followed per socket -> (its exported counter, scale to base units).
