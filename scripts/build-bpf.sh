@@ -35,5 +35,5 @@ build() {
 core="$root/exporters/blockio/core"
 build "$core" blockio "$core/blockio_types.h" "$core/../wattbit_buckets.h" "$core/../stat_val.h"
 tcp="$root/exporters/tcp/core"
-build "$tcp" flowlabel "$tcp/flowlabel_types.h"
-build "$tcp" egresslabel "$tcp/egresslabel_types.h"
+build "$tcp" flowlabel "$tcp/tcp_types.h"
+build "$tcp" egresslabel "$tcp/tcp_types.h"

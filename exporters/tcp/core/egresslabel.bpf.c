@@ -20,7 +20,7 @@
  * are kept: the automatic label (net.ipv6.auto_flowlabels, on by default) is a hash, not a
  * marking, and is recognised from skb->hash as ip6_make_flowlabel() makes it (kernel_made()).
  */
-#include "egresslabel_types.h"
+#include "tcp_types.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>

@@ -7,7 +7,7 @@
  * sock_gen_cookie()) and the label. Nothing is attached to any path packets take: the walk
  * runs when userspace reads the iterator, once per sample.
  */
-#include "flowlabel_types.h"
+#include "tcp_types.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
