@@ -11,18 +11,15 @@ not enough: a socket born between the dump and the map read is in the next dump 
 
 from __future__ import annotations
 
-import logging
 import socket
 import struct
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from exporters.hostfs import caps, libbpf
-from exporters.tcp import hostread, netlink
+from exporters.tcp import bpfload, hostread, netlink
 
-log = logging.getLogger(__name__)
-
-OBJECT = Path(__file__).resolve().parent / "core" / "egresslabel.bpf.o"
+OBJECT = bpfload.CORE / "egresslabel.bpf.o"
 KEY_SIZE = 40  # struct flow_key of egresslabel.bpf.c: saddr, daddr, sport, dport (network), pad
 VALUE = struct.Struct("=I")
 FLOW_LABEL_MASK = 0xFFFFF
@@ -76,17 +73,11 @@ class PacketLabels:
         self._obj: libbpf.Object | None = None
         self._map: libbpf.Map | None = None
         self._unmatched: set[bytes] = set()  # keys no socket had in the last sample
-        missing = caps.bpf_tracing_missing(caps.current().effective)
         netns = hostread.inode(proc_root, "self/ns/net")
-        if missing:
-            self.reason = f"missing {'+'.join(missing)}"
-        elif not hostread.exists(sys_root, "kernel/btf/vmlinux"):
-            self.reason = "no kernel BTF"
-        elif not OBJECT.exists():
-            self.reason = "not built (scripts/build-bpf.sh)"
-        elif netns is None:
-            self.reason = "no network namespace in proc"
-        else:
+        self.reason = bpfload.unavailable(OBJECT, sys_root) or (
+            "no network namespace in proc" if netns is None else ""
+        )
+        if not self.reason and netns is not None:
             self._load(netns)
 
     @property
@@ -95,20 +86,16 @@ class PacketLabels:
         return self._map is not None
 
     def _load(self, netns: int) -> None:
-        try:
-            self._obj = libbpf.Object(OBJECT)
-            m = self._obj.map("egress_labels")
-            m.set_max_entries(self.max_flows)
-            rodata = self._obj.map(".rodata").initial_value()
+        def setup(obj: libbpf.Object) -> None:
+            obj.map("egress_labels").set_max_entries(self.max_flows)
+            rodata = obj.map(".rodata").initial_value()
             struct.pack_into("=I", rodata, 0, netns)  # const volatile u32 netns_ino
-            self._obj.load()
-            self._obj.program("egress_label").attach()
-        except OSError as exc:  # LibbpfError, or no libbpf at all
-            log.warning("tcp: packet flow labels unavailable: %s\n%s", exc, libbpf.last_messages())
-            self.reason = f"load failed: {exc.strerror or exc}"[:120]
-            self.close()
+
+        got = bpfload.load(OBJECT, "egress_label", "packet flow labels", setup)
+        if isinstance(got, str):
+            self.reason = got
             return
-        self._map = m
+        self._obj, self._map = got, got.map("egress_labels")
         self.reason = "tp_btf/net_dev_start_xmit attached"
 
     def bpf_read_keep(self) -> frozenset[int]:

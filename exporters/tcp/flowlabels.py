@@ -10,16 +10,13 @@ iterator reads each socket's own `ipv6_pinfo.flow_label`, the label its packets 
 
 from __future__ import annotations
 
-import logging
 import struct
 from pathlib import Path
 
 from exporters.hostfs import caps, libbpf
-from exporters.tcp import hostread
+from exporters.tcp import bpfload
 
-log = logging.getLogger(__name__)
-
-OBJECT = Path(__file__).resolve().parent / "core" / "flowlabel.bpf.o"
+OBJECT = bpfload.CORE / "flowlabel.bpf.o"
 RECORD = struct.Struct("=QII")  # struct record of flowlabel.bpf.c: cookie, label, pad
 FLOW_LABEL_MASK = 0xFFFFF
 
@@ -46,27 +43,16 @@ class FlowLabels:
         self.failures = 0
         self._obj: libbpf.Object | None = None
         self._prog: libbpf.Program | None = None
-        missing = caps.bpf_tracing_missing(caps.current().effective)
-        if missing:
-            self.reason = f"missing {'+'.join(missing)}"
-        elif not hostread.exists(sys_root, "kernel/btf/vmlinux"):
-            self.reason = "no kernel BTF"
-        elif not OBJECT.exists():
-            self.reason = "not built (scripts/build-bpf.sh)"
-        else:
+        self.reason = bpfload.unavailable(OBJECT, sys_root)
+        if not self.reason:
             self._load()
 
     def _load(self) -> None:
-        try:
-            self._obj = libbpf.Object(OBJECT)
-            self._obj.load()
-            self._prog = self._obj.program("flow_labels")
-            self._prog.attach_iter()
-        except OSError as exc:  # LibbpfError, or no libbpf at all
-            log.warning("tcp: flow labels unavailable: %s\n%s", exc, libbpf.last_messages())
-            self.reason = f"load failed: {exc.strerror or exc}"[:120]
-            self.close()
+        got = bpfload.load(OBJECT, "flow_labels", "flow labels", iterator=True)
+        if isinstance(got, str):
+            self.reason = got
             return
+        self._obj, self._prog = got, got.program("flow_labels")
         self.source, self.reason = "bpf_iter", "iter/tcp program attached"
 
     def bpf_read_keep(self) -> frozenset[int]:
