@@ -25,14 +25,14 @@ import pytest
 from exporters.tcp import scitags
 from tests.support.env import require
 from tests.support.realparts import Agent, Samples, free_port, have, is_root
-from tests.support.v6net import (
+from tests.support.tcpnet import (
     HOLDER,
-    V6Net,
+    TcpNet,
     flow,
     mark_egress,
-    popen,
+    piped,
     send,
-    sink,
+    start_sink,
     v6_net,
     watch_wire,
     wire_labels,
@@ -61,7 +61,7 @@ def config(source: str, flows: int = 65536) -> str:
 
 
 @pytest.fixture
-def net() -> Iterator[V6Net]:
+def net() -> Iterator[TcpNet]:
     require(is_root(), "needs root for network namespaces and BPF")
     require(have("ip") and have("tcpdump") and have("tc"), "needs iproute2 and tcpdump")
     require(have("clang"), "needs clang for the tc marker")
@@ -81,10 +81,10 @@ def infos(s: Samples) -> list[dict[str, str]]:
     return sorted((dict(k[1]) for k in s if k[0] == INFO), key=lambda d: d["source"])
 
 
-def test_packet_source_counts_the_flow_marked_at_tc_egress(net: V6Net, tmp_path: Path) -> None:
+def test_packet_source_counts_the_flow_marked_at_tc_egress(net: TcpNet, tmp_path: Path) -> None:
     port, plain_port = free_port(), free_port()
     mark_egress(net, MARKED, tmp_path, dport=port)
-    procs: list[subprocess.Popen[str]] = [sink(net, port), sink(net, plain_port)]
+    procs: list[subprocess.Popen[str]] = [start_sink(net, port), start_sink(net, plain_port)]
     agents: dict[str, Agent] = {}
     try:
         for source in ("packet", "socket", "both"):
@@ -141,7 +141,7 @@ def test_packet_source_counts_the_flow_marked_at_tc_egress(net: V6Net, tmp_path:
     assert "capabilities: dropped" in agents["packet"].log.read_text()
 
 
-def test_without_bpf_capabilities_the_packet_source_says_why(net: V6Net) -> None:
+def test_without_bpf_capabilities_the_packet_source_says_why(net: TcpNet) -> None:
     """As uid 65534 with no capability the program is not tried; the info series names what
     is missing."""
     require(have("setpriv"), "needs setpriv")
@@ -160,7 +160,7 @@ def test_without_bpf_capabilities_the_packet_source_says_why(net: V6Net) -> None
 
 
 def test_many_flows_stay_within_the_map_and_leave_with_their_sockets(
-    net: V6Net, tmp_path: Path
+    net: TcpNet, tmp_path: Path
 ) -> None:
     """Through a map of 293 5-tuples (an odd size: bpftool finds this agent's map by it):
     2,000 short marked connections, then 600 held open. The kernel's map never holds more
@@ -170,7 +170,7 @@ def test_many_flows_stay_within_the_map_and_leave_with_their_sockets(
     require(have("bpftool"), "needs bpftool to count the kernel's map")
     port, flows = free_port(), 293
     mark_egress(net, MARKED, tmp_path, dport=port)
-    far = popen(net.ns_b, sys.executable, "-m", "tests.support.tcpnet", "sink", str(port),
+    far = piped(net.ns_b, sys.executable, "-m", "tests.support.tcpnet", "sink", str(port),
                 net.addr_b)  # fmt: skip
     procs = [far]
     agent = Agent(config("packet", flows), tmp_path, netns=net.ns_a)
@@ -178,7 +178,7 @@ def test_many_flows_stay_within_the_map_and_leave_with_their_sockets(
         assert far.stdout is not None and far.stdout.readline().strip() == "ready"
         agent.wait_ready()
         map_id = our_map(flows)
-        short = popen(net.ns_a, sys.executable, "-m", "tests.support.tcpnet", "churn",
+        short = piped(net.ns_a, sys.executable, "-m", "tests.support.tcpnet", "churn",
                       net.addr_b, str(port), "2000", "1000", "1")  # fmt: skip
         procs.append(short)
         churn = short.communicate(timeout=120)[0].strip().splitlines()[-1]

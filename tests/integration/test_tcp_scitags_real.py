@@ -19,7 +19,7 @@ import pytest
 from exporters.tcp import scitags
 from tests.support.env import require
 from tests.support.realparts import Agent, free_port, have, is_root
-from tests.support.v6net import V6Net, flow, send, sink, v6_net, watch_wire, wire_labels
+from tests.support.tcpnet import TcpNet, flow, send, start_sink, v6_net, watch_wire, wire_labels
 
 pytestmark = [pytest.mark.root]
 
@@ -36,16 +36,16 @@ CONFIG = ONLY_TCP + "tcp:\n  interval: 1s\n  key: [peer, port, experiment, activ
 
 
 @pytest.fixture
-def net() -> Iterator[V6Net]:
+def net() -> Iterator[TcpNet]:
     require(is_root(), "needs root for network namespaces and BPF")
     require(have("ip") and have("tcpdump"), "needs iproute2 and tcpdump")
     with v6_net("tcpsc") as n:
         yield n
 
 
-def test_scitags_label_keys_the_flow_as_on_the_wire(net: V6Net, tmp_path: Path) -> None:
+def test_scitags_label_keys_the_flow_as_on_the_wire(net: TcpNet, tmp_path: Path) -> None:
     port = free_port()
-    procs: list[subprocess.Popen[str]] = [sink(net, port)]
+    procs: list[subprocess.Popen[str]] = [start_sink(net, port)]
     agent = Agent(CONFIG, tmp_path, netns=net.ns_a)
     try:
         agent.wait_ready()
@@ -77,7 +77,7 @@ def test_scitags_label_keys_the_flow_as_on_the_wire(net: V6Net, tmp_path: Path) 
     assert "capabilities: dropped" in agent.log.read_text()
 
 
-def test_without_bpf_capabilities_the_labels_say_why(net: V6Net) -> None:
+def test_without_bpf_capabilities_the_labels_say_why(net: TcpNet) -> None:
     """As uid 65534 with no capability the iterator is not tried: experiment and activity stay
     "" and the info series names what is missing."""
     require(have("setpriv"), "needs setpriv")
