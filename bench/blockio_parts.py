@@ -24,7 +24,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -33,6 +32,7 @@ from bench.harness import (
     ROOT,
     alternate,
     bench_lock,
+    bpf_stats,
     load_average,
     median,
     print_command,
@@ -41,7 +41,6 @@ from bench.harness import (
 from collector.demo.loopdisks import loop_disks
 
 CORE = ROOT / "exporters" / "blockio" / "core"
-BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 # (variant, the source line before which it returns: the step it leaves out first, what it
 # returns: something computed by the steps before, which clang would otherwise drop as unused;
 # a tp_btf program's return value is ignored, kernel/bpf/verifier.c check_return_code())
@@ -76,17 +75,6 @@ def build(workdir: Path) -> dict[str, Path]:
         subprocess.run([*cmd, "-o", str(obj)], check=True)
         out[name] = obj
     return out
-
-
-@contextlib.contextmanager
-def bpf_stats() -> Iterator[None]:
-    """kernel.bpf_stats_enabled=1 meanwhile, the previous value after."""
-    previous = BPF_STATS.read_text().strip()
-    BPF_STATS.write_text("1")
-    try:
-        yield
-    finally:
-        BPF_STATS.write_text(previous)
 
 
 def fio(dev: str, runtime: int) -> int:

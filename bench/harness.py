@@ -1,8 +1,9 @@
 """What the benchmarks share: the machine's one benchmark lock, child processes that die with
-the bench, free ports, what a process has used (CPU, memory), the machine's busy time,
-alternation, medians, ratios, tables and the command that reproduces a run. Each bench is its
-own measurement (bench/NAME.py, or a package bench/NAME/ split by phase) and imports the rest
-from here, never from another bench; its own numbers and their meaning stay in it and in
+the bench, free ports, what a process has used (CPU, memory), the machine's busy time, BPF
+programs' run time (bpf_stats), a bench's half run inside a network namespace, alternation,
+medians, ratios, tables and the command that reproduces a run. Each bench is its own
+measurement (bench/NAME.py, or a package bench/NAME/ split by phase) and imports the rest from
+here, never from another bench; its own numbers and their meaning stay in it and in
 docs/benchmarks.md.
 
 Run as ``python bench/NAME.py`` (each file puts the repository on sys.path first, then imports
@@ -323,6 +324,45 @@ def build_ebpf_exporter_example(src: Path, libbpf_include: Path, name: str, dest
     subprocess.run(cmd, cwd=examples, check=True)
     (dest / f"{name}.yaml").write_bytes((examples / f"{name}.yaml").read_bytes())
     return dest
+
+
+# --- BPF programs' own accounting, network namespaces ----------------------------------------
+
+BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
+
+
+@contextlib.contextmanager
+def bpf_stats(value: str = "1") -> Iterator[None]:
+    """kernel.bpf_stats_enabled=value meanwhile, the previous value after: with 1 the kernel
+    counts each BPF program's run time and runs, at a cost per run (the machine's setting:
+    changed only under bench_lock)."""
+    previous = BPF_STATS.read_text().strip()
+    BPF_STATS.write_text(value)
+    try:
+        yield
+    finally:
+        BPF_STATS.write_text(previous)
+
+
+def prog_runs(fd: int) -> tuple[int, int]:
+    """(run_time_ns, run_cnt) of one of this process's BPF programs by its fd (fdinfo, as the
+    agent reads it: exporters/blockio/bpfshared.py); they grow only while bpf_stats is on."""
+    from exporters.blockio.bpfshared import fdinfo
+
+    info = fdinfo(fd)
+    return info["run_time_ns"], info["run_cnt"]
+
+
+def python_in_netns(ns: str, *argv: str) -> None:
+    """`python ARGV` inside network namespace ns (`ip netns exec`: a bench's half that measures
+    in there), this interpreter, the repository on its PYTHONPATH; raises if it fails."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    subprocess.run(["ip", "netns", "exec", ns, sys.executable, *argv], check=True, env=env)
+
+
+def host_line() -> str:
+    """The kernel, CPU model and CPU count, for the line under a bench's table."""
+    return f"kernel {kernel()}, {cpu_model()}, {os.cpu_count()} CPUs"
 
 
 # --- alternation, medians, tables -----------------------------------------------------------

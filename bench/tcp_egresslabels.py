@@ -5,7 +5,7 @@ while iperf3 sends IPv6 TCP through a veth.
 Run (root: network namespaces, BPF): .venv/bin/python bench/tcp_egresslabels.py [--rounds 10]
                                                                            [--seconds 3]
 
-Two namespaces joined by a veth (names with `flowegress`, tests/support/v6net.py); the tc
+Two namespaces joined by a veth (names with `flowegress`, tests/support/tcpnet.py); the tc
 egress marker of the tests (flowmark.bpf.c, standing in for scitags flowd) writes a SciTags
 label into the packets to one iperf3 server's port, not the other's. Inside the sender's
 namespace the program is loaded as the agent loads it (PacketLabels), kernel.bpf_stats_enabled
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -32,28 +31,19 @@ sys.path.insert(0, str(ROOT))
 from bench.harness import (  # noqa: E402
     alternate,
     bench_lock,
-    cpu_model,
-    kernel,
+    bpf_stats,
+    host_line,
     median,
     print_command,
+    prog_runs,
+    python_in_netns,
     table,
 )
 from exporters.tcp import scitags  # noqa: E402
-from tests.support.v6net import mark_egress, v6_net  # noqa: E402
+from tests.support.tcpnet import mark_egress, v6_net  # noqa: E402
 
-BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 MARKED = scitags.encode(3, 2, entropy=29)
 PORTS = {"marked": 5301, "unmarked": 5302}
-
-
-def fdinfo(fd: int) -> dict[str, int]:
-    """The numeric fields of /proc/self/fdinfo/FD (run_time_ns, run_cnt)."""
-    out = {}
-    for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if value.strip().isdigit():
-            out[key.strip()] = int(value.strip())
-    return out
 
 
 def inner(addr: str, rounds: int, seconds: int) -> None:
@@ -64,25 +54,22 @@ def inner(addr: str, rounds: int, seconds: int) -> None:
     fd = labels.program_fd()
     assert fd is not None, labels.reason
     per: dict[str, list[tuple[float, float, float]]] = {k: [] for k in PORTS}
-    with bench_lock():  # the sysctl is the machine's: on only while this bench measures
-        previous = BPF_STATS.read_text().strip()
-        BPF_STATS.write_text("1")
+    # the sysctl is the machine's: on only while this bench measures
+    with bench_lock(), bpf_stats():
         try:
             for _r, what in alternate(list(PORTS), rounds):
-                before = fdinfo(fd)
+                ns0, runs0 = prog_runs(fd)
                 out = subprocess.run(["iperf3", "-6", "-c", addr, "-p", str(PORTS[what]),
                                       "-t", str(seconds), "-J"],
                                      check=True, capture_output=True, text=True).stdout  # fmt: skip
-                after = fdinfo(fd)
-                runs = after["run_cnt"] - before["run_cnt"]
-                ns = after["run_time_ns"] - before["run_time_ns"]
+                ns1, runs1 = prog_runs(fd)
+                runs, ns = runs1 - runs0, ns1 - ns0
                 bps = json.loads(out)["end"]["sum_sent"]["bits_per_second"]
                 per[what].append((ns / max(runs, 1), runs / seconds, bps))
             # the marked flows took the map's hit path: their 5-tuples are kept (no sample
             # deletes them here), the unmarked ones' are not
             kept = list(labels.entries_now().values())
         finally:
-            BPF_STATS.write_text(previous)
             labels.close()
     rows = []
     for what, vals in per.items():
@@ -91,9 +78,7 @@ def inner(addr: str, rounds: int, seconds: int) -> None:
                      f"{(median([v[2] for v in vals]) or 0) / 1e9:.1f}"])  # fmt: skip
     table(["flow", "median ns per run", "runs per second", "iperf3 Gbit/s"], rows)
     print(f"map: {kept.count(MARKED)} 5-tuples with the marked label, {len(kept)} in all")
-    print(
-        f"kernel {kernel()}, {cpu_model()}, {os.cpu_count()} CPUs, {rounds} rounds of {seconds} s"
-    )
+    print(f"{host_line()}, {rounds} rounds of {seconds} s")
 
 
 def main() -> None:
@@ -117,10 +102,8 @@ def main() -> None:
                 assert s.stdout is not None
                 while "listening" not in (line := s.stdout.readline()):
                     assert line, "iperf3 -s exited"
-            env = dict(os.environ, PYTHONPATH=str(ROOT))
-            subprocess.run(["ip", "netns", "exec", net.ns_a, sys.executable, __file__, "--inner",
-                            net.addr_b, "--rounds", str(args.rounds), "--seconds",
-                            str(args.seconds)], check=True, env=env)  # fmt: skip
+            python_in_netns(net.ns_a, __file__, "--inner", net.addr_b, "--rounds",
+                            str(args.rounds), "--seconds", str(args.seconds))  # fmt: skip
         finally:
             for s in servers:
                 s.kill()

@@ -30,13 +30,14 @@ sys.path.insert(0, str(ROOT))
 from bench.harness import (  # noqa: E402
     alternate,
     bench_lock,
-    cpu_model,
-    kernel,
+    host_line,
     median,
     print_command,
+    python_in_netns,
     ratio,
     table,
 )
+from tests.support.tcpnet import namespace  # noqa: E402
 
 LABEL = 0x0B0105  # SciTags experiment 3, activity 2 with entropy 00101 (scitags.encode)
 
@@ -88,7 +89,7 @@ def inner(pairs: int, rounds: int) -> None:
              f"{100 * (ratio(labels_s, dump_s) or 0):.1f} %"],
         ],
     )  # fmt: skip
-    print(f"kernel {kernel()}, {cpu_model()}, {os.cpu_count()} CPUs")
+    print(host_line())
 
 
 def main() -> None:
@@ -100,14 +101,9 @@ def main() -> None:
     if args.inner:
         inner(args.pairs, args.rounds)
         return
-    ns = f"tcpfl{os.getpid() % 100000}"
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    try:
-        subprocess.run(["ip", "netns", "exec", ns, sys.executable, __file__, "--inner",
-                        "--pairs", str(args.pairs), "--rounds", str(args.rounds)],
-                       check=True)  # fmt: skip
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], check=False)
+    with namespace(f"tcpfl{os.getpid() % 100000}") as ns:
+        python_in_netns(ns, __file__, "--inner", "--pairs", str(args.pairs), "--rounds",
+                        str(args.rounds))  # fmt: skip
     print_command()
 
 

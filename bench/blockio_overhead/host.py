@@ -15,6 +15,7 @@ from typing import Any
 from bench.blockio_overhead.common import BPF_STATS, LOOP_SIZE, NEIGHBOUR_SHARE, BenchError, log
 from bench.harness import (
     LOCK,
+    bpf_stats,
 )
 from bench.harness import bench_lock as harness_lock
 
@@ -59,15 +60,9 @@ def loop_device() -> Iterator[str]:
         backing.unlink(missing_ok=True)
 
 
-@contextlib.contextmanager
-def bpf_stats_off() -> Iterator[None]:
+def bpf_stats_off() -> contextlib.AbstractContextManager[None]:
     """kernel.bpf_stats_enabled=0 for the duration (see bpf_stats_on), the previous value after."""
-    previous = BPF_STATS.read_text().strip()
-    BPF_STATS.write_text("0")
-    try:
-        yield
-    finally:
-        BPF_STATS.write_text(previous)
+    return bpf_stats("0")
 
 
 @contextlib.contextmanager
