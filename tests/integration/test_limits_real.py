@@ -41,11 +41,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from exporters.blockio.core.backend import OBJECT as CORE_OBJECT
 from tests.support.cli import wattbit
-from tests.support.env import ROOT, require
+from tests.support.env import require
+from tests.support.promstack import node_and_prometheus
 from tests.support.realparts import (
     Agent,
     have,
@@ -54,7 +54,6 @@ from tests.support.realparts import (
     process,
     query_api,
     running,
-    server,
     veth_into_namespace,
     wait_for,
 )
@@ -85,8 +84,6 @@ UNSHAPED_BITS = 1e12
 # the wire, sat on that line: on a loaded machine the rule had no verdict in the window at all).
 PACED_BITS = 20e6
 BUSY_CPU = "1"
-FAST_RULES = ROOT / "alerts" / "test-overrides" / "wattbit-recording-fast.yml"
-PROM_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yml"
 
 
 @dataclass
@@ -159,23 +156,6 @@ def _fuse_available() -> bool:
     except (ImportError, OSError):
         return False
     return Path("/dev/fuse").exists() and have("fusermount")
-
-
-def prometheus_config(agent_port: int, node_port: int) -> str:
-    """deploy/prometheus/prometheus.yml's jobs with the test's targets; 1 s; the fast rules."""
-    cfg = yaml.safe_load(PROM_CONFIG.read_text())
-    cfg["global"].update(scrape_interval="1s", scrape_timeout="1s", evaluation_interval="1s")
-    cfg["rule_files"] = [str(FAST_RULES)]
-    cfg.pop("alerting", None)
-    jobs = {job["job_name"]: job for job in cfg["scrape_configs"]}
-    jobs["wattbit-agent"]["static_configs"] = [
-        {"targets": [f"127.0.0.1:{agent_port}"], "labels": {"host": HOST}}
-    ]
-    jobs["node"]["static_configs"] = [
-        {"targets": [f"127.0.0.1:{node_port}"], "labels": {"host": HOST}}
-    ]
-    cfg["scrape_configs"] = [jobs["wattbit-agent"], jobs["node"]]
-    return yaml.safe_dump(cfg)
 
 
 @contextlib.contextmanager
@@ -259,25 +239,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         )
         (tmp / "agent").mkdir()
         agent = stack.enter_context(running(Agent(agent_cfg, tmp / "agent")))
-        node_url = stack.enter_context(
-            server(
-                "node_exporter",
-                lambda port: ["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{port}",
-                              "--collector.disable-defaults", "--collector.cpu"],
-                tmp, ready_path="/metrics",
-            )
-        )  # fmt: skip
-        node_port = int(node_url.rsplit(":", 1)[1])
-        (tmp / "prometheus.yml").write_text(prometheus_config(agent.port, node_port))
-        prom = stack.enter_context(
-            server(
-                "prometheus",
-                lambda port: ["prometheus", f"--config.file={tmp / 'prometheus.yml'}",
-                              f"--storage.tsdb.path={tmp / 'prom'}",
-                              f"--web.listen-address=127.0.0.1:{port}"],
-                tmp,
-            )
-        )  # fmt: skip
+        prom = stack.enter_context(node_and_prometheus(agent.port, tmp, HOST))
 
         def ready() -> bool:
             up = query_api(prom, "/api/v1/query", {"query": "up == 1"})["result"]

@@ -45,11 +45,11 @@ from tests.integration.test_limits_real import (
     HOST,
     Window,
     listening,
-    prometheus_config,
     reports,
     settled,
 )
 from tests.support.env import require
+from tests.support.promstack import node_and_prometheus
 from tests.support.realparts import (
     Agent,
     have,
@@ -57,7 +57,6 @@ from tests.support.realparts import (
     process,
     query_api,
     running,
-    server,
     veth_into_namespace,
     wait_for,
 )
@@ -160,26 +159,7 @@ def behind_router(router: str) -> Iterator[None]:
 def observed(stack: contextlib.ExitStack, tmp: Path, agent_port: int) -> str:
     """node_exporter (CPU only) and Prometheus scraping it and the agent, in `stack`, once the
     tcp exporter has sampled and node_exporter been scraped: Prometheus' URL."""
-    node_url = stack.enter_context(
-        server(
-            "node_exporter",
-            lambda port: ["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{port}",
-                          "--collector.disable-defaults", "--collector.cpu"],
-            tmp, ready_path="/metrics",
-        )
-    )  # fmt: skip
-    (tmp / "prometheus.yml").write_text(
-        prometheus_config(agent_port, int(node_url.rsplit(":", 1)[1]))
-    )
-    prom: str = stack.enter_context(
-        server(
-            "prometheus",
-            lambda port: ["prometheus", f"--config.file={tmp / 'prometheus.yml'}",
-                          f"--storage.tsdb.path={tmp / 'prom'}",
-                          f"--web.listen-address=127.0.0.1:{port}"],
-            tmp,
-        )
-    )  # fmt: skip
+    prom = stack.enter_context(node_and_prometheus(agent_port, tmp, HOST))
 
     def scraped() -> bool:
         q = "wattbit_tcp_samples_total > 0 or up{job='node'} == 1"
