@@ -60,6 +60,7 @@ from tests.support.realparts import (
     veth_into_namespace,
     wait_for,
 )
+from tests.support.tcpnet import ip, namespace
 
 # alone: each scenario judges the whole machine's CPUs and flows (docs/testing.md)
 pytestmark = [pytest.mark.root, pytest.mark.alone, pytest.mark.timeout(300)]
@@ -128,32 +129,24 @@ def behind_router(router: str) -> Iterator[None]:
     veth drops before the packet leaves, which TCP takes as local congestion, not loss)."""
     far_if, near_if = f"{FAR_NS}b", f"{FAR_NS}a"
 
-    def ip(*args: str) -> None:
-        subprocess.run(["ip", *args], check=True, capture_output=True)
-
-    try:
-        ip("netns", "add", FAR_NS)
-        ip("-n", router, "link", "add", near_if, "type", "veth", "peer", "name", far_if, "netns",
-           FAR_NS)  # fmt: skip
-        ip("-n", router, "addr", "add", "169.254.184.1/30", "dev", near_if)
-        ip("-n", FAR_NS, "addr", "add", f"{FAR_ADDR}/30", "dev", far_if)
-        for ns, dev in ((router, near_if), (FAR_NS, far_if), (FAR_NS, "lo")):
-            ip("-n", ns, "link", "set", dev, "up")
-        subprocess.run(["ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv4.ip_forward=1"],
-                       check=True)  # fmt: skip
-        ip("route", "add", "169.254.184.0/30", "via", "169.254.182.2")
-        ip("-n", FAR_NS, "route", "add", "default", "via", "169.254.184.1")
-        tbf = ["rate", "100mbit", "burst", "16kb", "limit", "4500"]
-        subprocess.run(["tc", "-n", router, "qdisc", "replace", "dev", near_if, "root", "tbf",
-                        *tbf], check=True)  # fmt: skip
-        yield
-    finally:
-        subprocess.run(["ip", "route", "del", "169.254.184.0/30"], capture_output=True)
-        pids = subprocess.run(["ip", "netns", "pids", FAR_NS], capture_output=True, text=True)
-        for pid in pids.stdout.split():
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid), 9)
-        subprocess.run(["ip", "netns", "del", FAR_NS], capture_output=True)
+    with namespace(FAR_NS):
+        try:
+            ip("-n", router, "link", "add", near_if, "type", "veth", "peer", "name", far_if,
+               "netns", FAR_NS)  # fmt: skip
+            ip("-n", router, "addr", "add", "169.254.184.1/30", "dev", near_if)
+            ip("-n", FAR_NS, "addr", "add", f"{FAR_ADDR}/30", "dev", far_if)
+            for ns, dev in ((router, near_if), (FAR_NS, far_if), (FAR_NS, "lo")):
+                ip("-n", ns, "link", "set", dev, "up")
+            subprocess.run(["ip", "netns", "exec", router, "sysctl", "-qw",
+                            "net.ipv4.ip_forward=1"], check=True)  # fmt: skip
+            ip("route", "add", "169.254.184.0/30", "via", "169.254.182.2")
+            ip("-n", FAR_NS, "route", "add", "default", "via", "169.254.184.1")
+            tbf = ["rate", "100mbit", "burst", "16kb", "limit", "4500"]
+            subprocess.run(["tc", "-n", router, "qdisc", "replace", "dev", near_if, "root", "tbf",
+                            *tbf], check=True)  # fmt: skip
+            yield
+        finally:
+            subprocess.run(["ip", "route", "del", "169.254.184.0/30"], capture_output=True)
 
 
 def observed(stack: contextlib.ExitStack, tmp: Path, agent_port: int) -> str:

@@ -52,6 +52,7 @@ from tests.support.realparts import (
     running,
     wait_for,
 )
+from tests.support.tcpnet import ip, namespace, root_link_up
 
 # alone: the verdict judges the whole machine's CPUs (docs/testing.md)
 pytestmark = [pytest.mark.root, pytest.mark.alone, pytest.mark.timeout(240)]
@@ -102,32 +103,13 @@ def delayed_namespace(tmp: Path) -> Iterator[str]:
     """A namespace reached from the root namespace through the delay line; yields its name."""
     ns, tun_root, tun_ns = NS, TUN_ROOT, TUN_NS
 
-    def ip(*args: str) -> None:
-        subprocess.run(["ip", *args], check=True, capture_output=True)
-
     log = tmp / "delayline.log"
     cmd = [sys.executable, "-m", "tests.support.delayline", tun_root, tun_ns, str(DELAY_S)]
-    try:
-        ip("netns", "add", ns)
-        with process(cmd, log):
-            wait_for(lambda: "ready" in log.read_text(), 20, "the delay line's tun devices")
-            ip("link", "set", tun_ns, "netns", ns)
-            subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{tun_root}.disable_ipv6=1"],
-                           check=False)  # fmt: skip
-            subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw",
-                            f"net.ipv6.conf.{tun_ns}.disable_ipv6=1"], check=False)  # fmt: skip
-            ip("addr", "add", f"{ADDR_ROOT}/30", "dev", tun_root)
-            ip("-n", ns, "addr", "add", f"{ADDR_NS}/30", "dev", tun_ns)
-            ip("link", "set", tun_root, "up")
-            ip("-n", ns, "link", "set", tun_ns, "up")
-            ip("-n", ns, "link", "set", "lo", "up")
-            yield ns
-    finally:
-        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-        for pid in pids.stdout.split():
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid), 9)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+    with namespace(ns), process(cmd, log):
+        wait_for(lambda: "ready" in log.read_text(), 20, "the delay line's tun devices")
+        ip("link", "set", tun_ns, "netns", ns)
+        root_link_up(ns, tun_root, tun_ns, ADDR_ROOT, ADDR_NS)
+        yield ns
 
 
 def _sandwich(port: int) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from collector.demo.loopdisks import LoopDisk as LoopDisk
 from collector.demo.loopdisks import loop_disks as loop_disks
 from collector.demo.procs import free_port as free_port
 from collector.demo.procs import wait_for as wait_for
+from tests.support.tcpnet import ip, namespace, root_link_up
 
 ROOT = Path(__file__).resolve().parents[2]
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -496,27 +497,12 @@ def veth_into_namespace(
     link = link or name[:4]  # the interfaces' prefix: with the tag, within IFNAMSIZ
     ns, if_root, if_ns = f"{name}{tag}", f"{link}{tag}a", f"{link}{tag}b"
 
-    def ip(*args: str) -> None:
-        subprocess.run(["ip", *args], check=True, capture_output=True)
-
     try:
-        ip("netns", "add", ns)
-        ip("link", "add", if_root, "type", "veth", "peer", "name", if_ns, "netns", ns)
-        subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{if_root}.disable_ipv6=1"], check=False)
-        subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw",
-                        f"net.ipv6.conf.{if_ns}.disable_ipv6=1"], check=False)  # fmt: skip
-        ip("addr", "add", f"{addr_root}/30", "dev", if_root)
-        ip("-n", ns, "addr", "add", f"{addr_ns}/30", "dev", if_ns)
-        ip("link", "set", if_root, "up")
-        ip("-n", ns, "link", "set", if_ns, "up")
-        ip("-n", ns, "link", "set", "lo", "up")
-        yield ns, if_root
+        with namespace(ns):
+            ip("link", "add", if_root, "type", "veth", "peer", "name", if_ns, "netns", ns)
+            root_link_up(ns, if_root, if_ns, addr_root, addr_ns)
+            yield ns, if_root
     finally:
-        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-        for pid in pids.stdout.split():
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid), 9)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
         subprocess.run(["ip", "link", "del", if_root], capture_output=True, check=False)
 
 

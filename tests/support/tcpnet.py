@@ -89,6 +89,19 @@ def namespace(name: str) -> Iterator[str]:
         subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
 
 
+def root_link_up(ns: str, if_root: str, if_ns: str, addr_root: str, addr_ns: str) -> None:
+    """A link from the root namespace (if_root) into ns (if_ns) made IPv4 only, addr_root and
+    addr_ns its /30 ends, both ends and ns's lo up."""
+    subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{if_root}.disable_ipv6=1"], check=False)
+    subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw",
+                    f"net.ipv6.conf.{if_ns}.disable_ipv6=1"], check=False)  # fmt: skip
+    ip("addr", "add", f"{addr_root}/30", "dev", if_root)
+    ip("-n", ns, "addr", "add", f"{addr_ns}/30", "dev", if_ns)
+    ip("link", "set", if_root, "up")
+    ip("-n", ns, "link", "set", if_ns, "up")
+    ip("-n", ns, "link", "set", "lo", "up")
+
+
 @contextlib.contextmanager
 def veth_pair(net: TcpNet, address: Callable[[str, str, str], None]) -> Iterator[TcpNet]:
     """net's two namespaces and the veth between them, each end given its address by
