@@ -201,6 +201,37 @@ SCSI = {
     ),
 }  # fmt: skip
 
+# SAS drives behind LSI MegaRAID (`-d megaraid,N`, device.type "megaraid,N", protocol SCSI:
+# smartctl talks SCSI through the controller). Two hosts: TOSHIBA AL15SEB24EQY (smartctl 7.4,
+# scsi_* identity keys, power_on_time) and TOSHIBA MG08SCA16TEY (smartctl 7.1: vendor/product
+# keys, no power_on_time with `--attributes` alone, so none is read).
+SCSI |= {
+    "megaraid_sas_TOSHIBA_AL15SEB24EQY_slot0.json": (
+        32, 12437 * H + 29 * 60, 0, (("read", 4, 0), ("write", 0, 0), ("verify", 0, 0)), None,
+    ),
+    "megaraid_sas_TOSHIBA_AL15SEB24EQY_slot2.json": (
+        31, 12438 * H + 15 * 60, 0, (("read", 483, 0), ("write", 5, 0), ("verify", 30, 0)), None,
+    ),
+    "megaraid_sas_TOSHIBA_MG08SCA16TEY_slot1.json": (
+        31, None, 0, (("read", 374, 0), ("write", 59, 0), ("verify", 160, 0)), None,
+    ),
+    "megaraid_sas_TOSHIBA_MG08SCA16TEY_slot2.json": (
+        30, None, 0, (("read", 39, 0), ("write", 12, 0), ("verify", 10, 0)), None,
+    ),
+    "megaraid_sas_TOSHIBA_MG08SCA16TEY_slot3.json": (
+        29, None, 0, (("read", 14, 0), ("write", 23, 0), ("verify", 2, 0)), None,
+    ),
+    "megaraid_sas_TOSHIBA_MG08SCA16TEY_slot4.json": (
+        29, None, 0, (("read", 23, 0), ("write", 0, 0), ("verify", 0, 0)), None,
+    ),
+    "megaraid_sas_TOSHIBA_MG08SCA16TEY_slot5.json": (
+        32, None, 0, (("read", 41, 0), ("write", 15, 0), ("verify", 3, 0)), None,
+    ),
+    "megaraid_sas_TOSHIBA_MG08SCA16TEY_slot6.json": (
+        28, None, 0, (("read", 0, 0), ("write", 0, 0), ("verify", 0, 0)), None,
+    ),
+}  # fmt: skip
+
 
 @pytest.mark.parametrize("name", sorted(SCSI))
 def test_scsi_drives(name: str) -> None:
@@ -216,6 +247,25 @@ def test_scsi_drives(name: str) -> None:
         scsi_errors=errors,
         self_test_passed=self_test,
     )
+
+
+@pytest.mark.parametrize("name", sorted(n for n in SCSI if n.startswith("megaraid_sas_")))
+def test_sas_behind_megaraid_is_read_as_scsi(name: str) -> None:
+    """Cross-check against the capture itself: smartctl ran `--device=megaraid,N /dev/bus/0`
+    and named the slot in info_name; the reading is the SCSI one, with no ATA attributes."""
+    doc = json.loads((SMART / name).read_bytes())
+    slot = name.rsplit("slot", 1)[1].removesuffix(".json")
+    assert doc["device"] == {
+        "info_name": f"/dev/bus/0 [megaraid_disk_{int(slot):02d}]",
+        "name": "/dev/bus/0",
+        "protocol": "SCSI",
+        "type": f"megaraid,{slot}",
+    }
+    assert f"--device=megaraid,{slot}" in doc["smartctl"]["argv"]
+    r = parse(name)
+    assert (r.protocol, r.attributes, r.nvme) == ("SCSI", (), None)
+    # power-on time only where smartctl wrote it (7.4 here; 7.1 with --attributes did not)
+    assert (r.power_on_seconds is None) is ("power_on_time" not in doc)
 
 
 def test_scsi_smart_disabled_is_read_but_ata_disabled_is_not() -> None:
