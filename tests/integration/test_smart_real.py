@@ -391,9 +391,7 @@ def test_raid_member_ssds_of_a_second_megaraid_host(tmp_path: Path, two_disks: P
         e.close()
 
 
-def test_sas_raid_members_through_a_stand_in_megaraid_host(
-    tmp_path: Path, two_disks: Path
-) -> None:
+def test_sas_raid_members_through_a_stand_in_megaraid_host(tmp_path: Path, two_disks: Path) -> None:
     """SAS drives behind MegaRAID (smartctl_exporter PR 339's captures, `-d megaraid,N`,
     protocol SCSI, exit 0): each slot answered by the capture taken from that same slot
     number (TOSHIBA AL15SEB24EQY from slot 0 on a smartctl 7.4 host, MG08SCA16TEY from slot

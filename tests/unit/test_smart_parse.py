@@ -204,7 +204,7 @@ SCSI = {
 # SAS drives behind LSI MegaRAID (`-d megaraid,N`, device.type "megaraid,N", protocol SCSI:
 # smartctl talks SCSI through the controller). Two hosts: TOSHIBA AL15SEB24EQY (smartctl 7.4,
 # scsi_* identity keys, power_on_time) and TOSHIBA MG08SCA16TEY (smartctl 7.1: vendor/product
-# keys, no power_on_time with `--attributes` alone, so none is read).
+# keys, no power_on_time in the output, so none is read).
 SCSI |= {
     "megaraid_sas_TOSHIBA_AL15SEB24EQY_slot0.json": (
         32, 12437 * H + 29 * 60, 0, (("read", 4, 0), ("write", 0, 0), ("verify", 0, 0)), None,
@@ -264,7 +264,7 @@ def test_sas_behind_megaraid_is_read_as_scsi(name: str) -> None:
     assert f"--device=megaraid,{slot}" in doc["smartctl"]["argv"]
     r = parse(name)
     assert (r.protocol, r.attributes, r.nvme) == ("SCSI", (), None)
-    # power-on time only where smartctl wrote it (7.4 here; 7.1 with --attributes did not)
+    # power-on time only where smartctl wrote it (the 7.4 captures; the 7.1 ones have none)
     assert (r.power_on_seconds is None) is ("power_on_time" not in doc)
 
 
