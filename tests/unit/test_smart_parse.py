@@ -416,8 +416,47 @@ def test_outputs_without_health(name: str, status: str, exit_status: int, detail
     assert (r.attributes, r.nvme, r.grown_defects) == ((), None, None)
 
 
+@pytest.mark.parametrize(
+    ("name", "slot", "dtype", "protocol", "layer"),
+    [
+        ("info_cciss_sas_HITACHI_HUC106060CSS600_slot1.json", 1, "cciss", "SCSI", "SCSI"),
+        ("info_cciss_sat_Inland_SATA_SSD_slot0.json", 0, "sat", "ATA", "SAT"),
+    ],
+)  # fmt: skip
+def test_real_cciss_identity_reads(
+    name: str, slot: int, dtype: str, protocol: str, layer: str
+) -> None:
+    """Two real `smartctl --info --json --device cciss,N /dev/sda` outputs of an HPE Smart
+    Array host (smartctl 7.5): the JSON's device.type carries no slot number (`cciss` for the
+    SAS drive, `sat` for the SATA SSD behind it), only info_name does, so a member's label must
+    come from the type wattbit ran it with (the probe's), never from the output. An `--info`
+    run reads no health: no_smart, with the protocol the controller passed through."""
+    doc = json.loads((SMART / name).read_bytes())
+    assert doc["smartctl"]["argv"][-3:] == ["--device", f"cciss,{slot}", "/dev/sda"]
+    assert doc["device"] == {
+        "name": "/dev/sda",
+        "info_name": f"/dev/sda [cciss_disk_{slot:02d}] [{layer}]",
+        "type": dtype,
+        "protocol": protocol,
+    }
+    r = parse(name)
+    assert (r.status, r.detail, r.exit_status, r.protocol) == (
+        "no_smart", "no SMART data", 0, protocol
+    )  # fmt: skip
+    assert (r.healthy, r.temperature_celsius, r.attributes, r.grown_defects) == (
+        None,
+        None,
+        (),
+        None,
+    )
+
+
 def test_every_fixture_is_asserted() -> None:
     named = {*ATA, *NVME, *SCSI, "standby_sat_sdc.json", "scan_megaraid.json"}
+    named |= {
+        "info_cciss_sas_HITACHI_HUC106060CSS600_slot1.json",
+        "info_cciss_sat_Inland_SATA_SSD_slot0.json",
+    }
     named |= {
         "local_vda.json",
         "local_zram0.json",
