@@ -45,7 +45,7 @@ import pytest
 from exporters.blockio.core.backend import OBJECT as CORE_OBJECT
 from tests.support.cli import wattbit
 from tests.support.env import require
-from tests.support.promstack import node_and_prometheus
+from tests.support.promstack import Window, node_and_prometheus, scenario_window
 from tests.support.realparts import (
     Agent,
     have,
@@ -84,14 +84,6 @@ UNSHAPED_BITS = 1e12
 # the wire, sat on that line: on a loaded machine the rule had no verdict in the window at all).
 PACED_BITS = 20e6
 BUSY_CPU = "1"
-
-
-@dataclass
-class Window:
-    """One scenario's stretch of time."""
-
-    start: float
-    end: float
 
 
 @dataclass
@@ -266,14 +258,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
         def scenario(name: str, cmd: list[str], extra: list[list[str]] | None = None) -> None:
             """Run cmd to its end (with the extra processes beside it): the window."""
-            start = time.time()
-            with contextlib.ExitStack() as s:
-                for i, e in enumerate(extra or []):
-                    s.enter_context(process(e, tmp / f"{name}-extra{i}.log"))
-                with process(cmd, tmp / f"{name}.log") as p:
-                    p.wait(timeout=SCENARIO_S + 60)
-                    assert p.returncode == 0, (tmp / f"{name}.log").read_text()[-2000:]
-            windows[name] = Window(start, time.time())
+            windows[name] = scenario_window(name, cmd, tmp, SCENARIO_S + 60, extra)
 
         scenario(
             "disk",

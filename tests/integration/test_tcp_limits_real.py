@@ -33,7 +33,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,13 +42,12 @@ import pytest
 
 from tests.integration.test_limits_real import (
     HOST,
-    Window,
     listening,
     reports,
     settled,
 )
 from tests.support.env import require
-from tests.support.promstack import node_and_prometheus
+from tests.support.promstack import Window, node_and_prometheus, scenario_window
 from tests.support.realparts import (
     Agent,
     have,
@@ -216,14 +214,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
         def scenario(name: str, cmd: list[str], extra: list[list[str]] | None = None) -> None:
             """Run cmd to its end (with the extra processes beside it): the window."""
-            start = time.time()
-            with contextlib.ExitStack() as s:
-                for i, e in enumerate(extra or []):
-                    s.enter_context(process(e, tmp / f"{name}-extra{i}.log"))
-                with process(cmd, tmp / f"{name}.log") as p:
-                    p.wait(timeout=SCENARIO_S + 60)
-                    assert p.returncode == 0, (tmp / f"{name}.log").read_text()[-2000:]
-            windows[name] = Window(start, time.time())
+            windows[name] = scenario_window(name, cmd, tmp, SCENARIO_S + 60, extra)
 
         t = ["-t", str(SCENARIO_S)]
         # CUBIC: its window grows without loss, so the receiver's is the one that binds (BBR's

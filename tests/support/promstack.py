@@ -1,18 +1,20 @@
 """A real node_exporter (cpu collector only) and a real Prometheus scraping it and an agent
-every second with the fast recording rules, on free 127.0.0.1 ports: what the limits tests
-watch their scenarios through (test_limits_real.py, test_tcp_limits_real.py and, by the
-latter's `observed`, test_tcp_sndbuf_real.py)."""
+every second with the fast recording rules, on free 127.0.0.1 ports, and the windows of the
+scenarios they watch: what the limits tests share (test_limits_real.py, test_tcp_limits_real.py
+and, by the latter's `observed`, test_tcp_sndbuf_real.py)."""
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from tests.support.env import ROOT
-from tests.support.realparts import server
+from tests.support.realparts import process, server
 
 FAST_RULES = ROOT / "alerts" / "test-overrides" / "wattbit-recording-fast.yml"
 PROM_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yml"
@@ -62,3 +64,26 @@ def node_and_prometheus(agent_port: int, tmp: Path, host: str) -> Iterator[str]:
                 tmp,
             )
         )  # fmt: skip
+
+
+@dataclass
+class Window:
+    """One scenario's stretch of time."""
+
+    start: float
+    end: float
+
+
+def scenario_window(
+    name: str, cmd: list[str], tmp: Path, timeout: float, extra: list[list[str]] | None = None
+) -> Window:
+    """Run cmd to its end (with the extra processes beside it; their output in tmp, NAME.log
+    and NAME-extraI.log): the window."""
+    start = time.time()
+    with contextlib.ExitStack() as s:
+        for i, e in enumerate(extra or []):
+            s.enter_context(process(e, tmp / f"{name}-extra{i}.log"))
+        with process(cmd, tmp / f"{name}.log") as p:
+            p.wait(timeout=timeout)
+            assert p.returncode == 0, (tmp / f"{name}.log").read_text()[-2000:]
+    return Window(start, time.time())
