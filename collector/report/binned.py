@@ -10,13 +10,8 @@ differ from Prometheus' (docs/longterm-store.md, quirk 5), and a report must giv
 figures from every store. :mod:`.gather` reads the report's own series this way, and the
 verdict's counters.
 
-Every value read here is taken at the significant digits every store keeps (:func:`steady`): the
-stores do not keep the same last bits. Prometheus keeps the exporter's double as sent
-(``0.11599999999999999``, a sum of seconds in binary), VictoriaMetrics 1.79 a decimal it
-rounds to about 12 digits (``0.116``; ``lib/decimal``'s ``conversionPrecision``); the
-arithmetic on those gives figures a few units of 1e-16 apart, and a figure whose exact value
-is a boundary of the evidence's words (a flow key busy exactly 0.5 % of the time) printed
-"1 %" from one store and "0 %" from the other (docs/longterm-store.md, quirk 7).
+Every value comes at the significant digits every store keeps (:func:`.prom.steady`), so
+that both stores give this arithmetic the same numbers.
 """
 
 from __future__ import annotations
@@ -30,20 +25,6 @@ from .series import Grid
 
 Bins = list[float | None]
 Points = dict[LabelKey, dict[int, float]]  # {labels: {edge index: value}}
-# Significant digits every store keeps of a value: VictoriaMetrics 1.79 turns a non-integer
-# into a decimal of about 12 (lib/decimal's conversionPrecision, 1e12), of about 15 above 1e6
-# (issue 213 raised it there: big counters); Prometheus keeps the double as sent (17).
-DIGITS, DIGITS_BIG, BIG = 12, 15, 1e6
-_EXACT = float(2**53)  # integers below this are exact doubles, and kept exactly by both stores
-
-
-def steady(v: float) -> float:
-    """``v`` at the significant digits every store keeps (:data:`DIGITS`, :data:`DIGITS_BIG`
-    from :data:`BIG` on), an integer as it is: the same number from every store, whatever
-    last bits the store kept. NaN and infinities unchanged."""
-    if not math.isfinite(v) or (v.is_integer() and abs(v) < _EXACT):
-        return v
-    return float(f"{v:.{DIGITS_BIG if abs(v) >= BIG else DIGITS}g}")
 
 
 def strip_name(labels: dict[str, str]) -> dict[str, str]:
@@ -75,7 +56,7 @@ def bins(prom: Prometheus, grid: Grid, sel: str, fn: str, series: int = 1) -> Po
                     continue
                 k = grid.index(t)
                 if k is not None:
-                    d[k] = steady(v)
+                    d[k] = v
 
     if fn == "resets":
         span = prom.range_for(grid.end - grid.start + grid.step)
@@ -102,7 +83,7 @@ def raw(prom: Prometheus, sel: str, grid: Grid, interval: float) -> list[tuple[f
     """Raw samples of one series in ``(start - step, end]`` (the step before is the base)."""
     chunk = max(60.0, 20_000 * interval)
     res = prom.raw(sel, grid.start - grid.step, grid.end, chunk_seconds=chunk)
-    return [(t, steady(v)) for t, v in res[0].samples if math.isfinite(v)] if res else []
+    return [p for p in res[0].samples if math.isfinite(p[1])] if res else []
 
 
 def last_values(points: dict[int, float], grid: Grid) -> list[float | None]:

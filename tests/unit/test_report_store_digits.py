@@ -17,6 +17,8 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from collector.report import binned as B
 from collector.report import compute as C
@@ -108,7 +110,7 @@ def test_counter_rates_are_the_same_from_both_stores() -> None:
     ],
 )
 def test_steady_gives_the_digits_every_store_keeps(sent: float, kept: float) -> None:
-    assert B.steady(sent) == B.steady(kept) == kept
+    assert P.steady(sent) == P.steady(kept) == kept
 
 
 @pytest.mark.parametrize(
@@ -119,8 +121,17 @@ def test_steady_gives_the_digits_every_store_keeps(sent: float, kept: float) -> 
 def test_steady_keeps_integers_short_decimals_and_registry_times(v: float) -> None:
     """Integers (byte and segment counters) are exact in both stores and stay exact; a
     millisecond time (13 digits, above 1e6) keeps its milliseconds."""
-    assert B.steady(v) == v
+    assert P.steady(v) == v
 
 
 def test_steady_keeps_nan() -> None:
-    assert math.isnan(B.steady(math.nan))
+    assert math.isnan(P.steady(math.nan))
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_a_short_answer_is_steady_already(x: float) -> None:
+    """The parser's cheap case: a value written in at most DIGITS + 1 characters is taken as
+    it is, and that is what steady() gives; a longer one is steadied."""
+    for text in (repr(x), f"{x:.12g}", f"{x:.6g}"):
+        ((_t, v),) = P.Series({}, [P._sample([1.0, text])]).samples
+        assert v == P.steady(float(text)), text
