@@ -316,12 +316,19 @@ class BmcPoller(PeriodicPoller[BmcTarget, BmcState]):
                     mapped[0].power.chassis,
                 )
             if not any(m.power.power_watts is not None for m in mapped):
+                # An enclosure whose supplies report only output still has series exported
+                # (wattbit_bmc_supply_power_watts): say so, lest the line read as "nothing".
+                kinds = sorted({s.kind for m in mapped for s in m.power.supplies})
                 self._once(
                     t.name,
                     "nopower",
-                    "bmc %s: no chassis with a power reading is mapped (chassis: %s)",
+                    "bmc %s: no chassis with a power reading is mapped (chassis: %s); %s",
                     t.name,
                     ", ".join(c.chassis or "(the system)" for c in reading.chassis) or "none",
+                    f"its supplies' {' and '.join(kinds)} watts are exported, not as the "
+                    "server's power (docs/exporters/bmc.md)"
+                    if kinds
+                    else "nothing is exported as its power",
                 )
         state = BmcState(
             t.name,

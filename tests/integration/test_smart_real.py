@@ -307,22 +307,27 @@ def test_find_smartctl_ignores_relative_path_entries(
 
 
 def megaraid_host(
-    tmp: Path, scan: Path, hang_slot: int | None = None, drive: str = "WD4000FYYX"
+    tmp: Path,
+    scan: Path,
+    hang_slot: int | None = None,
+    drive: str = "WD4000FYYX",
+    slots: dict[int, tuple[str, int]] | None = None,
 ) -> Path:
     """A stand-in smartctl at a fixed path answering as scrutiny's PERC H710 host did: its
     scan (scan_megaraid.json, or the file scan), `-d megaraid,N /dev/bus/0` with the real
-    captures of slots 0 and 1 of drive (exit 4 as captured); hang_slot hangs instead."""
-    slot = {n: SMART / f"megaraid_sat_{drive}_slot{n}.json" for n in (0, 1)}
-    answer = {n: f"cat {slot[n]}; exit 4" for n in (0, 1)}
+    captures of slots 0 and 1 of drive (exit 4 as captured), or slots' (file, exit status)
+    per slot; hang_slot hangs instead."""
+    if slots is None:
+        slots = {n: (f"megaraid_sat_{drive}_slot{n}.json", 4) for n in (0, 1)}
+    answer = {n: f"cat {SMART / f}; exit {code}" for n, (f, code) in slots.items()}
     if hang_slot is not None:
         # as hang(): a child in the process group holds stdout open
         answer[hang_slot] = f"sleep 600 & echo $! > {tmp}/sleep-{hang_slot}.pid; wait"
     body = (
         'case "$*" in\n'
         f"--scan-open*) cat {scan} ;;\n"
-        f'*"-d megaraid,0 /dev/bus/0") {answer[0]} ;;\n'
-        f'*"-d megaraid,1 /dev/bus/0") {answer[1]} ;;\n'
-        f"*) cat {SMART / 'local_vda.json'}; exit 1 ;;\n"
+        + "".join(f'*"-d megaraid,{n} /dev/bus/0") {a} ;;\n' for n, a in sorted(answer.items()))
+        + f"*) cat {SMART / 'local_vda.json'}; exit 1 ;;\n"
         "esac"
     )
     return fake_smartctl(tmp, body)
@@ -382,6 +387,44 @@ def test_raid_member_ssds_of_a_second_megaraid_host(tmp_path: Path, two_disks: P
             got[n] = (r.exit_status, r.healthy, r.temperature_celsius, r.power_on_seconds)
             assert {a.id: a.raw for a in r.attributes} == {187: 0}
         assert got == {0: (4, True, 26, 23872 * 3600), 1: (4, True, 23, 23892 * 3600)}
+    finally:
+        e.close()
+
+
+def test_sas_raid_members_through_a_stand_in_megaraid_host(tmp_path: Path, two_disks: Path) -> None:
+    """SAS drives behind MegaRAID (smartctl_exporter PR 339's captures, `-d megaraid,N`,
+    protocol SCSI, exit 0): each slot answered by the capture taken from that same slot
+    number (TOSHIBA AL15SEB24EQY from slot 0 on a smartctl 7.4 host, MG08SCA16TEY from slot
+    1 on a smartctl 7.1 host) behind scrutiny's scan of slots 0 and 1. Each member is read as
+    SCSI: grown defects, the error counter log, temperature, and power-on time where the
+    capture has it."""
+    slots = {
+        0: ("megaraid_sas_TOSHIBA_AL15SEB24EQY_slot0.json", 0),
+        1: ("megaraid_sas_TOSHIBA_MG08SCA16TEY_slot1.json", 0),
+    }
+    fake = megaraid_host(tmp_path, SMART / "scan_megaraid.json", slots=slots)
+    e = SmartExporter(
+        timeout=30.0, sys_root=two_disks, runner=SmartctlRunner(str(fake)), autostart=False
+    )
+    try:
+        e.run_cycle()
+        assert e.wait_idle(WAIT)
+        states = e.states()
+        got = {}
+        for n in (0, 1):
+            state = states[f"bus/0:megaraid,{n}"]
+            assert state.raid == ("megaraid", "/dev/bus/0", str(n))
+            assert state.reading is not None and state.reason == ""
+            r = state.reading
+            assert (r.protocol, r.exit_status, r.healthy, r.attributes) == ("SCSI", 0, True, ())
+            got[n] = (r.temperature_celsius, r.power_on_seconds, r.grown_defects, r.scsi_errors)
+        assert got == {
+            0: (32, 12437 * 3600 + 29 * 60, 0, (("read", 4, 0), ("write", 0, 0), ("verify", 0, 0))),
+            1: (31, None, 0, (("read", 374, 0), ("write", 59, 0), ("verify", 160, 0))),
+        }
+        argvs = [argv for _, argv in calls(tmp_path)]
+        for n in (0, 1):
+            assert [*SMARTCTL_ARGS, "-d", f"megaraid,{n}", "/dev/bus/0"] in argvs
     finally:
         e.close()
 

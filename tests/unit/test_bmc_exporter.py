@@ -118,3 +118,33 @@ def test_several_chassis_with_power_unmapped_is_said_once(caplog) -> None:  # ty
         "server's: map the others with chassis: rules (docs/exporters/bmc.md)"
     ]
     assert [m.power.chassis for m in poller.states["rf"].mapped] == ["Enclosure"]
+
+
+def test_a_chassis_without_power_says_what_is_exported_instead(caplog) -> None:  # type: ignore[no-untyped-def]
+    """An enclosure whose supplies report only output watts: the log says those are exported
+    (not as the server's power), not that nothing is; a chassis with nothing says nothing."""
+    import asyncio
+
+    from exporters.bmc.types import BmcReading
+
+    answers = {
+        "rf": [ChassisPower("Enclosure", supplies=[SupplyPower("PSU1", "output", 1450.0)])],
+        "ipmi": [ChassisPower("")],
+    }
+    poller = BmcPoller(TARGETS)
+
+    async def read(t: BmcTarget, identity: bool) -> BmcReading:  # a fake BMC (unit tier)
+        return BmcReading(chassis=answers[t.name])
+
+    poller._read = read  # type: ignore[method-assign]
+    asyncio.run(poller.poll_all())
+    said = sorted(r.getMessage() for r in caplog.records if "no chassis" in r.getMessage())
+    assert said == [
+        "bmc ipmi: no chassis with a power reading is mapped (chassis: (the system)); nothing "
+        "is exported as its power",
+        "bmc rf: no chassis with a power reading is mapped (chassis: Enclosure); its supplies' "
+        "output watts are exported, not as the server's power (docs/exporters/bmc.md)",
+    ]
+    s = render(poller)
+    assert s[("wattbit_bmc_supply_power_watts", (("bmc", "rf"), ("component", ""),
+              ("host", ""), ("kind", "output"), ("supply", "PSU1")))] == 1450.0  # fmt: skip

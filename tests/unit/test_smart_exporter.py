@@ -566,6 +566,39 @@ def test_raid_members_are_found_read_with_their_type_and_labelled(
     assert not any(k[0] == "wattbit_disk_raid_member_info" for k in of(got, "sdb"))
 
 
+def test_sas_raid_members_export_the_scsi_families(tmp_path: Path, clock: Clock) -> None:
+    # SAS drives behind MegaRAID (smartctl_exporter PR 339's captures, `-d megaraid,N`,
+    # protocol SCSI), each answering the slot number it was captured from
+    runner = ScriptedRunner(
+        {
+            "scan": [SCAN_MEGARAID],
+            "/dev/sda": [done("nosmart_Intel_Raid_1_Volume.json", 4)],
+            "/dev/sdb": [done("sata_hdd_WDC_WD140EDFZ-11A0VA0.json")],
+            "/dev/bus/0 megaraid,0": [done("megaraid_sas_TOSHIBA_AL15SEB24EQY_slot0.json")],
+            "/dev/bus/0 megaraid,1": [done("megaraid_sas_TOSHIBA_MG08SCA16TEY_slot1.json")],
+        }
+    )
+    e = exporter(machine(tmp_path, "sata_ahci"), runner, clock)
+    cycle(e)
+    got = samples(e)
+    m0, m1 = of(got, "bus/0:megaraid,0"), of(got, "bus/0:megaraid,1")
+    for n, m in ((0, m0), (1, m1)):
+        info = ("wattbit_disk_raid_member_info",
+                (("controller", "megaraid"), ("path", "/dev/bus/0"), ("slot", str(n))))  # fmt: skip
+        assert m[info] == 1.0
+        assert m[("wattbit_disk_smart_healthy", ())] == 1.0
+        assert m[("wattbit_scsi_grown_defects", ())] == 0.0
+        assert not any(k[0] == "wattbit_disk_smart_attribute_raw" for k in m)  # SCSI: none
+    corrected = "wattbit_scsi_errors_corrected_total"
+    assert m1[(corrected, (("operation", "read"),))] == 374.0
+    assert m1[(corrected, (("operation", "write"),))] == 59.0
+    assert m1[(corrected, (("operation", "verify"),))] == 160.0
+    assert m0[(corrected, (("operation", "read"),))] == 4.0
+    assert m0[("wattbit_disk_temperature_celsius", ())] == 32.0
+    assert m0[("wattbit_disk_power_on_seconds", ())] == 12437 * 3600 + 29 * 60
+    assert ("wattbit_disk_power_on_seconds", ()) not in m1  # smartctl 7.1 wrote none
+
+
 def test_a_member_that_leaves_the_scan_leaves_the_metrics(tmp_path: Path, clock: Clock) -> None:
     one = json.loads((SMART / "scan_megaraid.json").read_bytes())
     one["devices"] = one["devices"][:1]  # slot 1 pulled

@@ -201,6 +201,37 @@ SCSI = {
     ),
 }  # fmt: skip
 
+# SAS drives behind LSI MegaRAID (`-d megaraid,N`, device.type "megaraid,N", protocol SCSI:
+# smartctl talks SCSI through the controller). Two hosts: TOSHIBA AL15SEB24EQY (smartctl 7.4,
+# scsi_* identity keys, power_on_time) and TOSHIBA MG08SCA16TEY (smartctl 7.1: vendor/product
+# keys, no power_on_time in the output, so none is read).
+SCSI |= {
+    "megaraid_sas_TOSHIBA_AL15SEB24EQY_slot0.json": (
+        32, 12437 * H + 29 * 60, 0, (("read", 4, 0), ("write", 0, 0), ("verify", 0, 0)), None,
+    ),
+    "megaraid_sas_TOSHIBA_AL15SEB24EQY_slot2.json": (
+        31, 12438 * H + 15 * 60, 0, (("read", 483, 0), ("write", 5, 0), ("verify", 30, 0)), None,
+    ),
+    "megaraid_sas_TOSHIBA_MG08SCA16TEY_slot1.json": (
+        31, None, 0, (("read", 374, 0), ("write", 59, 0), ("verify", 160, 0)), None,
+    ),
+    "megaraid_sas_TOSHIBA_MG08SCA16TEY_slot2.json": (
+        30, None, 0, (("read", 39, 0), ("write", 12, 0), ("verify", 10, 0)), None,
+    ),
+    "megaraid_sas_TOSHIBA_MG08SCA16TEY_slot3.json": (
+        29, None, 0, (("read", 14, 0), ("write", 23, 0), ("verify", 2, 0)), None,
+    ),
+    "megaraid_sas_TOSHIBA_MG08SCA16TEY_slot4.json": (
+        29, None, 0, (("read", 23, 0), ("write", 0, 0), ("verify", 0, 0)), None,
+    ),
+    "megaraid_sas_TOSHIBA_MG08SCA16TEY_slot5.json": (
+        32, None, 0, (("read", 41, 0), ("write", 15, 0), ("verify", 3, 0)), None,
+    ),
+    "megaraid_sas_TOSHIBA_MG08SCA16TEY_slot6.json": (
+        28, None, 0, (("read", 0, 0), ("write", 0, 0), ("verify", 0, 0)), None,
+    ),
+}  # fmt: skip
+
 
 @pytest.mark.parametrize("name", sorted(SCSI))
 def test_scsi_drives(name: str) -> None:
@@ -216,6 +247,25 @@ def test_scsi_drives(name: str) -> None:
         scsi_errors=errors,
         self_test_passed=self_test,
     )
+
+
+@pytest.mark.parametrize("name", sorted(n for n in SCSI if n.startswith("megaraid_sas_")))
+def test_sas_behind_megaraid_is_read_as_scsi(name: str) -> None:
+    """Cross-check against the capture itself: smartctl ran `--device=megaraid,N /dev/bus/0`
+    and named the slot in info_name; the reading is the SCSI one, with no ATA attributes."""
+    doc = json.loads((SMART / name).read_bytes())
+    slot = name.rsplit("slot", 1)[1].removesuffix(".json")
+    assert doc["device"] == {
+        "info_name": f"/dev/bus/0 [megaraid_disk_{int(slot):02d}]",
+        "name": "/dev/bus/0",
+        "protocol": "SCSI",
+        "type": f"megaraid,{slot}",
+    }
+    assert f"--device=megaraid,{slot}" in doc["smartctl"]["argv"]
+    r = parse(name)
+    assert (r.protocol, r.attributes, r.nvme) == ("SCSI", (), None)
+    # power-on time only where smartctl wrote it (the 7.4 captures; the 7.1 ones have none)
+    assert (r.power_on_seconds is None) is ("power_on_time" not in doc)
 
 
 def test_scsi_smart_disabled_is_read_but_ata_disabled_is_not() -> None:
@@ -366,8 +416,47 @@ def test_outputs_without_health(name: str, status: str, exit_status: int, detail
     assert (r.attributes, r.nvme, r.grown_defects) == ((), None, None)
 
 
+@pytest.mark.parametrize(
+    ("name", "slot", "dtype", "protocol", "layer"),
+    [
+        ("info_cciss_sas_HITACHI_HUC106060CSS600_slot1.json", 1, "cciss", "SCSI", "SCSI"),
+        ("info_cciss_sat_Inland_SATA_SSD_slot0.json", 0, "sat", "ATA", "SAT"),
+    ],
+)  # fmt: skip
+def test_real_cciss_identity_reads(
+    name: str, slot: int, dtype: str, protocol: str, layer: str
+) -> None:
+    """Two real `smartctl --info --json --device cciss,N /dev/sda` outputs of an HPE Smart
+    Array host (smartctl 7.5): the JSON's device.type carries no slot number (`cciss` for the
+    SAS drive, `sat` for the SATA SSD behind it), only info_name does, so a member's label must
+    come from the type wattbit ran it with (the probe's), never from the output. An `--info`
+    run reads no health: no_smart, with the protocol the controller passed through."""
+    doc = json.loads((SMART / name).read_bytes())
+    assert doc["smartctl"]["argv"][-3:] == ["--device", f"cciss,{slot}", "/dev/sda"]
+    assert doc["device"] == {
+        "name": "/dev/sda",
+        "info_name": f"/dev/sda [cciss_disk_{slot:02d}] [{layer}]",
+        "type": dtype,
+        "protocol": protocol,
+    }
+    r = parse(name)
+    assert (r.status, r.detail, r.exit_status, r.protocol) == (
+        "no_smart", "no SMART data", 0, protocol
+    )  # fmt: skip
+    assert (r.healthy, r.temperature_celsius, r.attributes, r.grown_defects) == (
+        None,
+        None,
+        (),
+        None,
+    )
+
+
 def test_every_fixture_is_asserted() -> None:
     named = {*ATA, *NVME, *SCSI, "standby_sat_sdc.json", "scan_megaraid.json"}
+    named |= {
+        "info_cciss_sas_HITACHI_HUC106060CSS600_slot1.json",
+        "info_cciss_sat_Inland_SATA_SSD_slot0.json",
+    }
     named |= {
         "local_vda.json",
         "local_zram0.json",
