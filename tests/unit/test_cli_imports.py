@@ -52,6 +52,41 @@ def test_help_and_run_client_are_light() -> None:
     assert loaded == []
 
 
+def test_run_client_starts_a_run_without_pydantic() -> None:
+    """`wattbit run start` end to end, against a stand-in of the collector's run API."""
+    loaded = _loaded_after(
+        """
+        import contextlib, io, json, os, threading
+        from http.server import BaseHTTPRequestHandler, HTTPServer
+        seen = []
+        class Api(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                seen.append((self.path, self.headers["Authorization"], body))
+                answer = json.dumps({"name": body["name"], "start_time": 1.0e9}).encode()
+                self.send_response(201)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+            def log_message(self, *args):
+                pass
+        server = HTTPServer(("127.0.0.1", 0), Api)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        os.environ["WATTBIT_TOKEN"] = "t0ken-for-this-test"
+        from collector import cli
+        url = f"http://127.0.0.1:{server.server_port}"
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            assert cli.main(["run", "start", "r1", "--label", "a=b", "--collector", url]) == 0
+        server.shutdown()
+        assert "run r1 started" in out.getvalue(), out.getvalue()
+        assert seen == [("/api/v1/runs", "Bearer t0ken-for-this-test",
+                         {"name": "r1", "labels": {"a": "b"}})], seen
+        """
+    )
+    assert loaded == []
+
+
 def test_agent_subcommand_still_loads_its_config(tmp_path: Path) -> None:
     """A bad agent config still exits 2 (ConfigError caught by the CLI), pydantic loaded."""
     bad = tmp_path / "agent.yml"
