@@ -9,14 +9,17 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from collector.config import ConfigError
-from collector.daemon.config import AGENT_PORT, COLLECTOR_PORT, Listen, ProcessConfig
+from collector.daemon.ports import AGENT_PORT, COLLECTOR_PORT
+from collector.values import ConfigError
 
+# pydantic (the configs) and each subcommand's own modules are imported by the subcommand
+# that runs, not here: `wattbit --help` and `wattbit run` start without them (issue #35).
 if TYPE_CHECKING:
+    from collector.daemon.config import ProcessConfig
     from collector.preflight.report import Report
     from collector.web.config import WebConfig
 
-P = TypeVar("P", bound=ProcessConfig)
+P = TypeVar("P", bound="ProcessConfig")
 
 
 def _load(model: type[P], args: argparse.Namespace) -> tuple[P, WebConfig | None]:
@@ -25,6 +28,7 @@ def _load(model: type[P], args: argparse.Namespace) -> tuple[P, WebConfig | None
     Every problem is a ConfigError (exit 2) raised before anything starts.
     """
     from collector.config import load_model
+    from collector.daemon.config import Listen
     from collector.web.config import load_web_config
 
     cfg = load_model(model, args.config)
@@ -125,7 +129,11 @@ DAEMONS = ("agent", "collector")
 
 
 def parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The argument parser of every subcommand (only: of that daemon subcommand alone)."""
+    """The argument parser of every subcommand (only: that subcommand's options alone).
+
+    With `only` given, the daemons' subcommands and that one are complete and the others
+    are listed by name and help only ("": none of the others complete).
+    """
     p = argparse.ArgumentParser(
         prog="wattbit", description="Watts per gigabit: disk, NIC and PDU telemetry."
     )
@@ -158,32 +166,53 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
     c.set_defaults(func=_collector)
     if only in DAEMONS:
         return p
-
-    from collector.pdu import cli as pdu_cli
-    from collector.report import cli as report_cli
-    from collector.runs import cli as runs_cli
-
-    runs_cli.register(sub)
-    report_cli.register(sub)
-    pdu_cli.register(sub)
-
-    d = sub.add_parser(
-        "demo",
-        help="one-machine demo: loop disks, a veth stream, a simulated PDU, the stack, a report",
-    )
-    from collector.demo import main as demo
-
-    demo.add_options(d)
-    d.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    d.set_defaults(func=_demo)
+    for name, text in OTHERS.items():
+        if only is None or only == name:
+            _register(sub, name)
+        else:  # listed in `wattbit --help` without importing its module
+            sub.add_parser(name, help=text)
     return p
+
+
+# The other subcommands, in --help's order, with their help (test_cli checks it against their
+# own): `wattbit --help` and `wattbit run` import neither pysnmp, matplotlib, rich nor the
+# demo, and no pydantic (issue #35).
+OTHERS = {
+    "run": "start, stop, list runs, or mark one around a command",
+    "report": "write the energy-per-gigabit report of a run",
+    "pdu": "what wattbit makes of a PDU: detect one, check a recording, list profiles",
+    "demo": "one-machine demo: loop disks, a veth stream, a simulated PDU, the stack, a report",
+}
+
+
+def _register(sub: argparse._SubParsersAction, name: str) -> None:  # type: ignore[type-arg]
+    """Add subcommand `name` with all its options (importing its module)."""
+    if name == "run":
+        from collector.runs import cli as runs_cli
+
+        runs_cli.register(sub)
+    elif name == "report":
+        from collector.report import cli as report_cli
+
+        report_cli.register(sub)
+    elif name == "pdu":
+        from collector.pdu import cli as pdu_cli
+
+        pdu_cli.register(sub)
+    else:
+        from collector.demo import main as demo
+
+        d = sub.add_parser("demo", help=OTHERS["demo"])
+        demo.add_options(d)
+        d.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+        d.set_defaults(func=_demo)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `wattbit` console script."""
     argv = sys.argv[1:] if argv is None else list(argv)
     first = next((a for a in argv if not a.startswith("-")), None)
-    args = parser(first if first in DAEMONS else None).parse_args(argv)
+    args = parser(first or "").parse_args(argv)
     try:
         return int(args.func(args))
     except ConfigError as exc:

@@ -8,13 +8,10 @@ from typing import Any, ClassVar, Literal, NamedTuple
 from pydantic import field_serializer, field_validator
 
 from collector.config import ConfigError, Strict, parse_listen
+from collector.daemon.ports import AGENT_PORT, COLLECTOR_PORT
 from collector.web.limits import HttpConfig
 
 __all__ = ["AGENT_PORT", "COLLECTOR_PORT", "Listen", "ProcessConfig"]
-
-# Each daemon's port when `listen` (or --listen) names none; everything else takes it from here.
-AGENT_PORT = 9731
-COLLECTOR_PORT = 9732
 
 
 class Listen(NamedTuple):

@@ -9,6 +9,9 @@ MetricsQL counts from the sample before the window and does not extrapolate, so 
 differ from Prometheus' (docs/longterm-store.md, quirk 5), and a report must give the same
 figures from every store. :mod:`.gather` reads the report's own series this way, and the
 verdict's counters.
+
+Every value comes at the significant digits every store keeps (:func:`.prom.steady`), so
+that both stores give this arithmetic the same numbers.
 """
 
 from __future__ import annotations

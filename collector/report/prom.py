@@ -4,6 +4,7 @@ Standard library only. Queries are sent as form-encoded POSTs (long selectors do
 length limits); answers are parsed into :class:`Series`. ``query_range`` is cut into chunks
 under Prometheus' limit of 11 000 points per series, and raw-sample fetches (range selectors
 in an instant query) are cut into time chunks so that no single answer grows without bound.
+Every value is taken at the significant digits every store keeps (:func:`steady`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ MAX_POINTS = 11_000
 AS_ASKED = {"nocache": "1", "latency_offset": "0"}
 # 11 points where range selectors include their left end (Prometheus 2), 10 where they do not.
 RANGE_PROBE = "count_over_time(vector(1)[10s:1s])"
+# Significant digits every store keeps of a value: VictoriaMetrics 1.79 turns a non-integer
+# into a decimal of about 12 (lib/decimal's conversionPrecision, 1e12), about 15 above 1e6
+# (its issue 213: big counters), integers below 2^55 exactly; Prometheus keeps the double as
+# sent (17). docs/longterm-store.md, quirk 7.
+DIGITS, DIGITS_BIG, BIG = 12, 15, 1e6
+_EXACT = float(2**53)  # integers below this are exact doubles, kept exactly by both stores
+_SHORT = DIGITS + 1  # a value written in this many characters has at most DIGITS digits
 
 LabelKey = tuple[tuple[str, str], ...]
 
@@ -500,8 +508,24 @@ def _what(exc: BaseException) -> str:
     return shown(str(exc) or type(exc).__name__, 80)
 
 
+def steady(v: float) -> float:
+    """``v`` at the significant digits every store keeps (:data:`DIGITS`, :data:`DIGITS_BIG`
+    from :data:`BIG` on), an integer as it is; NaN and infinities unchanged.
+
+    The stores keep other last bits of one sample: Prometheus the exporter's double as sent
+    (the tcp exporter's busy seconds, a sum of fractions: ``0.11599999999999999``),
+    VictoriaMetrics 1.79 a decimal (``0.116``). Figures computed from those differ by 1e-16,
+    and one exactly on a boundary of the verdict's words (a flow key busy 0.5 % of the time)
+    read "1 %" from one store and "0 %" from the other. At these digits both give the report
+    the same number, so it computes the same figures and words from either.
+    """
+    if not math.isfinite(v) or (v.is_integer() and abs(v) < _EXACT):
+        return v
+    return float(f"{v:.{DIGITS_BIG if abs(v) >= BIG else DIGITS}g}")
+
+
 def _sample(pair: Any) -> tuple[float, float]:
-    """One ``[time, "value"]`` pair; ValueError when it is not one."""
+    """One ``[time, "value"]`` pair, its value :func:`steady`; ValueError when it is not one."""
     if not isinstance(pair, list) or len(pair) != 2:
         raise ValueError("a sample is not a [time, value] pair")
     t, v = pair
@@ -509,7 +533,9 @@ def _sample(pair: Any) -> tuple[float, float]:
         raise ValueError("a sample time is not a number")
     if not isinstance(v, str):
         raise ValueError("a sample value is not a string")
-    return float(t), float(v)  # "NaN", "+Inf" are values Prometheus sends
+    x = float(v)  # "NaN", "+Inf" are values Prometheus sends
+    # a short one is steady already (the cheap case: most values are integers or short)
+    return float(t), x if len(v) <= _SHORT else steady(x)
 
 
 def _labels(metric: Any) -> dict[str, str]:

@@ -18,17 +18,16 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from collector.runs import API_PREFIX
 from collector.runs.registry import RunError, RunRegistry, validate_labels
 from collector.web.limits import MAX_BODY_KEY
 
 log = logging.getLogger("wattbit.runs")
 
-API_PREFIX = "/api/v1/runs"
 MAX_BODY = 64 * 1024
 MAX_DEPTH = 16  # nesting of the JSON body: {"name": ..., "labels": {...}} needs 2
 MAX_NUMBER_DIGITS = 32  # a longer integer in a body is an attack, not a run
 WARN_EVERY_S = 60.0  # wrong-token warnings: one per source per minute, with a count
-TOKEN_HEADER = "X-Wattbit-Token"  # for sites whose web config puts basic auth in Authorization
 
 _STATUS = {
     200: "200 OK",

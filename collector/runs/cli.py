@@ -37,8 +37,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from collector.daemon.config import COLLECTOR_PORT
-from collector.runs.api import API_PREFIX, TOKEN_HEADER
+from collector.daemon.ports import COLLECTOR_PORT
+from collector.runs import API_PREFIX, TOKEN_HEADER
 from collector.runs.registry import parse_label, validate_name
 
 DEFAULT_COLLECTOR = f"http://127.0.0.1:{COLLECTOR_PORT}"

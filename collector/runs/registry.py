@@ -49,7 +49,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from collector.config import unsafe_text
+from collector.values import unsafe_text
 from exporters.base import Exporter
 
 log = logging.getLogger("wattbit.runs")
@@ -89,7 +89,7 @@ def validate_labels(labels: object) -> dict[str, str]:
     """Labels as {name: value}, or ValueError saying which one is wrong and why.
 
     Names are Prometheus label names (not the reserved `__` ones). Values are non-empty, at
-    most 256 characters, without control or format characters (collector.config.unsafe_text)
+    most 256 characters, without control or format characters (collector.values.unsafe_text)
     or commas (the `labels` label of wattbit_run_info joins them as "k=v,k2=v2", which must
     stay unambiguous), and encodable as UTF-8 (no lone surrogates).
     """

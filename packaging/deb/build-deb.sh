@@ -43,8 +43,13 @@ if grep -rlI --exclude='*.pyc' "$STAGE" "$OPT" >/dev/null; then
   grep -rlI "$STAGE" "$OPT" >&2
   exit 1
 fi
-# compiled once here (paths as installed), so that the read-only /opt never needs writing
-/usr/bin/python3 -m compileall -q -j 0 -s "$STAGE" -p / "$OPT/lib" >/dev/null
+# Compiled once here, with the paths as installed, so that the read-only /opt never needs
+# writing and no start recompiles (issue #35). unchecked-hash: Python uses each .pyc without
+# comparing the source's mtime, which a reproducible build (SOURCE_DATE_EPOCH clamps the
+# archive's mtimes) or a copy could change; the package replaces sources and .pyc together and
+# `dpkg --verify` shows an edit (https://peps.python.org/pep-0552/).
+/usr/bin/python3 -m compileall -q -j 0 --invalidation-mode unchecked-hash -s "$STAGE" -p / \
+  "$OPT/lib" >/dev/null
 
 install -d "$STAGE/usr/bin" "$STAGE/lib/systemd/system" "$STAGE/usr/lib/wattbit" \
   "$STAGE/etc/wattbit" "$STAGE/usr/share/doc/wattbit" "$STAGE/usr/share/lintian/overrides"

@@ -198,7 +198,7 @@ def test_basic_auth(
         calls.append(password)
         return real_checkpw(password, hashed)
 
-    monkeypatch.setattr(httpserver.bcrypt, "checkpw", counting_checkpw)
+    monkeypatch.setattr(bcrypt, "checkpw", counting_checkpw)
     status, _, body = get(server, "/metrics", basic("alice", PASSWORD))
     assert status == 200
     assert b"wattbit_test_scrapes_total 1.0" in body

@@ -464,7 +464,7 @@ def test_bcrypt_runs_concurrently_and_a_real_login_gets_through(
             with lock:
                 active[0] -= 1
 
-    monkeypatch.setattr(httpserver.bcrypt, "checkpw", slow_checkpw)
+    monkeypatch.setattr(bcrypt, "checkpw", slow_checkpw)
     stop = threading.Event()
     refused: list[int] = []
 

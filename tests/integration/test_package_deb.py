@@ -32,6 +32,7 @@ from tests.support.debroot import (
     DebRoot,
     Unit,
     built,
+    bytecode_problems,
     installed_root,
     lintian_started,
     proc_status,
@@ -206,6 +207,33 @@ def test_installs_what_the_issue_names_and_no_compiler(root: DebRoot) -> None:
     # gcc-12-base is Essential (libgcc-s1's documentation directory), no compiler
     compilers = re.compile(r"^(gcc|g\+\+|clang|llvm|cpp|binutils)(-[0-9.]+)?(-x86-64.*)?$")
     assert [x for x in pkgs if compilers.match(x)] == []
+
+
+def test_every_module_ships_its_bytecode_as_installed(packages: dict[str, Path], tmp_path) -> None:
+    """The .deb's .pyc: one per .py, unchecked-hash, of that source, named as installed."""
+    subprocess.run(["dpkg-deb", "-x", str(packages["deb"]), str(tmp_path)], check=True)
+    checked, problems = bytecode_problems(tmp_path / "opt/wattbit")
+    assert checked > 1000 and problems == [], problems[:20]
+
+
+def test_the_installed_agent_imports_from_the_shipped_bytecode(root: DebRoot) -> None:
+    """As its unit runs it (user wattbit, /opt read-only to it), the agent compiles nothing:
+    every module of /opt/wattbit comes from its shipped .pyc (issue #35), and they are the
+    package's own (dpkg --verify: unchanged, none written since)."""
+    r = root.run(
+        "setpriv", "--reuid=wattbit", "--regid=wattbit", "--clear-groups",
+        "/opt/wattbit/bin/python3", "-v", "/opt/wattbit/bin/wattbit", "agent", "--check",
+        "--json", check=False,
+    )  # fmt: skip
+    assert '"process": "agent"' in r.stdout, r.stderr[-3000:]
+    # importlib -v: "# code object from '<.pyc>'" when the bytecode is used, and
+    # "# code object from <.py>" when the source is compiled instead
+    used = re.findall(r"^# code object from '(/opt/wattbit/\S+\.pyc)'$", r.stderr, re.M)
+    compiled = re.findall(r"^# code object from (/opt/wattbit/\S+\.py)$", r.stderr, re.M)
+    assert compiled == [] and len(used) > 100, (compiled[:20], len(used))
+    assert any("/exporters/blockio/" in u for u in used) and any("/pydantic/" in u for u in used)
+    changed = root.run("dpkg", "--verify", "wattbit", check=False).stdout
+    assert "__pycache__" not in changed, changed
 
 
 def test_units_verify_clean_and_their_exposure_is_the_documented_one(root: DebRoot) -> None:

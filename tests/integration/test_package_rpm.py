@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.debroot import built
+from tests.support.debroot import built, bytecode_problems
 from tests.support.env import require
 from tests.support.realparts import have, is_root
 
@@ -81,6 +81,16 @@ def test_rpm_configs_user_scriptlets_and_requires(rpm: Path) -> None:
     # the wheels' bundled libraries are not offered to the system
     provides = _rpm("-qpP", str(rpm))
     assert ".so" not in provides
+
+
+def test_rpm_ships_the_same_bytecode_checks_as_the_deb(rpm: Path, tmp_path: Path) -> None:
+    """The RPM's .pyc: one per .py, unchecked-hash, of that source, named as installed."""
+    cpio = subprocess.run(["rpm2cpio", str(rpm)], capture_output=True, check=True).stdout
+    subprocess.run(
+        ["cpio", "-id", "--quiet", "./opt/wattbit/*"], input=cpio, cwd=tmp_path, check=True
+    )
+    checked, problems = bytecode_problems(tmp_path / "opt/wattbit")
+    assert checked > 1000 and problems == [], problems[:20]
 
 
 def _rpm2cpio_file(rpm: Path, member: str) -> bytes:

@@ -317,3 +317,32 @@ def proc_status(pid: int, task: str | None = None) -> dict[str, str]:
         key, _, value = line.partition(":")
         out[key] = value.strip()
     return out
+
+
+def bytecode_problems(tree: Path, installed: str = "/opt/wattbit") -> tuple[int, list[str]]:
+    """(.py files checked, problems) of a package's environment unpacked at `tree`.
+
+    Each .py under tree's lib/ must have its .pyc beside it (importlib's cache path), written
+    for this Python, hash-based and unchecked (used whatever the source's mtime: PEP 552), of
+    that very source, and naming the source by its installed path (tracebacks, coverage).
+    """
+    import importlib.util
+    import marshal
+
+    checked, problems = 0, []
+    for py in sorted((tree / "lib").rglob("*.py")):
+        checked += 1
+        pyc = Path(importlib.util.cache_from_source(str(py)))
+        where = f"{installed}/{py.relative_to(tree)}"
+        if not pyc.is_file():
+            problems.append(f"{where}: no {pyc.name}")
+            continue
+        data = pyc.read_bytes()
+        flags = int.from_bytes(data[4:8], "little")
+        if data[:4] != importlib.util.MAGIC_NUMBER or flags != 0b01:  # hash-based, unchecked
+            problems.append(f"{where}: magic {data[:4].hex()} flags {flags:#b}")
+        elif data[8:16] != importlib.util.source_hash(py.read_bytes()):
+            problems.append(f"{where}: the .pyc is of another source")
+        elif marshal.loads(data[16:]).co_filename != where:
+            problems.append(f"{where}: compiled as {marshal.loads(data[16:]).co_filename}")
+    return checked, problems

@@ -259,13 +259,13 @@ def _ports_in(tree: ast.AST) -> list[int]:
 
 
 def test_each_daemon_port_is_written_once() -> None:
-    # collector/daemon/config.py's AGENT_PORT and COLLECTOR_PORT; everything else takes them
+    # collector/daemon/ports.py's AGENT_PORT and COLLECTOR_PORT; everything else takes them
     found = [
         f"{f.relative_to(ROOT)}:{line}"
         for f in sorted((ROOT / "collector").rglob("*.py"))
         for line in _ports_in(ast.parse(f.read_text(), str(f)))
     ]
-    assert found == ["collector/daemon/config.py:16", "collector/daemon/config.py:17"], found
+    assert found == ["collector/daemon/ports.py:4", "collector/daemon/ports.py:5"], found
     planted = ast.parse('"""on :9731"""\nPORT = 9731\nURL = f"http://h:9732/x"\n')
     assert _ports_in(planted) == [2, 3]
 

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 import bcrypt
 import pytest
 
-import collector.web.server as httpserver
 from collector.web.server import _BasicAuth
 
 HASH = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))
@@ -46,7 +45,7 @@ def test_successes_are_cached_for_a_short_time(
         calls.append(password)
         return bool(real(password, hashed))
 
-    monkeypatch.setattr(httpserver.bcrypt, "checkpw", counting)
+    monkeypatch.setattr(bcrypt, "checkpw", counting)
 
     async def check(h: str) -> bool:
         return await auth.check(h)
@@ -78,7 +77,7 @@ def test_bcrypt_sees_at_most_72_bytes(
         seen.append(len(password))
         return bool(real(password, hashed))
 
-    monkeypatch.setattr(httpserver.bcrypt, "checkpw", recording)
+    monkeypatch.setattr(bcrypt, "checkpw", recording)
     auth = _BasicAuth({"alice": HASH}, pool)
     assert not asyncio.run(auth.check(header("alice", "x" * 5000)))
     assert seen == [72]
