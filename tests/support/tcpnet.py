@@ -367,10 +367,22 @@ def sandwich(dport: int, timeout: float) -> None:
     if first is None:
         raise SystemExit("no data connection seen")
     cookie = int(first["cookie"])  # type: ignore[call-overload]
-    first = _ours(cookie, dport)
-    ss = subprocess.run(["ss", "-tinmHe", "state", "established", f"( dport = :{dport} )"],
-                        capture_output=True, text=True, check=True).stdout  # fmt: skip
-    second = _ours(cookie, dport)
+    # A sandwich proves something only while the flow moves: take it again while the flow did
+    # not move between our two reads (a loaded machine can stall it that long), until the
+    # deadline; every attempt is a valid sandwich, none is chosen by anything but "it moved".
+    while True:
+        first = _ours(cookie, dport)
+        ss = subprocess.run(["ss", "-tinmHe", "state", "established", f"( dport = :{dport} )"],
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+        second = _ours(cookie, dport)
+        if first is None or second is None or time.monotonic() >= deadline:
+            break
+        a, b = first["info"], second["info"]
+        assert isinstance(a, dict) and isinstance(b, dict)
+        moved = any(b.get(k, 0) > a.get(k, 0) for k in ("bytes_acked", "bytes_received"))
+        if moved:
+            break
+        time.sleep(0.01)
     print(json.dumps({"first": first, "ss": ss_record(ss, cookie), "second": second}))
 
 
