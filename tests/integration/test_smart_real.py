@@ -10,6 +10,7 @@ import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -372,23 +373,30 @@ def test_raid_member_ssds_of_a_second_megaraid_host(tmp_path: Path, two_disks: P
     /dev/bus/0`, exit 4) through the same path: each member's own reading, its attribute 187
     (the SSD has no 5, 197 or 198), temperature and power-on time as the captures hold them."""
     fake = megaraid_host(tmp_path, SMART / "scan_megaraid.json", drive="KINGSTON_SA400S37240G")
+    got = {}
+    for n, state in _read_slots_0_and_1(fake, two_disks).items():
+        r = state.reading
+        assert r is not None
+        got[n] = (r.exit_status, r.healthy, r.temperature_celsius, r.power_on_seconds)
+        assert {a.id: a.raw for a in r.attributes} == {187: 0}
+    assert got == {0: (4, True, 26, 23872 * 3600), 1: (4, True, 23, 23892 * 3600)}
+
+
+def _read_slots_0_and_1(fake: Path, two_disks: Path) -> dict[int, Any]:
+    """One cycle of the exporter over the stand-in host: the states of megaraid slots 0 and 1,
+    each with a reading and no failure reason."""
     e = SmartExporter(
         timeout=30.0, sys_root=two_disks, runner=SmartctlRunner(str(fake)), autostart=False
     )
     try:
         e.run_cycle()
         assert e.wait_idle(WAIT)
-        states = e.states()
-        got = {}
-        for n in (0, 1):
-            state = states[f"bus/0:megaraid,{n}"]
-            assert state.reading is not None and state.reason == ""
-            r = state.reading
-            got[n] = (r.exit_status, r.healthy, r.temperature_celsius, r.power_on_seconds)
-            assert {a.id: a.raw for a in r.attributes} == {187: 0}
-        assert got == {0: (4, True, 26, 23872 * 3600), 1: (4, True, 23, 23892 * 3600)}
+        states = {n: e.states()[f"bus/0:megaraid,{n}"] for n in (0, 1)}
     finally:
         e.close()
+    for state in states.values():
+        assert state.reading is not None and state.reason == ""
+    return states
 
 
 def test_sas_raid_members_through_a_stand_in_megaraid_host(tmp_path: Path, two_disks: Path) -> None:
@@ -403,30 +411,20 @@ def test_sas_raid_members_through_a_stand_in_megaraid_host(tmp_path: Path, two_d
         1: ("megaraid_sas_TOSHIBA_MG08SCA16TEY_slot1.json", 0),
     }
     fake = megaraid_host(tmp_path, SMART / "scan_megaraid.json", slots=slots)
-    e = SmartExporter(
-        timeout=30.0, sys_root=two_disks, runner=SmartctlRunner(str(fake)), autostart=False
-    )
-    try:
-        e.run_cycle()
-        assert e.wait_idle(WAIT)
-        states = e.states()
-        got = {}
-        for n in (0, 1):
-            state = states[f"bus/0:megaraid,{n}"]
-            assert state.raid == ("megaraid", "/dev/bus/0", str(n))
-            assert state.reading is not None and state.reason == ""
-            r = state.reading
-            assert (r.protocol, r.exit_status, r.healthy, r.attributes) == ("SCSI", 0, True, ())
-            got[n] = (r.temperature_celsius, r.power_on_seconds, r.grown_defects, r.scsi_errors)
-        assert got == {
-            0: (32, 12437 * 3600 + 29 * 60, 0, (("read", 4, 0), ("write", 0, 0), ("verify", 0, 0))),
-            1: (31, None, 0, (("read", 374, 0), ("write", 59, 0), ("verify", 160, 0))),
-        }
-        argvs = [argv for _, argv in calls(tmp_path)]
-        for n in (0, 1):
-            assert [*SMARTCTL_ARGS, "-d", f"megaraid,{n}", "/dev/bus/0"] in argvs
-    finally:
-        e.close()
+    got = {}
+    for n, state in _read_slots_0_and_1(fake, two_disks).items():
+        assert state.raid == ("megaraid", "/dev/bus/0", str(n))
+        r = state.reading
+        assert r is not None
+        assert (r.protocol, r.exit_status, r.healthy, r.attributes) == ("SCSI", 0, True, ())
+        got[n] = (r.temperature_celsius, r.power_on_seconds, r.grown_defects, r.scsi_errors)
+    assert got == {
+        0: (32, 12437 * 3600 + 29 * 60, 0, (("read", 4, 0), ("write", 0, 0), ("verify", 0, 0))),
+        1: (31, None, 0, (("read", 374, 0), ("write", 59, 0), ("verify", 160, 0))),
+    }
+    argvs = [argv for _, argv in calls(tmp_path)]
+    for n in (0, 1):
+        assert [*SMARTCTL_ARGS, "-d", f"megaraid,{n}", "/dev/bus/0"] in argvs
 
 
 def test_a_hanging_raid_member_is_killed_while_the_other_reads(
