@@ -542,10 +542,10 @@ _GAUGES: tuple[tuple[str, str], ...] = (
 def render_flows(snap: Snapshot, owners: dict[Key, tuple[str, str]]) -> Iterator[Metric]:
     """The per-key families of one snapshot."""
     labels = list(KEY_LABELS)
-    for i, (_field, name, scale) in enumerate(COUNTERS):
+    for i, (_field, name, per_unit) in enumerate(COUNTERS):
         fam = CounterMetricFamily(f"wattbit_tcp_flow_{name}", _HELP[name], labels=labels)
         for key in sorted(snap.totals):
-            fam.add_metric(list(key), snap.totals[key][i] * scale)
+            fam.add_metric(list(key), snap.totals[key][i] / per_unit)
         yield fam
     closed = CounterMetricFamily(
         "wattbit_tcp_flow_closed_sockets", _H["closed"], labels=[*labels, "final"]

@@ -18,15 +18,18 @@ KEY_LABELS = ("peer", "port", "cgroup", "process", "experiment", "activity")
 DEFAULT_KEY = ("peer", "port", "cgroup")
 Key = tuple[str, str, str, str, str, str]
 
-# tcp_info counters followed per socket -> (its exported counter, scale to base units).
-COUNTERS: tuple[tuple[str, str, float], ...] = (
-    ("bytes_acked", "sent_bytes", 1.0),
-    ("bytes_received", "received_bytes", 1.0),
-    ("data_segs_out", "sent_segments", 1.0),
-    ("total_retrans", "retransmitted_segments", 1.0),
-    ("busy_time", "busy_seconds", 1e-6),
-    ("rwnd_limited", "rwnd_limited_seconds", 1e-6),
-    ("sndbuf_limited", "sndbuf_limited_seconds", 1e-6),
+# tcp_info counters followed per socket -> (its exported counter, units per base unit).
+# A divisor, not a factor: 116000 / 1e6 is 0.116 (IEEE division is correctly rounded), where
+# 116000 * 1e-6 is 0.11599999999999999, digits a long-term store drops (VictoriaMetrics keeps
+# about 12): the same counter then reads alike from Prometheus and the store.
+COUNTERS: tuple[tuple[str, str, int], ...] = (
+    ("bytes_acked", "sent_bytes", 1),
+    ("bytes_received", "received_bytes", 1),
+    ("data_segs_out", "sent_segments", 1),
+    ("total_retrans", "retransmitted_segments", 1),
+    ("busy_time", "busy_seconds", 1_000_000),
+    ("rwnd_limited", "rwnd_limited_seconds", 1_000_000),
+    ("sndbuf_limited", "sndbuf_limited_seconds", 1_000_000),
 )
 _FIELDS = tuple(c[0] for c in COUNTERS)
 _U32 = frozenset({"data_segs_out", "total_retrans"})  # 32-bit in tcp_info: they wrap
@@ -115,7 +118,7 @@ class KeyGauges:
 class Snapshot:
     """What the exporter renders: counters and gauges of the exported keys and `other`."""
 
-    totals: dict[Key, list[int]]  # in tcp_info's units (COUNTERS' scale gives base units)
+    totals: dict[Key, list[int]]  # in tcp_info's units (COUNTERS' divisor gives base units)
     gauges: dict[Key, KeyGauges]
     closed: dict[tuple[Key, str], int]
     sockets: int

@@ -195,3 +195,21 @@ def test_graveyard_remembers_the_last_size_cookies_and_at_most_twice_that() -> N
         # every one of the last 100 buried is remembered, whatever the moment
         assert all(c in g for c in range(max(1, cookie - 99), cookie + 1))
     assert 1 not in g and 700 not in g
+
+
+def test_microsecond_counters_render_at_their_shortest_digits() -> None:
+    """Every whole number of µs renders as the decimal it is (116000 µs is 0.116, not
+    0.11599999999999999 as a factor of 1e-6 gives): a long-term store keeping ~12 digits then
+    holds the value Prometheus holds (docs/longterm-store.md, quirk 7)."""
+    from exporters.tcp.exporter import render_flows
+    from exporters.tcp.flows import COUNTERS, KeyGauges, Snapshot
+
+    key: Key = ("10.0.0.2", "5201", "", "", "", "")
+    busy = next(n for n, (f, _, _) in enumerate(COUNTERS) if f == "busy_time")
+    for us in (116000, 4352000, 1, 999_999_999_999, *random.Random(7).sample(range(10**9), 500)):
+        totals = [0] * len(COUNTERS)
+        totals[busy] = us
+        snap = Snapshot({key: totals}, {key: KeyGauges()}, {}, 1, 1)
+        fam = next(f for f in render_flows(snap, {}) if f.name == "wattbit_tcp_flow_busy_seconds")
+        (sample,) = fam.samples
+        assert repr(sample.value) == repr(float(f"{us // 10**6}.{us % 10**6:06d}")), us
