@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import threading
+from array import array
 from collections.abc import Callable, Iterable
 from math import copysign
 from typing import Any
@@ -58,6 +59,10 @@ class TextRenderer:
         # per family an exporter marked REUSED (exporters/base.py): the object last handed
         # over, its text and its samples' count, reused while the same object comes again
         self._reused: dict[str, tuple[Any, str, int]] = {}
+        # per family name (any other family): what it was last rendered from and its text,
+        # reused while a new family's are equal (issue 35: pcie, smart, power, cpu info and
+        # idle counters are the same scrape after scrape; _Rendered says what "equal" is)
+        self._families: dict[str, _Rendered] = {}
         self._lock = threading.Lock()
 
     def render(self) -> bytes:
@@ -78,17 +83,33 @@ class TextRenderer:
                 out.append(entry[1])
                 seen += entry[2]
             else:
-                text, n = self._family(metric)
+                text, n = self._equal_family(metric)
                 out.append(text)
                 seen += n
         if len(self._prefixes) > 4 * seen + 1024:
             self._prefixes.clear()  # series churned (devices went away): don't keep the dead ones
         if len(reused) > 4096:  # names no exporter makes any more (never this many: bound)
             reused.clear()
+        if len(self._families) > 4096:
+            self._families.clear()
         # "replace": the last line of defence against a string no exporter cleaned (a lone
         # surrogate from a BMC's JSON cannot be UTF-8): it costs that label's character, never
         # the page (issue 34); the exporters clean their strings first (exporters.base.clean_text).
         return "".join(out).encode("utf-8", "replace")
+
+    def _equal_family(self, metric: Any) -> tuple[str, int]:
+        """One family's text: the last one of its name again while its content is equal."""
+        last = self._families.get(metric.name)
+        now = _Rendered.of(metric)
+        if last is not None and now is not None and last.same(now):
+            return last.text, last.count
+        text, n = self._family(metric)
+        if now is not None and n:  # n == 0: left to generate_latest (OpenMetrics samples)
+            now.text, now.count = text, n
+            self._families[metric.name] = now
+        else:
+            self._families.pop(metric.name, None)
+        return text, n
 
     def _family(self, metric: Any) -> tuple[str, int]:
         """One family's text, and its samples' count."""
@@ -119,6 +140,36 @@ class TextRenderer:
                 cache[key] = (prefix, value, line)
                 lines.append(line)
         return "".join(lines), len(lines) - 1
+
+
+class _Rendered:
+    """What a family's text is made of: its type, help, samples, and their values' bits.
+
+    Samples compare equal (names, labels, values, timestamps) where the text may still differ:
+    0.0 == -0.0 yet one is written "-0.0"; the values' IEEE 754 bytes tell them apart. A NaN
+    may compare unequal to itself: its family is then written afresh (alike). The samples
+    are kept as yielded: an exporter never changes a family's label dicts after yielding it.
+    """
+
+    __slots__ = ("bits", "count", "kind", "samples", "text")
+
+    def __init__(self, kind: tuple[str, str], samples: list[Any], bits: bytes) -> None:
+        self.kind, self.samples, self.bits = kind, samples, bits
+        self.text, self.count = "", 0
+
+    @classmethod
+    def of(cls, metric: Any) -> _Rendered | None:
+        """The family's content, or None when a value is no float (written afresh)."""
+        samples = list(metric.samples)
+        try:
+            bits = array("d", [s[2] for s in samples]).tobytes()
+        except (TypeError, OverflowError, ValueError):
+            return None
+        return cls((metric.type, metric.documentation), samples, bits)
+
+    def same(self, other: _Rendered) -> bool:
+        """Whether other's text is this one's: the same values' bits, type, help and samples."""
+        return self.bits == other.bits and self.kind == other.kind and self.samples == other.samples
 
 
 class _One:

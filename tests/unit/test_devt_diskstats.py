@@ -71,3 +71,30 @@ def test_diskstats_garbage_lines_ignored() -> None:
 def test_diskstats_backend_reads_proc_root(tmp_path: Path, fixtures: Path) -> None:
     (tmp_path / "diskstats").write_text((fixtures / "proc" / "diskstats-4.15").read_text())
     assert set(DiskstatsBackend(tmp_path).read()) == {"sda", "sda1", "nvme0n1"}
+
+
+def test_diskstats_backend_reuses_a_line_only_while_it_is_unchanged(
+    tmp_path: Path, fixtures: Path
+) -> None:
+    """Issue 35: an unchanged line's stats come again; a changed line shows at the next read,
+    a malformed one is left out again, and a device gone leaves (nothing kept for it)."""
+    text = (fixtures / "proc" / "diskstats-6.18").read_text()
+    path = tmp_path / "diskstats"
+    path.write_text(text + "garbage line\n")
+    backend = DiskstatsBackend(tmp_path)
+    first = backend.read()
+    assert first == {n: device_stats(r) for n, r in parse_diskstats(text).items()}
+    second = backend.read()
+    assert second == first and second["loop0"] is first["loop0"]  # the same line: reused
+    line = next(x for x in text.splitlines() if x.split()[2] == "loop0")
+    fields = line.split()
+    fields[3] = str(int(fields[3]) + 1)  # one more read completed
+    changed = " ".join(fields)
+    path.write_text(text.replace(line, changed) + "garbage line\n")
+    third = backend.read()
+    assert third["loop0"].ops["read"].ios == first["loop0"].ops["read"].ios + 1
+    assert third["loop0"] == device_stats(parse_diskstats(changed)["loop0"])
+    assert set(third) == set(first)
+    path.write_text(text.replace(line + "\n", ""))  # loop0 removed
+    assert "loop0" not in backend.read()
+    assert all(changed not in k and line not in k for k in backend._lines)

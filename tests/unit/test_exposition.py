@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import gzip
 import re
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from collector.web.exposition import TextRenderer, metrics_app
 from exporters.base import ExportersCollector, clean_text
@@ -59,6 +61,52 @@ def test_values_change_prefixes_stay() -> None:
     for value in (0.0, -0.0, 0.0, float("nan"), float("nan"), 1, 1.0, float("inf"), 3.0):
         c.value = value  # type: ignore[assignment]
         assert renderer.render() == generate_latest(r), value
+
+
+def test_an_equal_family_is_reused_and_any_change_shows_at_the_next_render() -> None:
+    """Issue 35: a family equal to its last one (names, labels, values' bits, help, type) is
+    written as then; whatever changes (a value, its sign, a label, the help, the type, a sample
+    more) shows at the very next render, as generate_latest writes it."""
+    r = CollectorRegistry(auto_describe=False)
+
+    class C:
+        def __init__(self) -> None:
+            self.kind, self.doc = "gauge", "help"
+            self.rows: list[tuple[str, float]] = [("sda", 1.0), ("sdb", 0.0)]
+
+        def collect(self) -> list[Any]:
+            cls = GaugeMetricFamily if self.kind == "gauge" else CounterMetricFamily
+            f = cls("y", self.doc, labels=["device"])
+            for device, value in self.rows:
+                f.add_metric([device], value)
+            return [f]
+
+    c = C()
+    r.register(c)
+    renderer = TextRenderer(r)
+    first = renderer.render()
+    assert first == generate_latest(r)
+    text = renderer._families["y"].text
+    assert renderer.render() == first and renderer._families["y"].text is text  # reused
+    changes: list[Callable[[], None]] = [
+        lambda: setattr(c, "rows", [("sda", 2.0), ("sdb", 0.0)]),  # a value
+        lambda: setattr(c, "rows", [("sda", 2.0), ("sdb", -0.0)]),  # equal, written "-0.0"
+        lambda: setattr(c, "rows", [("sda", 2.0), ("sdb", 0.0)]),
+        lambda: setattr(c, "rows", [("sda", 2.0), ("sdc", 0.0)]),  # a label
+        lambda: setattr(c, "rows", [("sda", 2.0), ("sdc", 0.0), ("sdd", 5.0)]),  # one more
+        lambda: setattr(c, "rows", [("sda", float("nan")), ("sdc", 0.0)]),
+        lambda: setattr(c, "rows", [("sda", float("inf")), ("sdc", 0.0)]),
+        lambda: setattr(c, "doc", "other help"),
+        lambda: setattr(c, "kind", "counter"),
+        lambda: setattr(c, "rows", []),
+    ]
+    for change in changes:
+        before = renderer.render()
+        change()
+        after = renderer.render()
+        assert after == generate_latest(r)
+        assert after != before
+        assert renderer.render() == after  # and the same again while unchanged
 
 
 def test_wsgi_app_gzip_and_head() -> None:
