@@ -127,45 +127,75 @@ def parse_interrupts(text: str, only: Container[str] | None = None) -> Interrupt
     for label, tail in labelled:
         if only is not None and label not in only:
             continue
-        if is_uint(label):
-            # A device IRQ row has exactly one count per CPU, then chip, hwirq and name:
-            # split them off at once (the rows are most of the file on a large host).
-            parts = tail.split(None, len(cpus))
-            head = parts[: len(cpus)]
-            if len(head) != len(cpus) or not all(is_uint(t) for t in head):
-                continue  # truncated or garbled: counts could not be attributed to CPUs
-            values = [parse_u64(t) for t in head]
-            if None in values:
-                note_malformed("/proc/interrupts row (a count of 2^64 or more)")
-                continue
-            chip, hwirq, name = _split_irq_tail(parts[len(cpus)] if len(parts) > len(cpus) else "")
-            rows[label] = IrqRow(
-                label, tuple(v for v in values if v is not None), chip, hwirq, name
-            )
-            continue
-        # Counts are the first len(cpus) integer columns; x86 ERR/MIS print a single column
-        # (arch/x86/kernel/irq.c arch_show_interrupts), so stop at the first non-number.
-        tokens = list(_TOKEN.finditer(tail))
-        counts: list[int] = []
-        end = 0
-        absurd = False
-        for token in tokens[: len(cpus)]:
-            if not is_uint(token.group()):
-                break
-            value = parse_u64(token.group())
-            if value is None:
-                absurd = True
-                break
-            counts.append(value)
-            end = token.end()
-        if absurd:
-            note_malformed("/proc/interrupts row (a count of 2^64 or more)")
-            continue
-        if not counts:
-            continue
-        # Arch rows (NMI, LOC, IPI0, ...) carry a description instead of chip/action.
-        rows[label] = IrqRow(label, tuple(counts), "", "", tail[end:].strip())
+        row = _irq_row(label, tail, cpus)
+        if row is not None:
+            rows[label] = row
     return Interrupts(cpus, rows)
+
+
+class InterruptsParser:
+    """parse_interrupts, a row whose text is as at the last parse given as parsed then.
+
+    Issue 35: most rows of an idle host's /proc/interrupts are the same scrape after scrape
+    (29 of 35 here a second apart), and parsing one costs a token per CPU. Only the last
+    parse's rows are kept (bounded by the file), and none across a change of the CPU header.
+    """
+
+    def __init__(self) -> None:
+        self._cpus: tuple[int, ...] = ()
+        self._rows: dict[tuple[str, str], IrqRow | None] = {}
+
+    def parse(self, text: str, only: Container[str] | None = None) -> Interrupts:
+        """As parse_interrupts(text, only)."""
+        cpus, labelled = cpu_table(text)
+        last = self._rows if cpus == self._cpus else {}
+        kept: dict[tuple[str, str], IrqRow | None] = {}
+        rows: dict[str, IrqRow] = {}
+        for label, tail in labelled:
+            if only is not None and label not in only:
+                continue
+            key = (label, tail)
+            row = last[key] if key in last else _irq_row(label, tail, cpus)
+            kept[key] = row
+            if row is not None:
+                rows[label] = row
+        self._cpus, self._rows = cpus, kept
+        return Interrupts(cpus, rows)
+
+
+def _irq_row(label: str, tail: str, cpus: tuple[int, ...]) -> IrqRow | None:
+    """One "LABEL: tail" row of /proc/interrupts, or None when it does not fit the layout."""
+    if is_uint(label):
+        # A device IRQ row has exactly one count per CPU, then chip, hwirq and name:
+        # split them off at once (the rows are most of the file on a large host).
+        parts = tail.split(None, len(cpus))
+        head = parts[: len(cpus)]
+        if len(head) != len(cpus) or not all(is_uint(t) for t in head):
+            return None  # truncated or garbled: counts could not be attributed to CPUs
+        values = [parse_u64(t) for t in head]
+        if None in values:
+            note_malformed("/proc/interrupts row (a count of 2^64 or more)")
+            return None
+        chip, hwirq, name = _split_irq_tail(parts[len(cpus)] if len(parts) > len(cpus) else "")
+        return IrqRow(label, tuple(v for v in values if v is not None), chip, hwirq, name)
+    # Counts are the first len(cpus) integer columns; x86 ERR/MIS print a single column
+    # (arch/x86/kernel/irq.c arch_show_interrupts), so stop at the first non-number.
+    tokens = list(_TOKEN.finditer(tail))
+    counts: list[int] = []
+    end = 0
+    for token in tokens[: len(cpus)]:
+        if not is_uint(token.group()):
+            break
+        value = parse_u64(token.group())
+        if value is None:
+            note_malformed("/proc/interrupts row (a count of 2^64 or more)")
+            return None
+        counts.append(value)
+        end = token.end()
+    if not counts:
+        return None
+    # Arch rows (NMI, LOC, IPI0, ...) carry a description instead of chip/action.
+    return IrqRow(label, tuple(counts), "", "", tail[end:].strip())
 
 
 def irq_affinity(proc_root: Path, irq: str) -> tuple[str, str]:

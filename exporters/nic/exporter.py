@@ -16,7 +16,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
-from exporters.hostfs.interrupts import Interrupts, cpu_interrupts, irq_affinity, parse_interrupts
+from exporters.hostfs.interrupts import (
+    Interrupts,
+    InterruptsParser,
+    cpu_interrupts,
+    irq_affinity,
+)
 from exporters.hostfs.netdevs import NIC_EXCLUDE, wanted_interfaces
 from exporters.hostfs.read import PROC_ROOT, SYS_ROOT, HeldAttrs, listing, read_attr, read_proc
 
@@ -338,6 +343,7 @@ class NicExporter(Exporter):
         # The live /sys's counters through held descriptors (hostfs.HeldAttrs), forgotten
         # whenever class/net's entries change (an interface came, went or was renamed).
         self._held = HeldAttrs() if sys_root == SYS_ROOT else None
+        self._interrupts = InterruptsParser()  # unchanged rows not parsed again (issue 35)
         self._listing: frozenset[tuple[str, int]] | None = None
 
     def close(self) -> None:
@@ -418,7 +424,7 @@ class NicExporter(Exporter):
         self._no_queue_stats = {n: t for n, t in self._no_queue_stats.items() if n in names}
         infos = {link.name: self._info(link.name, now) for link in links}
         qstats = self._all_qstats()
-        interrupts = parse_interrupts(self._text("interrupts"))
+        interrupts = self._interrupts.parse(self._text("interrupts"))
         snmp = parse_snmp(self._text("net/snmp"))
         snmp.update(parse_snmp(self._text("net/netstat")))
         return NicSnapshot(

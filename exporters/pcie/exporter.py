@@ -22,7 +22,12 @@ from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
 from exporters.hostfs.blockdevs import BLOCK_EXCLUDE, excluded, read_topology
-from exporters.hostfs.interrupts import Interrupts, cpu_interrupts, irq_affinity, parse_interrupts
+from exporters.hostfs.interrupts import (
+    Interrupts,
+    InterruptsParser,
+    cpu_interrupts,
+    irq_affinity,
+)
 from exporters.hostfs.netdevs import NIC_EXCLUDE, wanted_interfaces
 from exporters.hostfs.pci import last_pci, msi_irqs
 from exporters.hostfs.read import PROC_ROOT, SYS_ROOT, read_proc
@@ -198,6 +203,7 @@ class PcieExporter(Exporter):
         self.proc_root = proc_root
         self._clock = clock
         self._topology: _Topology | None = None
+        self._interrupts = InterruptsParser()  # unchanged rows not parsed again (issue 35)
 
     def _devices(self) -> tuple[dict[str, str], dict[str, tuple[str, ...]], list[DiskLink]]:
         """{pci: role}, {pci: resolved path} and the disks' links, as the other exporters see."""
@@ -264,7 +270,8 @@ class PcieExporter(Exporter):
         irqs: list[ControllerIrq] = []
         if any(topo.controller_irqs.values()):
             wanted = {irq for irqs in topo.controller_irqs.values() for irq in irqs}
-            interrupts = parse_interrupts(read_proc(self.proc_root / "interrupts"), only=wanted)
+            text = read_proc(self.proc_root / "interrupts")
+            interrupts = self._interrupts.parse(text, only=wanted)
             irqs = controller_irqs(
                 interrupts,
                 topo.controller_irqs,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporters.hostfs.interrupts import Interrupts, IrqRow, parse_interrupts
+from exporters.hostfs.interrupts import Interrupts, InterruptsParser, IrqRow, parse_interrupts
 from exporters.nic.procfs import (
     SoftnetRow,
     irq_queue,
@@ -411,3 +411,50 @@ def test_softnet_garbage_rows_skipped() -> None:
     text = "0000000a 00000001 00000002\nnot hex at all\n0000000b 00000000 00000003 zz\n"
     rows = parse_softnet_stat(text)
     assert rows == [SoftnetRow(0, 10, 1, 2, 0, 0, 0)]
+
+
+def _bump(text: str, label: str) -> str:
+    """The text with the first count of row `label` one higher."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        head, sep, tail = line.partition(":")
+        if sep and head.strip() == label:
+            first = tail.split()[0]
+            at = tail.index(first)
+            lines[i] = f"{head}:{tail[:at]}{int(first) + 1}{tail[at + len(first) :]}"
+            return "".join(lines)
+    raise AssertionError(f"no row {label}")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "interrupts-6.18-virtio",
+        "interrupts-4.18-ixgbe",
+        "interrupts-5.15-mlx5",
+        "interrupts-3.10-igb",
+    ],
+)
+def test_interrupts_parser_reuses_a_row_only_while_its_text_is_unchanged(
+    fixtures: Path, name: str
+) -> None:
+    """Issue 35: InterruptsParser gives what parse_interrupts gives, parse after parse; a
+    changed count shows at the next parse, with `only` as without, and a CPU header change
+    (hotplug) parses every row afresh."""
+    text = _read(fixtures, name)
+    parser = InterruptsParser()
+    assert parser.parse(text) == parse_interrupts(text)
+    again = parser.parse(text)
+    assert again == parse_interrupts(text)
+    label = next(k for k in again.rows if k.isdigit())
+    bumped = _bump(text, label)
+    now = parser.parse(bumped)
+    assert now == parse_interrupts(bumped)
+    assert now.rows[label].counts[0] == again.rows[label].counts[0] + 1
+    only = {label}
+    assert parser.parse(text, only=only) == parse_interrupts(text, only=only)
+    assert parser.parse(bumped, only=only) == parse_interrupts(bumped, only=only)
+    header, _, body = text.partition("\n")
+    fewer = header.rsplit("CPU", 1)[0].rstrip() + "\n" + body  # one CPU less in the header
+    assert parser.parse(fewer) == parse_interrupts(fewer)
+    assert parser.parse(text) == parse_interrupts(text)
