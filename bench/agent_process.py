@@ -47,6 +47,7 @@ from bench.harness import (
     bench_lock,
     build_ebpf_exporter_example,
     cpu_seconds,
+    fio_load,
     free_port,
     load_average,
     median,
@@ -186,7 +187,7 @@ def one_start(
         ready = _wait_ready(proc, url, c.mark.encode(), log)
         _load_disks(devices)  # after the start: the programs count only what completes then
         idle, _ = _cpu_per_scrape(proc.pid, url, scrapes)
-        with _fio(devices, fio_iops):
+        with fio_load(devices, fio_iops):
             busy, body = _cpu_per_scrape(proc.pid, url, scrapes)
         rss = proc_status(proc.pid).get("VmRSS", 0) / 1000  # MB
         series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
@@ -216,39 +217,6 @@ def _load_disks(devices: list[str]) -> None:
         for dev in devices:
             args += [f"--name={Path(dev).name}", f"--filename={dev}"]
         subprocess.run(args, check=True, capture_output=True)
-
-
-def _completed(devices: list[str]) -> int:
-    """Reads + writes completed on the devices so far (/proc/diskstats)."""
-    names = {Path(d).name for d in devices}
-    total = 0
-    for line in Path("/proc/diskstats").read_text().splitlines():
-        f = line.split()
-        if f[2] in names:
-            total += int(f[3]) + int(f[7])
-    return total
-
-
-@contextlib.contextmanager
-def _fio(devices: list[str], iops: int) -> Iterator[None]:
-    """fio reading and writing every disk (4k random, half each, `iops` per disk) meanwhile:
-    started, seen completing I/O on the disks (with a deadline), stopped after."""
-    args = ["fio", "--thread", "--rw=randrw", "--rwmixread=50", "--bs=4k", "--ioengine=psync"]
-    args += ["--direct=1", "--time_based", "--runtime=3600", f"--rate_iops={iops // 2}"]
-    for dev in devices:
-        args += [f"--name={Path(dev).name}", f"--filename={dev}"]
-    proc = spawn(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        before, t0 = _completed(devices), time.monotonic()
-        while _completed(devices) < before + len(devices) * 10:
-            if proc.poll() is not None:
-                raise RuntimeError(f"fio exited {proc.returncode}")
-            if time.monotonic() - t0 > 30:
-                raise RuntimeError("fio completed no I/O in 30 s")
-            time.sleep(0.05)
-        yield
-    finally:
-        stop(proc)
 
 
 def _report(results: dict[str, list[dict[str, float]]]) -> None:

@@ -21,7 +21,7 @@ import pstats
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import load_average, print_command, spawn, stop, table
+from bench.harness import fio_args, fio_load, load_average, print_command, table
 from collector.agent.config import AgentConfig
 from collector.agent.main import build_exporters, start_exporters
 from collector.demo.loopdisks import loop_disks
@@ -37,38 +37,6 @@ from collector.web.exposition import TextRenderer
 from exporters.base import Exporter, ExportersCollector
 
 CONFIG = "blockio:\n  backend: core\ncpu:\n  enabled: true\n"  # as bench/agent_process.py
-
-
-def _fio(devices: list[str], extra: list[str]) -> list[str]:
-    args = ["fio", "--bs=4k", "--ioengine=psync", "--direct=1", *extra]
-    for dev in devices:
-        args += [f"--name={Path(dev).name}", f"--filename={dev}"]
-    return args
-
-
-def _completed(devices: list[str]) -> int:
-    """Reads + writes completed on the devices so far (/proc/diskstats)."""
-    names = {Path(d).name for d in devices}
-    rows = (line.split() for line in Path("/proc/diskstats").read_text().splitlines())
-    return sum(int(f[3]) + int(f[7]) for f in rows if f[2] in names)
-
-
-@contextlib.contextmanager
-def _busy(devices: list[str], iops: int) -> Iterator[None]:
-    """fio reading and writing every disk meanwhile (4k random, half each, iops per disk)."""
-    extra = ["--thread", "--rw=randrw", "--rwmixread=50", "--time_based", "--runtime=3600"]
-    proc = spawn(_fio(devices, [*extra, f"--rate_iops={iops // 2}"]), stdout=subprocess.DEVNULL)
-    try:
-        before, t0 = _completed(devices), time.monotonic()
-        while _completed(devices) < before + len(devices) * 10:  # seen completing I/O
-            if proc.poll() is not None:
-                raise RuntimeError(f"fio exited {proc.returncode}")
-            if time.monotonic() - t0 > 30:
-                raise RuntimeError("fio completed no I/O in 30 s")
-            time.sleep(0.05)
-        yield
-    finally:
-        stop(proc)
 
 
 def _cpu_ms(call: Callable[[], object], n: int) -> float:
@@ -111,13 +79,13 @@ def main() -> None:
             renderer = TextRenderer(registry)
             renderer.render()
             for rw in ("randread", "randwrite"):  # so every exporter has every disk
-                cmd = _fio(devices, [f"--rw={rw}", "--io_size=64k"])
+                cmd = fio_args(devices, [f"--rw={rw}", "--io_size=64k"])
                 subprocess.run(cmd, check=True, capture_output=True)
             renderer.render()
             phases: list[tuple[str, contextlib.AbstractContextManager[None]]]
             phases = [("idle", contextlib.nullcontext())]
             if args.fio_iops:
-                phases.append(("under fio", _busy(devices, args.fio_iops)))
+                phases.append(("under fio", fio_load(devices, args.fio_iops)))
             for phase, ctx in phases:
                 with ctx:
                     results[phase] = _measure(exporters, renderer, args.renders)

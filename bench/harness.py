@@ -368,6 +368,45 @@ def host_line() -> str:
 # --- alternation, medians, tables -----------------------------------------------------------
 
 
+def _completed_ios(devices: list[str]) -> int:
+    """Reads + writes completed on the devices so far (/proc/diskstats)."""
+    names = {Path(d).name for d in devices}
+    total = 0
+    for line in Path("/proc/diskstats").read_text().splitlines():
+        f = line.split()
+        if f[2] in names:
+            total += int(f[3]) + int(f[7])
+    return total
+
+
+def fio_args(devices: list[str], extra: list[str]) -> list[str]:
+    """fio's command line over every device (4k, psync, direct) with `extra` options."""
+    args = ["fio", "--bs=4k", "--ioengine=psync", "--direct=1", *extra]
+    for dev in devices:
+        args += [f"--name={Path(dev).name}", f"--filename={dev}"]
+    return args
+
+
+@contextlib.contextmanager
+def fio_load(devices: list[str], iops: int) -> Iterator[None]:
+    """fio reading and writing every disk (4k random, half each, `iops` per disk) meanwhile:
+    started, seen completing I/O on the disks (with a deadline), stopped after."""
+    extra = ["--thread", "--rw=randrw", "--rwmixread=50", "--time_based", "--runtime=3600"]
+    args = fio_args(devices, [*extra, f"--rate_iops={iops // 2}"])
+    proc = spawn(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        before, t0 = _completed_ios(devices), time.monotonic()
+        while _completed_ios(devices) < before + len(devices) * 10:
+            if proc.poll() is not None:
+                raise RuntimeError(f"fio exited {proc.returncode}")
+            if time.monotonic() - t0 > 30:
+                raise RuntimeError("fio completed no I/O in 30 s")
+            time.sleep(0.05)
+        yield
+    finally:
+        stop(proc)
+
+
 def in_turn(items: Sequence[T], r: int) -> Sequence[T]:
     """The order of round r: as given in even rounds, reversed in odd ones."""
     return items if r % 2 == 0 else items[::-1]
