@@ -124,6 +124,18 @@ def test_the_tree_never_leaves_its_root(tmp_path: Path) -> None:
         assert attr_in(root, ("class", "x"), name, "numa_node") == ""
 
 
+def test_an_absolute_part_stays_inside_the_root(tmp_path: Path) -> None:
+    """A part given as "/etc" is a name under the root, never the host's /etc (pathlib's
+    joinpath, used before issue 35's string paths, would have restarted at "/")."""
+    root = tmp_path / "sys"
+    write_file(root / "devices" / "numa_node", "0\n")
+    assert Path("/etc/hostname").is_file()  # what an escape would read
+    assert resolve_in(root, ("/etc",)) is None
+    assert attr_in(root, (), "/etc", "hostname") == ""
+    assert entries_in(root, (), "/etc") == []
+    assert attr_in(str(root), (), "devices", "numa_node") == "0"  # a str root as a Path one
+
+
 # --- PCI addresses, numbers, filters ------------------------------------------------------------
 
 
