@@ -162,15 +162,23 @@ def smart_runner(cfg: SmartConfig) -> tuple[RunnerChoice, Runner]:
     return choice, SmartctlRunner()
 
 
-def start_exporters(exporters: list[Exporter]) -> None:
-    """Start the exporters' background threads (the smart reads)."""
+# Seconds from the start to the smart exporter's first read cycle. The cycle lists the disks
+# (read_topology) and starts smartctl for each, work that ran alongside the agent's first
+# scrape on the same cores and under the same GIL: the first answer came ~30-40 ms later with
+# it (48 loop disks, 2 vCPUs; issue 35, docs/benchmarks.md). SMART data change over minutes
+# (smart.interval: 300 s) and a read of a disk takes seconds: one second later costs nothing.
+SMART_FIRST_READ = 1.0
+
+
+def start_exporters(exporters: list[Exporter], smart_delay: float = SMART_FIRST_READ) -> None:
+    """Start the exporters' background threads (the smart reads, the first after smart_delay)."""
     if not any(e.name == "smart" for e in exporters):
         return
     from exporters.smart.exporter import SmartExporter
 
     for e in exporters:
         if isinstance(e, SmartExporter):
-            e.start()
+            e.start(delay=smart_delay)
 
 
 # mallopt(3)'s M_ARENA_MAX (glibc's malloc.h). glibc gives a thread that allocates while

@@ -189,13 +189,17 @@ class SmartExporter(Exporter):
 
     # --- the background loop ------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the background reads (a first cycle at once, then every interval)."""
+    def start(self, delay: float = 0.0) -> None:
+        """Start the background reads (a first cycle after ``delay`` s, then every interval)."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="smart-cycle", daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop, args=(delay,), name="smart-cycle", daemon=True
+            )
             self._thread.start()
 
-    def _loop(self) -> None:
+    def _loop(self, delay: float = 0.0) -> None:
+        if delay > 0 and self._stop.wait(delay):
+            return
         while not self._stop.is_set():
             try:
                 self.run_cycle()

@@ -504,6 +504,28 @@ def _close_exporters() -> Iterator[None]:
     assert not [t for t in threading.enumerate() if t.name == "smart-cycle"]
 
 
+def test_the_first_cycle_waits_its_delay_and_close_cuts_it_short(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """start(delay): no read before the delay (the agent's first scrape runs meanwhile, issue
+    35); a close during it ends the loop without any read."""
+    from collector.agent.main import SMART_FIRST_READ, start_exporters
+
+    assert SMART_FIRST_READ > 0
+    sys_root = machine(tmp_path, "captured_vm")
+    runner = ScriptedRunner({"/dev/vda": [done("local_vda.json", exit_code=1)]})
+    e = exporter(sys_root, runner, clock)
+    start_exporters([e], smart_delay=3600.0)
+    assert e._thread is not None and e._thread.is_alive()
+    assert e._cycles == 0 and runner.calls == []  # waiting out the delay
+    e.close()
+    assert not e._thread.is_alive() and runner.calls == []
+    at_once = ScriptedRunner({"/dev/vda": [done("local_vda.json", exit_code=1)]})
+    started = exporter(sys_root, at_once, clock)
+    start_exporters([started], smart_delay=0.0)
+    assert started.wait_idle(WAIT) and at_once.calls == ["/dev/vda"]
+
+
 def test_a_sas_drive_with_smart_disabled_and_uncorrected_errors(
     tmp_path: Path, clock: Clock
 ) -> None:
