@@ -29,7 +29,6 @@ def _load(model: type[P], args: argparse.Namespace) -> tuple[P, WebConfig | None
     """
     from collector.config import load_model
     from collector.daemon.config import Listen
-    from collector.web.config import load_web_config
 
     cfg = load_model(model, args.config)
     updates: dict[str, object] = {}
@@ -38,7 +37,11 @@ def _load(model: type[P], args: argparse.Namespace) -> tuple[P, WebConfig | None
     if args.web_config:
         updates["web_config"] = args.web_config
     cfg = cfg.model_copy(update=updates)
-    return cfg, load_web_config(cfg.web_config) if cfg.web_config else None
+    if not cfg.web_config:
+        return cfg, None
+    from collector.web.config import load_web_config  # its models only where TLS/auth is set
+
+    return cfg, load_web_config(cfg.web_config)
 
 
 def _agent(args: argparse.Namespace) -> int:

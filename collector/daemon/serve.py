@@ -19,15 +19,17 @@ import signal
 import socket
 import threading
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from collector.daemon.config import ProcessConfig
-from collector.web.config import WebConfig
 from collector.web.exposition import metrics_app
 from collector.web.server import WSGIApp, landing_page, start_server
 from exporters.base import Exporter, ExportersCollector
+
+if TYPE_CHECKING:  # loaded only where a web config is given (collector/cli.py)
+    from collector.web.config import WebConfig
 
 __all__ = ["ListenError", "Work", "build_registry", "sd_notify", "serve"]
 

@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any, cast
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from collector.web import aiohttp_server
-from collector.web.config import WebConfig
 from collector.web.limits import MAX_BODY_KEY, Limits
 
 if TYPE_CHECKING:
@@ -49,6 +48,9 @@ if TYPE_CHECKING:
     from aiohttp.http_exceptions import HttpProcessingError
     from aiohttp.web_request import BaseRequest
     from aiohttp.web_response import Response, StreamResponse
+
+    # a type here: its module (pydantic models) is loaded only where a web config is given
+    from collector.web.config import WebConfig
 else:  # without aiohttp's client (aiohttp_server.py)
     web_protocol, web_server, _exc, _request, _response = aiohttp_server.load()
     HttpProcessingError = _exc.HttpProcessingError

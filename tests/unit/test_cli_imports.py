@@ -132,3 +132,41 @@ def test_listed_subcommands_match_their_own_help() -> None:
 
     assert helps(cli.parser("")) == helps(cli.parser(None))
     assert set(cli.OTHERS) <= set(helps(cli.parser("")))
+
+
+def test_the_web_config_models_load_only_with_a_web_config(tmp_path: Path) -> None:
+    """`wattbit agent` without --web-config never imports collector.web.config (pydantic models
+    built at import, issue 35); with one it loads and validates it as before."""
+    agent = tmp_path / "agent.yml"
+    agent.write_text("cpu:\n  enabled: true\n")
+    web = tmp_path / "web.yml"
+    web.write_text("http_server_config:\n  headers:\n    X-Frame-Options: deny\n")
+    bad = tmp_path / "bad-web.yml"
+    bad.write_text("no_such_key: 1\n")
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from collector import cli
+        from collector.agent import main
+        from collector.agent.config import AgentConfig
+        import collector.daemon.serve
+        args = cli.parser("agent").parse_args(["agent", "--config", {str(agent)!r}])
+        cfg, web = cli._load(AgentConfig, args)
+        assert web is None and cfg.cpu.enabled
+        print("without:", "collector.web.config" in sys.modules)
+        args = cli.parser("agent").parse_args(
+            ["agent", "--config", {str(agent)!r}, "--web-config", {str(web)!r}])
+        cfg, web = cli._load(AgentConfig, args)
+        print("with:", "collector.web.config" in sys.modules,
+              dict(web.http_server_config.headers))
+        print("bad:", cli.main(["agent", "--config", {str(agent)!r}, "--web-config", {str(bad)!r}]))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    lines = out.stdout.splitlines()
+    assert lines[0] == "without: False", out
+    assert lines[1] == "with: True {'X-Frame-Options': 'deny'}", out
+    assert lines[2] == "bad: 2", out  # a bad web config still exits 2 before anything starts
+    assert "no_such_key" in out.stderr
