@@ -24,20 +24,11 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from exporters.base import REUSED
+from exporters.textfamily import TextFamily, series_prefix
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _OM_SUFFIXES = ("_created", "_gsum", "_gcount")
 _TYPES = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram", "unknown": "untyped"}
-
-
-def _prefix(name: str, labels: dict[str, str]) -> str:
-    if not labels:
-        return f"{om.escape_metric_name(name, om.UNDERSCORES)} "
-    pairs = ",".join(
-        f'{om.escape_label_name(k, om.UNDERSCORES)}="{om._escape(v, om.ALLOWUTF8, False)}"'  # type: ignore[arg-type]  # as generate_latest calls it
-        for k, v in sorted(labels.items())
-    )
-    return f"{om.escape_metric_name(name, om.UNDERSCORES)}{{{pairs}}} "
 
 
 def _same(a: float, b: float) -> bool:
@@ -82,6 +73,10 @@ class TextRenderer:
                     entry = reused[metric.name] = (metric, text, n)
                 out.append(entry[1])
                 seen += entry[2]
+            elif isinstance(metric, TextFamily):
+                text, n = self._family(metric)  # its lines are written: nothing to compare
+                out.append(text)
+                seen += n
             else:
                 text, n = self._equal_family(metric)
                 out.append(text)
@@ -113,15 +108,10 @@ class TextRenderer:
 
     def _family(self, metric: Any) -> tuple[str, int]:
         """One family's text, and its samples' count."""
+        if isinstance(metric, TextFamily):  # its exporter wrote its samples' lines
+            return _header(metric) + metric.lines, metric.count
         cache = self._prefixes
-        mname, mtype = metric.name, metric.type
-        if mtype == "counter":
-            mname += "_total"
-        elif mtype == "info":
-            mname += "_info"
-        mtype = _TYPES.get(mtype, mtype)
-        esc = om.escape_metric_name(mname, om.UNDERSCORES)
-        lines = [f"# HELP {esc} {_doc(metric.documentation)}\n# TYPE {esc} {mtype}\n"]
+        lines = [_header(metric)]
         for s in metric.samples:
             # Sample: (name, labels, value, timestamp, ...), read by index (no property)
             name, labels, value, timestamp = s[0], s[1], s[2], s[3]
@@ -135,11 +125,23 @@ class TextRenderer:
                 # idle disks' buckets): its line as written then.
                 lines.append(entry[2])
             else:
-                prefix = _prefix(name, labels) if entry is None else entry[0]
+                prefix = series_prefix(name, labels) if entry is None else entry[0]
                 line = f"{prefix}{floatToGoString(value)}\n"
                 cache[key] = (prefix, value, line)
                 lines.append(line)
         return "".join(lines), len(lines) - 1
+
+
+def _header(metric: Any) -> str:
+    """A family's HELP and TYPE lines, as generate_latest writes them."""
+    mname, mtype = metric.name, metric.type
+    if mtype == "counter":
+        mname += "_total"
+    elif mtype == "info":
+        mname += "_info"
+    mtype = _TYPES.get(mtype, mtype)
+    esc = om.escape_metric_name(mname, om.UNDERSCORES)
+    return f"# HELP {esc} {_doc(metric.documentation)}\n# TYPE {esc} {mtype}\n"
 
 
 class _Rendered:

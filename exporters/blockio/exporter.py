@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
-from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from exporters.base import Exporter, reusable
@@ -25,6 +19,7 @@ from exporters.hostfs.read import PROC_ROOT, SYS_ROOT
 
 from .diskinfo import disk_info_metric
 from .diskstats import DiskstatsBackend
+from .histlines import HistogramLines
 from .model import (
     DEFAULT_LAT_BOUNDS_SECONDS,
     OPS,
@@ -79,32 +74,21 @@ def open_backend(
         return DiskstatsBackend(proc_root), reason or exc.reason
 
 
-@functools.lru_cache(maxsize=4096)
-def _bucket_labels(device: str, op: str, le: tuple[str, ...]) -> tuple[dict[str, str], ...]:
-    # The same few hundred label dicts every scrape: build them once (a 48-disk host renders
-    # ~10k bucket samples per scrape, see bench/agent_scrape.py).
-    return tuple({"device": device, "op": op, "le": b} for b in le)
+LAT_NAME = "wattbit_disk_io_latency_seconds"
+SIZE_NAME = "wattbit_disk_io_size_bytes"
 
 
-def _add_histogram(
-    fam: HistogramMetricFamily,
-    device: str,
-    op: str,
-    slots: list[int],
-    le: tuple[str, ...],
-    total: float,
-) -> None:
-    """What HistogramMetricFamily.add_metric does, from per-slot counts, minus its per-sample
-    dict building."""
-    labels = _bucket_labels(device, op, le)
-    name = fam.name
-    acc = 0
-    for lab, n in zip(labels, slots, strict=True):
-        acc += n
-        fam.samples.append(Sample(f"{name}_bucket", lab, float(acc)))
-    plain = {"device": device, "op": op}
-    fam.samples.append(Sample(f"{name}_count", plain, float(acc)))
-    fam.samples.append(Sample(f"{name}_sum", plain, total))
+class Histograms:
+    """The latency and size histograms' lines, kept between renders (issue 35)."""
+
+    def __init__(self, lat_le: tuple[str, ...]) -> None:
+        self.lat = HistogramLines(LAT_NAME, lat_le)
+        self.size = HistogramLines(SIZE_NAME, _SIZE_LE)
+
+    def begin(self) -> None:
+        """Start both families afresh."""
+        self.lat.begin()
+        self.size.begin()
 
 
 class TopologyCache:
@@ -159,6 +143,7 @@ class BlockioExporter(Exporter):
         # The last render's inputs (a copy of every value: a backend may update its objects in
         # place) and its families, yielded again while the inputs are equal (issue 35)
         self._last: tuple[tuple[object, ...], tuple[Metric, ...]] | None = None
+        self._histograms = Histograms(self.lat_le)
 
     def startup_note(self) -> str:
         """The backend in use, and why not eBPF if it is not ("backend: diskstats (missing
@@ -218,6 +203,7 @@ class BlockioExporter(Exporter):
                 lat_le=self.lat_le,
                 prog_stats=prog_stats,
                 map_full=map_full,
+                histograms=self._histograms,
             )
             self._last = (key, reusable(families))
         yield from self._last[1]
@@ -300,15 +286,13 @@ def render(
     lat_le: tuple[str, ...] = le_labels(DEFAULT_LAT_BOUNDS_SECONDS),
     prog_stats: dict[str, tuple[int, int]] | None = None,
     map_full: dict[str, int] | None = None,
+    histograms: Histograms | None = None,
 ) -> Iterator[Metric]:
-    """The metric families of a set of device statistics (pure: used by tests and bench)."""
+    """The metric families of a set of device statistics (pure but for ``histograms``, the
+    lines kept from the last render: a new one when not given; used by tests and bench)."""
     labels = ["device", "op"]
-    lat = HistogramMetricFamily(
-        "wattbit_disk_io_latency_seconds",
-        "Block I/O latency until completion, from issue to the device or, where "
-        "wattbit_disk_io_latency_clock_info says clock=queue, from queueing.",
-        labels=labels,
-    )
+    hist = Histograms(lat_le) if histograms is None else histograms
+    hist.begin()
     clock = GaugeMetricFamily(
         "wattbit_disk_io_latency_clock_info",
         "What the device's latency histogram measures: device (issue to the device until "
@@ -326,9 +310,6 @@ def render(
         "Completions /proc/diskstats counted that the BPF program was not run for (core "
         "backend; read, write, discard); only where some were.",
         labels=labels,
-    )
-    size = HistogramMetricFamily(
-        "wattbit_disk_io_size_bytes", "Size of block I/O requests.", labels=labels
     )
     nbytes = CounterMetricFamily(
         "wattbit_disk_io_bytes", "Bytes completed by the device.", labels=labels
@@ -374,21 +355,26 @@ def render(
             if s.time_seconds is not None:
                 io_time.add_metric(lv, s.time_seconds)
             if s.lat_slots is not None:
-                _add_histogram(lat, name, op, s.lat_slots, lat_le, s.lat_sum_seconds)
+                hist.lat.add(name, op, s.lat_slots, s.lat_sum_seconds)
             if s.untimed:
                 untimed.add_metric(lv, float(s.untimed))
             if s.unseen:
                 unseen.add_metric(lv, float(s.unseen))
             if s.size_slots is not None:
-                _add_histogram(size, name, op, s.size_slots, _SIZE_LE, float(s.size_sum_bytes))
+                hist.size.add(name, op, s.size_slots, float(s.size_sum_bytes))
     backend_info = GaugeMetricFamily(
         "wattbit_blockio_backend_info",
         "The blockio backend in use (core, bcc or diskstats) and why not a better one.",
         labels=["backend", "reason"],
     )
     backend_info.add_metric([backend, reason], 1.0)
+    lat = hist.lat.family(
+        "Block I/O latency until completion, from issue to the device or, where "
+        "wattbit_disk_io_latency_clock_info says clock=queue, from queueing."
+    )
+    size = hist.size.family("Size of block I/O requests.")
     yield from (lat, nbytes, ios, errors, busy, inflight, backend_info)
-    if size.samples:
+    if size.count:
         yield size
     if clock.samples:
         yield clock

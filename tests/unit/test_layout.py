@@ -273,10 +273,12 @@ def test_each_daemon_port_is_written_once() -> None:
 # Modules of exporters/ that are shared rooms, not metric sources: any exporter may import them.
 # hostfs is the one room for reading the host (bounded reads, the /sys tree, PCI addresses,
 # /proc/interrupts, the block devices and interfaces exported and their filters); snmp is the
-# SNMP client the pdu exporter polls with.
+# SNMP client the pdu exporter polls with; textfamily the families whose lines an exporter
+# writes itself (the renderer's side of that contract).
 SHARED_ROOMS = frozenset(
     {
         "exporters.base",
+        "exporters.textfamily",
         "exporters.polling",
         "exporters.strict",
         "exporters.hostfs",
