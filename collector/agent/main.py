@@ -16,6 +16,7 @@ from collector.agent.privileges import drop_after_start
 from collector.daemon.serve import ListenError, serve
 from exporters.base import Exporter
 from exporters.blockio.model import BackendUnavailable
+from exporters.hostfs.blockdevs import SharedTopology
 from exporters.hostfs.read import PROC_ROOT, SYS_ROOT
 
 # Each exporter's module is imported where the configuration turns it on (issue 35: an agent
@@ -50,6 +51,8 @@ def build_exporters(
     capabilities are dropped; the tcp exporter starts its sampling thread at the first scrape).
     """
     exporters: list[Exporter] = []
+    # blockio and pcie read the block devices' topology at the same scrapes: once for both
+    topology = SharedTopology(sys_root) if cfg.blockio.enabled and cfg.pcie.enabled else None
     if cfg.blockio.enabled:
         from exporters.blockio.exporter import BlockioExporter
 
@@ -64,6 +67,7 @@ def build_exporters(
                     proc_root=proc_root,
                     latency_buckets=cfg.blockio.latency_buckets,
                     size_histogram=cfg.blockio.size_histogram,
+                    topology=topology,
                 )
             )
         except BackendUnavailable as exc:
@@ -121,6 +125,7 @@ def build_exporters(
                 controller_irqs=cfg.pcie.controller_irqs,
                 sys_root=sys_root,
                 proc_root=proc_root,
+                topology=topology,
             )
         )
     if cfg.cpu.enabled:

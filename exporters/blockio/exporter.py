@@ -14,7 +14,7 @@ from prometheus_client.utils import floatToGoString
 
 from exporters.base import Exporter, reusable
 from exporters.hostfs import caps
-from exporters.hostfs.blockdevs import BLOCK_EXCLUDE, DiskInfo, excluded, read_topology
+from exporters.hostfs.blockdevs import BLOCK_EXCLUDE, DiskInfo, SharedTopology, excluded
 from exporters.hostfs.read import PROC_ROOT, SYS_ROOT
 
 from .diskinfo import disk_info_metric
@@ -94,9 +94,17 @@ class Histograms:
 class TopologyCache:
     """/sys topology, re-read when stale or when a device we have not seen appears."""
 
-    def __init__(self, sys_root: Path, ttl: float, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        sys_root: Path,
+        ttl: float,
+        clock: Callable[[], float],
+        shared: SharedTopology | None = None,
+    ) -> None:
         self.sys_root = sys_root
         self.ttl = ttl
+        # the agent's, read by pcie too (issue 35); max_age 0: a read of its own every time
+        self._source = shared if shared is not None else SharedTopology(sys_root, max_age=0.0)
         self._clock = clock
         self._at = float("-inf")
         self.infos: dict[str, DiskInfo] = {}
@@ -108,7 +116,7 @@ class TopologyCache:
         # since), means /sys changed: re-read it now rather than at the next refresh.
         stale = any(n not in self.infos or self.infos[n].size_bytes == 0 for n in active)
         if now - self._at > self.ttl or stale:
-            self.infos = read_topology(self.sys_root)
+            self.infos = self._source.read(force=stale)
             self._at = now
         return self.infos
 
@@ -129,13 +137,14 @@ class BlockioExporter(Exporter):
         clock: Callable[[], float] = time.monotonic,
         latency_buckets: Sequence[float] = DEFAULT_LAT_BOUNDS_SECONDS,
         size_histogram: bool = False,
+        topology: SharedTopology | None = None,
     ) -> None:
         self.backend, self.reason = open_backend(
             backend, max_inflight, sys_root, proc_root, latency_buckets, size_histogram
         )
         self.lat_le = le_labels(latency_buckets)
         self.exclude = re.compile(exclude)
-        self.topology = TopologyCache(sys_root, topology_refresh, clock)
+        self.topology = TopologyCache(sys_root, topology_refresh, clock, topology)
         # Devices still without a size after a fresh read (e.g. gone): don't re-read for them
         # on every scrape.
         self._unsized: set[str] = set()

@@ -3,7 +3,8 @@ them the agent exports (blockio's disks, whose health smart reads and whose cont
 follows).
 
 Everything here is a pure function of the tree under ``sys_root`` (no global state, no caching),
-so it is tested on captured and reconstructed trees under tests/fixtures/sys/. Symlinks are
+so it is tested on captured and reconstructed trees under tests/fixtures/sys/; SharedTopology is
+the one object with state, made and handed to its exporters by its owner (the agent). Symlinks are
 resolved *inside* ``sys_root`` (tree.py): a captured tree never leads into the real /sys.
 
 Kernel references:
@@ -18,7 +19,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +83,53 @@ def read_topology(sys_root: Path = SYS_ROOT) -> dict[str, DiskInfo]:
             size_bytes=_parse_int(attr_in(root, path, "size")) * 512,  # always 512 B units
         )
     return out
+
+
+class SharedTopology:
+    """read_topology() once for the exporters that ask within ``max_age`` s of each other.
+
+    blockio and pcie each read the whole topology at their first scrape and at each refresh,
+    milliseconds apart in one scrape (~10 ms each on a 48-disk host: issue 35). A reader gets
+    the last read while it is younger than ``max_age`` and sys_root/class/block lists the same
+    devices (one came or went: read afresh); ``force`` reads afresh in any case (blockio: a
+    device doing I/O the last read did not describe). The result is shared: never changed.
+    """
+
+    def __init__(
+        self,
+        sys_root: Path = SYS_ROOT,
+        max_age: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.sys_root = sys_root
+        self.max_age = max_age
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last: tuple[float, list[str], dict[str, DiskInfo]] | None = None
+        self.reads = 0  # read_topology() calls made (tests, benches)
+
+    def read(self, force: bool = False) -> dict[str, DiskInfo]:
+        """The topology: the last read if young enough and the devices the same, else afresh."""
+        root = Path(self.sys_root)
+        listing = _listing(root) if self.max_age > 0 else []
+        with self._lock:
+            now = self._clock()
+            last = self._last
+            if not (force or last is None or last[1] != listing or now - last[0] >= self.max_age):
+                return last[2]
+            infos = read_topology(root)
+            self.reads += 1
+            self._last = (now, listing, infos)
+            return infos
+
+
+def _listing(root: Path) -> list[str]:
+    """The entries of root/class/block, sorted ([] when unreadable)."""
+    cls = resolve_in(root, ("class", "block"))
+    try:
+        return [] if cls is None else sorted(os.listdir(root.joinpath(*cls)))
+    except OSError:
+        return []
 
 
 def devt_names(sys_root: Path = SYS_ROOT) -> dict[tuple[int, int], str]:

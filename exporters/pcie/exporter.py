@@ -21,7 +21,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from exporters.base import Exporter
-from exporters.hostfs.blockdevs import BLOCK_EXCLUDE, excluded, read_topology
+from exporters.hostfs.blockdevs import BLOCK_EXCLUDE, SharedTopology, excluded
 from exporters.hostfs.interrupts import (
     Interrupts,
     InterruptsParser,
@@ -194,12 +194,16 @@ class PcieExporter(Exporter):
         sys_root: Path = SYS_ROOT,
         proc_root: Path = PROC_ROOT,
         clock: Callable[[], float] = time.monotonic,
+        topology: SharedTopology | None = None,
     ) -> None:
+        """topology: the block devices' topology shared with blockio (the agent's, issue 35);
+        None: a read of its own each time."""
         self.block_exclude = re.compile(block_exclude)
         self.nic_exclude = re.compile(nic_exclude) if nic_exclude else None
         self.refresh = refresh
         self._with_irqs = controller_irqs
         self.sys_root = sys_root
+        self._disks = topology if topology is not None else SharedTopology(sys_root, max_age=0.0)
         self.proc_root = proc_root
         self._clock = clock
         self._topology: _Topology | None = None
@@ -210,7 +214,7 @@ class PcieExporter(Exporter):
         roles: dict[str, str] = {}
         paths: dict[str, tuple[str, ...]] = {}
         disk_links: list[DiskLink] = []
-        for name, disk in read_topology(self.sys_root).items():
+        for name, disk in self._disks.read().items():
             if excluded(self.block_exclude, disk):
                 continue
             path = resolve_in(self.sys_root, ("class", "block", name))

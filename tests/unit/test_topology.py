@@ -24,7 +24,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 
 from exporters.blockio.diskinfo import INFO_LABELS, disk_info_metric
-from exporters.hostfs.blockdevs import DiskInfo, devt_names, read_topology
+from exporters.hostfs.blockdevs import DiskInfo, SharedTopology, devt_names, read_topology
 
 SYS_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sys"
 
@@ -329,3 +329,55 @@ def test_capture_roundtrip(tmp_path: Path) -> None:
         dest = tmp_path / scenario
         assert capture.main(["--src", str(TREES / scenario), str(dest)]) == 0
         assert read_topology(dest) == read_topology(TREES / scenario), scenario
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_shared_topology_reads_once_for_its_readers_until_devices_change(tmp_path: Path) -> None:
+    """SharedTopology (blockio and pcie in one agent, issue 35): a second reader within max_age
+    gets the same read; a device that comes, max_age passing, or force read afresh."""
+    root = copy_tree("sata_ahci", tmp_path)
+    clock = _Clock()
+    shared = SharedTopology(root, max_age=1.0, clock=clock)
+    first = shared.read()
+    assert first == read_topology(root) and shared.reads == 1
+    clock.now += 0.5
+    assert shared.read() is first and shared.reads == 1  # the other reader, same scrape
+    assert shared.read(force=True) == first and shared.reads == 2  # blockio: an unknown device
+    clock.now += 1.0
+    shared.read()
+    assert shared.reads == 3  # older than max_age
+    block = root / "class" / "block"
+    name = sorted(os.listdir(block))[0]
+    (block / name).rename(block / "gone")  # the listing changes within max_age
+    changed = shared.read()
+    assert shared.reads == 4 and name not in changed
+    alone = SharedTopology(root, max_age=0.0, clock=clock)  # an exporter's own: every time
+    alone.read()
+    alone.read()
+    assert alone.reads == 2
+
+
+def test_the_agent_gives_blockio_and_pcie_one_topology() -> None:
+    from collector.agent.config import AgentConfig
+    from collector.agent.main import build_exporters
+    from exporters.blockio.exporter import BlockioExporter
+    from exporters.pcie.exporter import PcieExporter
+
+    root = TREES / "sata_ahci"
+    cfg = AgentConfig.model_validate({"blockio": {"backend": "diskstats"}})
+    exporters = build_exporters(cfg, sys_root=root, start=False)
+    try:
+        (blockio,) = [e for e in exporters if isinstance(e, BlockioExporter)]
+        (pcie,) = [e for e in exporters if isinstance(e, PcieExporter)]
+        assert blockio.topology._source is pcie._disks
+        assert isinstance(pcie._disks, SharedTopology) and pcie._disks.max_age > 0
+    finally:
+        for e in exporters:
+            e.close()
