@@ -55,7 +55,10 @@ class HistogramLines:
         if prefixes is None:
             prefixes = self._prefixes[key] = self._series(device, op)
         acc = list(accumulate(counts))
-        lines = [f"{p}{count_text(n)}\n" for p, n in zip(prefixes[:-2], acc, strict=True)]
+        if acc[-1] < 1_000_000 and min(counts) >= 0:  # then every cumulative count is below
+            lines = [f"{p}{n}.0\n" for p, n in zip(prefixes[:-2], acc, strict=True)]
+        else:
+            lines = [f"{p}{count_text(n)}\n" for p, n in zip(prefixes[:-2], acc, strict=True)]
         lines.append(f"{prefixes[-2]}{count_text(acc[-1])}\n")
         lines.append(f"{prefixes[-1]}{floatToGoString(total)}\n")
         self._now[key] = (counts, total, "".join(lines))
