@@ -12,6 +12,7 @@ from the same counts on first access. tests/unit/test_textfamily.py holds the tw
 from __future__ import annotations
 
 from collections.abc import Callable
+from math import copysign
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as om
@@ -28,6 +29,11 @@ def series_prefix(name: str, labels: dict[str, str]) -> str:
         for k, v in sorted(labels.items())
     )
     return f"{om.escape_metric_name(name, om.UNDERSCORES)}{{{pairs}}} "
+
+
+def written_alike(a: float, b: float) -> bool:
+    """Whether a and b are written alike: equal, and of one sign when zero (-0.0 is "-0.0")."""
+    return a == b and (a != 0 or copysign(1.0, a) == copysign(1.0, b))
 
 
 def count_text(n: int) -> str:

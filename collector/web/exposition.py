@@ -15,7 +15,6 @@ import gzip
 import threading
 from array import array
 from collections.abc import Callable, Iterable
-from math import copysign
 from typing import Any
 
 from prometheus_client import generate_latest
@@ -24,16 +23,11 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from exporters.base import REUSED
-from exporters.textfamily import TextFamily, series_prefix
+from exporters.textfamily import TextFamily, series_prefix, written_alike
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _OM_SUFFIXES = ("_created", "_gsum", "_gcount")
 _TYPES = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram", "unknown": "untyped"}
-
-
-def _same(a: float, b: float) -> bool:
-    """Whether a and b are written alike: equal, and of one sign when zero (-0.0 is "-0.0")."""
-    return a == b and (a != 0 or copysign(1.0, a) == copysign(1.0, b))
 
 
 def _doc(text: str) -> str:
@@ -120,7 +114,7 @@ class TextRenderer:
                 return generate_latest(_One(metric)).decode(), 0
             key = (name, tuple(labels.items()))
             entry = cache.get(key)
-            if entry is not None and _same(value, entry[1]):
+            if entry is not None and written_alike(value, entry[1]):
                 # Unchanged since the last scrape (most series of a host: info gauges,
                 # idle disks' buckets): its line as written then.
                 lines.append(entry[2])

@@ -19,7 +19,7 @@ from exporters.hostfs.read import PROC_ROOT, SYS_ROOT
 
 from .diskinfo import disk_info_metric
 from .diskstats import DiskstatsBackend
-from .histlines import HistogramLines
+from .lines import HistogramLines, SeriesLines
 from .model import (
     DEFAULT_LAT_BOUNDS_SECONDS,
     OPS,
@@ -78,17 +78,26 @@ LAT_NAME = "wattbit_disk_io_latency_seconds"
 SIZE_NAME = "wattbit_disk_io_size_bytes"
 
 
-class Histograms:
-    """The latency and size histograms' lines, kept between renders (issue 35)."""
+class Lines:
+    """The busiest families' lines (every disk's, changed at every scrape under load), kept
+    between renders (issue 35: lines.py)."""
 
     def __init__(self, lat_le: tuple[str, ...]) -> None:
+        by_op = ("device", "op")
         self.lat = HistogramLines(LAT_NAME, lat_le)
         self.size = HistogramLines(SIZE_NAME, _SIZE_LE)
+        self.bytes = SeriesLines("wattbit_disk_io_bytes", "counter", by_op)
+        self.ios = SeriesLines("wattbit_disk_ios", "counter", by_op)
+        self.errors = SeriesLines("wattbit_disk_io_errors", "counter", by_op)
+        self.busy = SeriesLines("wattbit_disk_busy_seconds", "counter", ("device",))
+        self.inflight = SeriesLines("wattbit_disk_inflight_requests", "gauge", ("device",))
+        self.all: tuple[HistogramLines | SeriesLines, ...] = (self.lat, self.size, self.bytes)
+        self.all += (self.ios, self.errors, self.busy, self.inflight)
 
     def begin(self) -> None:
-        """Start both families afresh."""
-        self.lat.begin()
-        self.size.begin()
+        """Start every family afresh."""
+        for lines in self.all:
+            lines.begin()
 
 
 class TopologyCache:
@@ -152,7 +161,7 @@ class BlockioExporter(Exporter):
         # The last render's inputs (a copy of every value: a backend may update its objects in
         # place) and its families, yielded again while the inputs are equal (issue 35)
         self._last: tuple[tuple[object, ...], tuple[Metric, ...]] | None = None
-        self._histograms = Histograms(self.lat_le)
+        self._lines = Lines(self.lat_le)
 
     def startup_note(self) -> str:
         """The backend in use, and why not eBPF if it is not ("backend: diskstats (missing
@@ -212,7 +221,7 @@ class BlockioExporter(Exporter):
                 lat_le=self.lat_le,
                 prog_stats=prog_stats,
                 map_full=map_full,
-                histograms=self._histograms,
+                lines=self._lines,
             )
             self._last = (key, reusable(families))
         yield from self._last[1]
@@ -295,13 +304,13 @@ def render(
     lat_le: tuple[str, ...] = le_labels(DEFAULT_LAT_BOUNDS_SECONDS),
     prog_stats: dict[str, tuple[int, int]] | None = None,
     map_full: dict[str, int] | None = None,
-    histograms: Histograms | None = None,
+    lines: Lines | None = None,
 ) -> Iterator[Metric]:
-    """The metric families of a set of device statistics (pure but for ``histograms``, the
-    lines kept from the last render: a new one when not given; used by tests and bench)."""
+    """The metric families of a set of device statistics (pure but for ``lines``, what the
+    last render wrote: new ones when not given; used by tests and bench)."""
     labels = ["device", "op"]
-    hist = Histograms(lat_le) if histograms is None else histograms
-    hist.begin()
+    w = Lines(lat_le) if lines is None else lines
+    w.begin()
     clock = GaugeMetricFamily(
         "wattbit_disk_io_latency_clock_info",
         "What the device's latency histogram measures: device (issue to the device until "
@@ -320,34 +329,15 @@ def render(
         "backend; read, write, discard); only where some were.",
         labels=labels,
     )
-    nbytes = CounterMetricFamily(
-        "wattbit_disk_io_bytes", "Bytes completed by the device.", labels=labels
-    )
-    ios = CounterMetricFamily(
-        "wattbit_disk_ios", "Requests completed by the device.", labels=labels
-    )
-    errors = CounterMetricFamily(
-        "wattbit_disk_io_errors", "Requests completed with an error.", labels=labels
-    )
     io_time = CounterMetricFamily(
         "wattbit_disk_io_time_seconds",
         "Summed time requests spent, from /proc/diskstats (fallback backend only).",
         labels=labels,
     )
-    busy = CounterMetricFamily(
-        "wattbit_disk_busy_seconds",
-        "Time with at least one request in flight on the device.",
-        labels=["device"],
-    )
-    inflight = GaugeMetricFamily(
-        "wattbit_disk_inflight_requests",
-        "Requests issued and not yet completed.",
-        labels=["device"],
-    )
     for name in sorted(devices):
         dev = devices[name]
-        busy.add_metric([name], dev.busy_seconds)
-        inflight.add_metric([name], float(dev.inflight))
+        w.busy.add((name,), dev.busy_seconds)
+        w.inflight.add((name,), float(dev.inflight))
         if dev.clock is not None:
             clock.add_metric([name, dev.clock], 1.0)
         for op in OPS:
@@ -356,33 +346,41 @@ def render(
             # thousands of series for nothing.
             if s is None or (s.ios == 0 and s.bytes == 0 and not s.errors and not s.unseen):
                 continue
-            lv = [name, op]
-            nbytes.add_metric(lv, float(s.bytes))
-            ios.add_metric(lv, float(s.ios))
+            lv = [name, op]  # for the rare families below
+            w.bytes.add((name, op), float(s.bytes))
+            w.ios.add((name, op), float(s.ios))
             if s.errors is not None:
-                errors.add_metric(lv, float(s.errors))
+                w.errors.add((name, op), float(s.errors))
             if s.time_seconds is not None:
                 io_time.add_metric(lv, s.time_seconds)
             if s.lat_slots is not None:
-                hist.lat.add(name, op, s.lat_slots, s.lat_sum_seconds)
+                w.lat.add(name, op, s.lat_slots, s.lat_sum_seconds)
             if s.untimed:
                 untimed.add_metric(lv, float(s.untimed))
             if s.unseen:
                 unseen.add_metric(lv, float(s.unseen))
             if s.size_slots is not None:
-                hist.size.add(name, op, s.size_slots, float(s.size_sum_bytes))
+                w.size.add(name, op, s.size_slots, float(s.size_sum_bytes))
     backend_info = GaugeMetricFamily(
         "wattbit_blockio_backend_info",
         "The blockio backend in use (core, bcc or diskstats) and why not a better one.",
         labels=["backend", "reason"],
     )
     backend_info.add_metric([backend, reason], 1.0)
-    lat = hist.lat.family(
+    lat = w.lat.family(
         "Block I/O latency until completion, from issue to the device or, where "
         "wattbit_disk_io_latency_clock_info says clock=queue, from queueing."
     )
-    size = hist.size.family("Size of block I/O requests.")
-    yield from (lat, nbytes, ios, errors, busy, inflight, backend_info)
+    size = w.size.family("Size of block I/O requests.")
+    yield from (
+        lat,
+        w.bytes.family("Bytes completed by the device."),
+        w.ios.family("Requests completed by the device."),
+        w.errors.family("Requests completed with an error."),
+        w.busy.family("Time with at least one request in flight on the device."),
+        w.inflight.family("Requests issued and not yet completed."),
+        backend_info,
+    )
     if size.count:
         yield size
     if clock.samples:

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
 from collector.web.exposition import TextRenderer
 from exporters.base import reusable
-from exporters.blockio.histlines import HistogramLines
+from exporters.blockio.lines import HistogramLines, SeriesLines
 from exporters.textfamily import TextFamily, count_text
 
 LE = ("1e-05", "0.001", "1.0", "+Inf")
@@ -54,7 +54,7 @@ def _text(fam: TextFamily) -> bytes:
     return TextRenderer(_Families(fam)).render()  # type: ignore[arg-type]
 
 
-_COUNT = st.one_of(st.integers(0, 2_000_000), st.integers(0, 2**64 - 1))
+_COUNT = st.one_of(st.integers(0, 400_000), st.integers(0, 2**64 - 1))
 _SERIES = st.lists(
     st.tuples(
         st.text(min_size=1, max_size=12),  # a device name from the host: any text
@@ -137,3 +137,47 @@ def test_reused_text_family_renders_alike() -> None:
     fams = reusable([_written(HistogramLines(NAME, LE), [("sda", "read", [1, 2, 3, 4], 0.5)])])
     renderer = TextRenderer(_Families(*fams))  # type: ignore[arg-type]
     assert renderer.render() == renderer.render() == _exposition(*fams)
+
+
+_VALUES = st.lists(
+    st.tuples(st.text(max_size=8), st.text(max_size=8), st.floats(allow_nan=True)),
+    max_size=6,
+    unique_by=lambda s: (s[0], s[1]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUES, st.sampled_from(["counter", "gauge"]), st.booleans())
+def test_series_lines_are_generate_latests(
+    series: list[tuple[str, str, float]], typ: str, twice: bool
+) -> None:
+    kind = CounterMetricFamily if typ == "counter" else GaugeMetricFamily
+    want = kind("wattbit_disk_io_bytes", "bytes", labels=["device", "op"])
+    for device, op, value in series:
+        want.add_metric([device, op], value)
+    lines = SeriesLines("wattbit_disk_io_bytes", typ, ("device", "op"))
+    for _ in range(2 if twice else 1):  # the second family from lines kept from the first
+        lines.begin()
+        for device, op, value in series:
+            lines.add((device, op), value)
+        fam = lines.family("bytes")
+    assert _text(fam) == _exposition(want)
+    assert _exposition(fam) == _exposition(want)
+
+
+def test_series_lines_rewrite_what_changed_and_forget_what_left() -> None:
+    lines = SeriesLines("wattbit_disk_busy_seconds", "counter", ("device",))
+    for k in range(20):
+        lines.begin()
+        lines.add((f"loop{k}",), 1.0)
+        lines.add(("sda",), 0.0 if k % 2 else -0.0)  # -0.0 is written otherwise than 0.0
+        fam = lines.family("busy")
+        assert (
+            fam.lines.splitlines()[1]
+            == f'wattbit_disk_busy_seconds_total{{device="sda"}} {"0.0" if k % 2 else "-0.0"}'
+        )
+        assert f"loop{k - 1}" not in fam.lines and len(lines._prefixes) == 2
+    with pytest.raises(ValueError, match="histogram is not a counter"):
+        SeriesLines("x", "histogram", ())
+    with pytest.raises(ValueError, match="1 label values"):
+        SeriesLines("x", "gauge", ("a", "b")).add(("a",), 1.0)
