@@ -326,31 +326,39 @@ def limited(doc: dict[str, Any]) -> dict[str, Any]:
     return lb
 
 
+def said(lab: Lab, name: str, lb: dict[str, Any]) -> str:
+    """A failure's whole story: the verdict (pytest's repr of a dict is cut at 240 characters:
+    the evidence would be lost) and the end of the scenario's own output."""
+    log = lab.tmp / f"{name}.log"
+    tail = log.read_text(errors="replace")[-1500:] if log.exists() else "(no log)"
+    return f"{json.dumps(lb)}\n--- {name}.log:\n{tail}"
+
+
 def test_disk_bound(lab: Lab) -> None:
     lb = limited(report(lab, "disk"))
-    assert lb["resource"] == "disk", lb
-    assert lb["subject"] in lab.fuse_disks, lb
-    assert lb["utilisation"] >= 0.7 and lb["evidence"].endswith("disk-bound"), lb
+    assert lb["resource"] == "disk", said(lab, "disk", lb)
+    assert lb["subject"] in lab.fuse_disks, said(lab, "disk", lb)
+    assert lb["utilisation"] >= 0.7 and lb["evidence"].endswith("disk-bound"), said(lab, "disk", lb)
     rules_agree(lab, "disk", "disk")
 
 
 def test_cpu_bound_receiver(lab: Lab) -> None:
     lb = limited(report(lab, "cpu"))
-    assert (lb["resource"], lb["subject"]) == ("cpu", BUSY_CPU), lb
-    assert "softirq" in lb["evidence"], lb
+    assert (lb["resource"], lb["subject"]) == ("cpu", BUSY_CPU), said(lab, "cpu", lb)
+    assert "softirq" in lb["evidence"], said(lab, "cpu", lb)
     rules_agree(lab, "cpu", "cpu")
 
 
 def test_nic_bound_at_the_configured_speed(lab: Lab) -> None:
     doc = report(lab, "nic")
     lb = limited(doc)
-    assert (lb["resource"], lb["subject"]) == ("nic", lab.shaped), lb
-    assert "of 0.2 Gbit/s" in lb["evidence"], lb
+    assert (lb["resource"], lb["subject"]) == ("nic", lab.shaped), said(lab, "nic", lb)
+    assert "of 0.2 Gbit/s" in lb["evidence"], said(lab, "nic", lb)
     rules_agree(lab, "nic", "nic")
 
 
 def test_paced_sender_is_limited_by_nothing(lab: Lab) -> None:
     lb = limited(report(lab, "none"))
-    assert (lb["resource"], lb["subject"]) == ("none", None), lb
-    assert lb["others"]["nic"] < 0.2, lb  # it was judged, and far from its speed
+    assert (lb["resource"], lb["subject"]) == ("none", None), said(lab, "none", lb)
+    assert lb["others"]["nic"] < 0.2, said(lab, "none", lb)  # it was judged, and far from its speed
     rules_agree(lab, "none", "none")
