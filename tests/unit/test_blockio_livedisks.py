@@ -11,6 +11,7 @@ import pytest
 from exporters.blockio import bpfshared
 from exporters.blockio.bpfshared import LiveDisks
 from exporters.blockio.devt import encode
+from tests.support.clock import ManualClock
 
 LOOP7 = encode(7, 7)
 LOOP8 = encode(7, 8)
@@ -29,14 +30,6 @@ def _gone(root: Path, name: str) -> None:
     for f in d.iterdir():
         f.unlink()
     d.rmdir()
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_the_current_diskseq_is_reported_the_others_are_dead(tmp_path: Path) -> None:
@@ -80,7 +73,7 @@ def test_unnamed_devices_only_where_some_are_hidden_and_only_while_active(
 ) -> None:
     _disk(tmp_path, "nvme0n1", 259, 0, diskseq=2)
     path = encode(259, 3)  # the hidden path device nvme0c0n1 has no dev file
-    clock = _Clock()
+    clock = ManualClock(0.0)
     live = LiveDisks(tmp_path, clock=clock, unnamed_idle=600.0)
     # No hidden device listed: an unknown dev_t is a disk that came and went.
     assert live.live({(path, 9): 100}) == {}

@@ -25,6 +25,7 @@ from prometheus_client.metrics_core import Metric
 
 from exporters.blockio.diskinfo import INFO_LABELS, disk_info_metric
 from exporters.hostfs.blockdevs import DiskInfo, SharedTopology, devt_names, read_topology
+from tests.support.clock import ManualClock
 
 SYS_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sys"
 
@@ -331,19 +332,11 @@ def test_capture_roundtrip(tmp_path: Path) -> None:
         assert read_topology(dest) == read_topology(TREES / scenario), scenario
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_shared_topology_reads_once_for_its_readers_until_devices_change(tmp_path: Path) -> None:
     """SharedTopology (blockio and pcie in one agent, issue 35): a second reader within max_age
     gets the same read; a device that comes, max_age passing, or force read afresh."""
     root = copy_tree("sata_ahci", tmp_path)
-    clock = _Clock()
+    clock = ManualClock(100.0)
     shared = SharedTopology(root, max_age=1.0, clock=clock)
     first = shared.read()
     assert first == read_topology(root) and shared.reads == 1
