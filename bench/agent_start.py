@@ -17,47 +17,76 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.abc
 import json
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 CONFIG = "blockio:\n  backend: core\ncpu:\n  enabled: true\n"  # as bench/agent_process.py
 MARK = b'wattbit_blockio_backend_info{backend="core"'
-# The agent's imports, in the order it loads them: each group counts what the ones before left.
-IMPORTS = (
-    ("yaml", "yaml"),
-    ("pydantic + BaseModel", "pydantic.main"),
-    ("collector.cli", "collector.cli"),
-    ("collector.config (exporters.strict)", "collector.config"),
-    ("collector.agent.config (its models)", "collector.agent.config"),
-    ("prometheus_client", "prometheus_client"),
-    ("collector.web.server (aiohttp's server)", "collector.web.server"),
-    ("collector.daemon.serve, agent.main", "collector.agent.main"),
-    ("the exporters' modules", "exporters.blockio.exporter"),
-)
+# The agent's imports: each stamped when its module has loaded (in the order the agent loads
+# them; each group counts what the ones before left).
+IMPORTS = {
+    "yaml": "yaml",
+    "pydantic.main": "pydantic + BaseModel",
+    "collector.cli": "collector.cli",
+    "collector.config": "collector.config (exporters.strict)",
+    "collector.agent.config": "collector.agent.config (its models)",
+    "prometheus_client": "prometheus_client",
+    "collector.web.server": "collector.web.server (aiohttp's server)",
+    "collector.agent.main": "collector.daemon.serve, agent.main",
+}
 EXPORTER_MODULES = ("blockio", "nic", "smart", "power", "pcie", "cpu", "tcp")
+
+
+class _Stamped(importlib.abc.MetaPathFinder):
+    """Stamps a module's import when it has run, then calls its hook (the wrappers below are
+    put in place as their modules load: nothing is imported ahead of the agent)."""
+
+    def __init__(self, hooks: dict[str, Callable[[ModuleType], None]]) -> None:
+        self.hooks = hooks
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        """The other finders' spec, its loader's exec_module wrapped, for the hooked modules."""
+        hook = self.hooks.get(name)
+        if hook is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader: Any = spec.loader
+        if loader is None:
+            return spec
+        run = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            run(module)
+            hook(module)
+
+        loader.exec_module = exec_module  # this module's own loader
+        return spec
 
 
 def _child(out: str, t0: float, argv: list[str]) -> int:
     """The agent, stamping each phase (in the agent's process)."""
-    import importlib
-
+    lock = threading.Lock()
     marks: list[tuple[str, float]] = [("interpreter up", time.time() - t0)]
 
     def mark(name: str) -> None:
-        marks.append((name, time.time() - t0))
-
-    for label, module in IMPORTS:
-        importlib.import_module(module)
-        if module.startswith("exporters."):
-            for name in EXPORTER_MODULES:
-                importlib.import_module(f"exporters.{name}.exporter")
-        mark(f"import {label}")
+        with lock:
+            marks.append((name, time.time() - t0))
 
     def timed(owner: Any, attr: str, label: str, once: bool = False) -> None:
         fn = getattr(owner, attr)
@@ -74,35 +103,63 @@ def _child(out: str, t0: float, argv: list[str]) -> int:
 
         setattr(owner, attr, wrapper)
 
-    import collector.agent.main as agent
-    import collector.config as config
-    import collector.daemon.serve as serve
-    import collector.web.exposition as exposition
-    import exporters.base as base
+    def imported(label: str, then: Callable[[ModuleType], None] | None = None) -> Any:
+        def hook(module: ModuleType) -> None:
+            mark(f"import {label}")
+            if then is not None:
+                then(module)
 
-    timed(config, "load_model", "config read and validated")
-    timed(agent, "drop_after_start", "capabilities dropped")
-    timed(serve, "start_server", "server listening")
-    timed(exposition.TextRenderer, "render", "first render done", once=True)
+        return hook
+
+    def exporter_class(name: str) -> Callable[[ModuleType], None]:
+        def wrap(mod: ModuleType) -> None:
+            from exporters.base import Exporter
+
+            cls = next(
+                v
+                for v in vars(mod).values()
+                if isinstance(v, type)
+                and issubclass(v, Exporter)
+                and getattr(v, "name", "") == name
+            )
+            timed(cls, "__init__", f"{name} built")
+
+        return wrap
+
+    def base_hook(base: ModuleType) -> None:
+        first_collect = base.ExportersCollector.collect
+
+        def collect(self: Any) -> Any:
+            base.ExportersCollector.collect = first_collect
+            for e in self.exporters:  # each exporter's first collect stamped, then as it was
+                e.collect = functools.partial(_collected, e, e.collect, mark)
+            return first_collect(self)
+
+        base.ExportersCollector.collect = collect
+
+    hooks: dict[str, Callable[[ModuleType], None]] = {m: imported(t) for m, t in IMPORTS.items()}
+    hooks["collector.config"] = imported(
+        IMPORTS["collector.config"],
+        lambda m: timed(m, "load_model", "config read and validated"),
+    )
+    hooks["collector.agent.main"] = imported(
+        IMPORTS["collector.agent.main"],
+        lambda m: timed(m, "drop_after_start", "capabilities dropped"),
+    )
+
+    def early_hook(m: ModuleType) -> None:
+        timed(m.CoreLoad, "__init__", "blockio's core begun (its load goes on in a thread)")
+        timed(m.CoreLoad, "take", "blockio's core finished (load waited for, attached)")
+
+    hooks["collector.agent.early"] = early_hook
+    hooks["collector.daemon.serve"] = lambda m: timed(m, "start_server", "server listening")
+    hooks["collector.web.exposition"] = lambda m: timed(
+        m.TextRenderer, "render", "first render done", once=True
+    )
+    hooks["exporters.base"] = base_hook
     for name in EXPORTER_MODULES:
-        mod = importlib.import_module(f"exporters.{name}.exporter")
-        cls = next(
-            v
-            for v in vars(mod).values()
-            if isinstance(v, type)
-            and issubclass(v, base.Exporter)
-            and getattr(v, "name", "") == name
-        )
-        timed(cls, "__init__", f"{name} built")
-    first_collect = base.ExportersCollector.collect
-
-    def collect(self: base.ExportersCollector) -> Any:
-        base.ExportersCollector.collect = first_collect  # type: ignore[method-assign]
-        for e in self.exporters:  # each exporter's first collect stamped, then as it was
-            e.collect = functools.partial(_collected, e, e.collect, mark)  # type: ignore[method-assign]
-        return first_collect(self)
-
-    base.ExportersCollector.collect = collect  # type: ignore[method-assign]
+        hooks[f"exporters.{name}.exporter"] = exporter_class(name)
+    sys.meta_path.insert(0, _Stamped(hooks))
     from collector import cli
 
     return cli.main(argv)
@@ -118,7 +175,7 @@ def _collected(e: Any, collect: Callable[[], Any], mark: Callable[[str], None]) 
 
 def _dump(out: str, marks: list[tuple[str, float]]) -> None:
     with open(out, "w") as f:
-        json.dump(marks, f)
+        json.dump(sorted(marks, key=lambda m: m[1]), f)
 
 
 def one_start(workdir: Path, i: int) -> tuple[float, list[tuple[str, float]]]:

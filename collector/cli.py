@@ -45,7 +45,6 @@ def _load(model: type[P], args: argparse.Namespace) -> tuple[P, WebConfig | None
 
 
 def _agent(args: argparse.Namespace) -> int:
-    from collector.agent import main as agent
     from collector.agent.config import AgentConfig
 
     cfg, web = _load(AgentConfig, args)
@@ -56,8 +55,16 @@ def _agent(args: argparse.Namespace) -> int:
         _logging(args.log_level or "error")
         return _report(check_agent(cfg), args.json)
     _logging(args.log_level or cfg.log_level)
+    from collector.agent import early
+    from exporters.hostfs.read import PROC_ROOT, SYS_ROOT
+
+    # blockio's BPF program loads in a thread while the rest of the agent is imported below
+    # (aiohttp, prometheus_client, the exporters: ~90 ms; issue 35's ready goal).
+    core = early.start(cfg, SYS_ROOT, PROC_ROOT)
+    from collector.agent import main as agent
+
     try:
-        return agent.run(cfg, web, own_process=True)
+        return agent.run(cfg, web, own_process=True, blockio_core=core)
     except agent.StartupError as exc:
         print(f"wattbit agent: {exc}", file=sys.stderr)
         return 1

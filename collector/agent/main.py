@@ -3,15 +3,14 @@ cpu) metrics."""
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
-import os
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from collector.agent.config import AgentConfig, SmartConfig
+from collector.agent.early import CoreLoad, limit_malloc_arenas
 from collector.agent.privileges import drop_after_start
 from collector.daemon.serve import ListenError, serve
 from exporters.base import Exporter
@@ -42,6 +41,7 @@ def build_exporters(
     smartctl: Runner | None = None,
     tcp_reader: SocketReader | None = None,
     start: bool = True,
+    blockio_core: CoreLoad | None = None,
 ) -> list[Exporter]:
     """The exporters the configuration enables, reading this machine.
 
@@ -49,31 +49,14 @@ def build_exporters(
     recorded sock_diag answers can be given instead (tests/unit/test_agent_golden.py).
     start=False: no exporter starts a thread yet (start_exporters() does, after the
     capabilities are dropped; the tcp exporter starts its sampling thread at the first scrape).
+    blockio_core: blockio's core backend being built in a thread (early.start), taken when
+    the configured backend tries it.
     """
     exporters: list[Exporter] = []
     # blockio and pcie read the block devices' topology at the same scrapes: once for both
     topology = SharedTopology(sys_root) if cfg.blockio.enabled and cfg.pcie.enabled else None
     if cfg.blockio.enabled:
-        from exporters.blockio.exporter import BlockioExporter
-
-        try:
-            exporters.append(
-                BlockioExporter(
-                    backend=cfg.blockio.backend,
-                    exclude=cfg.blockio.exclude,
-                    max_inflight=cfg.blockio.max_inflight,
-                    topology_refresh=cfg.blockio.topology_refresh,
-                    sys_root=sys_root,
-                    proc_root=proc_root,
-                    latency_buckets=cfg.blockio.latency_buckets,
-                    size_histogram=cfg.blockio.size_histogram,
-                    topology=topology,
-                )
-            )
-        except BackendUnavailable as exc:
-            raise StartupError(
-                f"blockio: backend '{cfg.blockio.backend}' was requested but {exc.detail}"
-            ) from exc
+        exporters.append(_blockio(cfg, sys_root, proc_root, topology, blockio_core))
     if cfg.nic.enabled:
         from exporters.nic.exporter import NicExporter
 
@@ -155,6 +138,35 @@ def build_exporters(
     return exporters
 
 
+def _blockio(
+    cfg: AgentConfig,
+    sys_root: Path,
+    proc_root: Path,
+    topology: SharedTopology | None,
+    core: CoreLoad | None,
+) -> Exporter:
+    """The blockio exporter (its core backend taken from `core` where one was begun)."""
+    from exporters.blockio.exporter import BlockioExporter
+
+    try:
+        return BlockioExporter(
+            backend=cfg.blockio.backend,
+            exclude=cfg.blockio.exclude,
+            max_inflight=cfg.blockio.max_inflight,
+            topology_refresh=cfg.blockio.topology_refresh,
+            sys_root=sys_root,
+            proc_root=proc_root,
+            latency_buckets=cfg.blockio.latency_buckets,
+            size_histogram=cfg.blockio.size_histogram,
+            topology=topology,
+            core=None if core is None else core.take,
+        )
+    except BackendUnavailable as exc:
+        raise StartupError(
+            f"blockio: backend '{cfg.blockio.backend}' was requested but {exc.detail}"
+        ) from exc
+
+
 def smart_runner(cfg: SmartConfig) -> tuple[RunnerChoice, Runner]:
     """Who runs smartctl (smart.smartctl; auto: from this process's CAP_SYS_RAWIO)."""
     from exporters.hostfs import caps
@@ -186,30 +198,6 @@ def start_exporters(exporters: list[Exporter], smart_delay: float = SMART_FIRST_
             e.start(delay=smart_delay)
 
 
-# mallopt(3)'s M_ARENA_MAX (glibc's malloc.h). glibc gives a thread that allocates while
-# another holds the main arena an arena of its own (up to 8 per core), each keeping the
-# memory freed into it: the agent's few threads (the HTTP loop, the WSGI pool, the smart
-# reads, the tcp sampler) kept ~0.8 MB more resident that way (issue 35, docs/benchmarks.md).
-M_ARENA_MAX = -8
-MALLOC_ARENAS = 1
-
-
-def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
-    """Cap glibc's malloc arenas before any thread starts; False where not glibc or set.
-
-    An operator's MALLOC_ARENA_MAX (the environment, read by glibc itself) wins.
-    """
-    if "MALLOC_ARENA_MAX" in os.environ:
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
-        return False
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    mallopt.restype = ctypes.c_int
-    return bool(mallopt(M_ARENA_MAX, arenas))
-
-
 # The cyclic GC's first threshold: container objects allocated (net) before a young
 # collection. A 48-disk scrape builds and frees thousands (samples, label dicts) that
 # reference counting frees alone, yet at the default 700 they set off young collections, and
@@ -232,15 +220,21 @@ def run(
     stop: threading.Event | None = None,
     *,
     own_process: bool = False,
+    blockio_core: CoreLoad | None = None,
 ) -> int:
     """Start the exporters and the endpoint, serve until SIGINT/SIGTERM (or stop is set).
 
     own_process (`wattbit agent`): the process is the agent's alone, so its malloc arenas and
     GC are set for it; a caller running the agent in its own process (tests) keeps them.
+    blockio_core: blockio's core backend being built since before the imports (early.start).
     """
     if own_process:
         limit_malloc_arenas()
-    exporters = build_exporters(cfg, start=False)
+    try:
+        exporters = build_exporters(cfg, start=False, blockio_core=blockio_core)
+    finally:
+        if blockio_core is not None:
+            blockio_core.close()  # not taken (blockio failed otherwise): freed
     if cfg.drop_capabilities:
         log.info(drop_after_start(exporters))
     start_exporters(exporters)

@@ -149,10 +149,15 @@ TRACEPOINT_PROBE(block, block_rq_issue)
 	struct start_key k = { .dev = args->dev, .sector = args->sector };
 	struct start_val v = { .ts = now, .bytes = args->bytes, .op = op };
 
-	/* If (dev, sector) is already in flight (two concurrent requests for one sector, or
-	 * two flushes, which carry no sector), the key can time only the first; counts do not
-	 * depend on this map (see complete), so keep the first and move on. */
-	start.insert(&k, &v);
+	/* Overwrite: an entry already there is either a request still in flight for the same
+	 * sector (two concurrent ones, or two flushes, which carry no sector; the key can time
+	 * only one, and the earlier one is then timed from the later issue: shorter, never
+	 * longer) or one whose completion the program was not run for (docs/exporters/
+	 * blockio.md, "Completions the program is not run for"). Kept, such a stale entry would
+	 * time the next request for that sector from an issue long gone: a latency beyond any
+	 * the device took (a test run beside others' BPF loads: 0.375 s summed against fio's
+	 * 0.307 s over the same 1,009 writes). Counts do not depend on this map (complete). */
+	start.update(&k, &v);
 	return 0;
 }
 

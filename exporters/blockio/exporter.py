@@ -46,14 +46,21 @@ def open_backend(
     proc_root: Path,
     lat_bounds: Sequence[float] = DEFAULT_LAT_BOUNDS_SECONDS,
     size_histogram: bool = False,
+    core: Callable[[], Backend] | None = None,
 ) -> tuple[Backend, str]:
     """The backend to run and why not a better one: core (CO-RE, libbpf) where the kernel has
-    BTF, else bcc, else /proc/diskstats; the reason is the first failure's short label."""
+    BTF, else bcc, else /proc/diskstats; the reason is the first failure's short label.
+
+    core: where the core backend comes from when it is tried (the agent's, built beforehand
+    in a thread: collector/agent/early.py); by default it is built here.
+    """
     if choice == "diskstats":
         return DiskstatsBackend(proc_root), "configured"
     reason = ""
     if choice in ("auto", "core"):
         try:
+            if core is not None:
+                return core(), ""
             from .core.backend import CoreBackend
 
             return CoreBackend(lat_bounds, size_histogram, sys_root, proc_root), ""
@@ -147,9 +154,11 @@ class BlockioExporter(Exporter):
         latency_buckets: Sequence[float] = DEFAULT_LAT_BOUNDS_SECONDS,
         size_histogram: bool = False,
         topology: SharedTopology | None = None,
+        core: Callable[[], Backend] | None = None,
     ) -> None:
+        """core: the core backend built beforehand, if it was (open_backend)."""
         self.backend, self.reason = open_backend(
-            backend, max_inflight, sys_root, proc_root, latency_buckets, size_histogram
+            backend, max_inflight, sys_root, proc_root, latency_buckets, size_histogram, core
         )
         self.lat_le = le_labels(latency_buckets)
         self.exclude = re.compile(exclude)

@@ -15,6 +15,7 @@ import errno
 import logging
 import os
 import struct
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 _c_p = ctypes.c_void_p
 # libbpf_print_fn_t: int (*)(enum libbpf_print_level level, const char *fmt, va_list args)
 _PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+_NO_PRINT = _PRINT_FN()  # NULL: libbpf prints nothing (libbpf_set_print(NULL))
 
 
 class LibbpfError(OSError):
@@ -353,9 +355,26 @@ class Object:
             self.programs[name] = Program(ptr, name)
         return self.programs[name]
 
-    def load(self) -> None:
-        """Relocate against the kernel's BTF, verify and load every autoloaded program."""
-        _check(lib().bpf_object__load(self._ptr), "load")
+    def load(self, messages: bool = True) -> None:
+        """Relocate against the kernel's BTF, verify and load every autoloaded program.
+
+        messages=False: libbpf says nothing meanwhile. A load calls its print function ~170
+        times (debug lines) and each call takes the GIL back: in a thread that loads while
+        another imports, every one waited for it (issue 35). A caller whose quiet load
+        failed loads again with messages for the verifier's log (last_messages).
+        """
+        if messages:
+            _check(lib().bpf_object__load(self._ptr), "load")
+            return
+        lib().libbpf_set_print(_NO_PRINT)
+        try:
+            _check(lib().bpf_object__load(self._ptr), "load")
+        finally:
+            lib().libbpf_set_print(_print)
+
+    def start_load(self) -> Loading:
+        """The load (quiet, as load(messages=False)) started in a thread of its own."""
+        return Loading(self._ptr)
 
     def close(self) -> None:
         """Detach every program and free the object (its maps and programs)."""
@@ -364,6 +383,32 @@ class Object:
         if self._ptr:
             lib().bpf_object__close(self._ptr)
             self._ptr = 0
+
+
+class Loading:
+    """An object's load run in a thread: one C call (bpf_object__load: libbpf's CO-RE
+    relocations, then the kernel's verifier), the GIL released all along, so it costs the
+    caller's thread nothing while it goes on (issue 35: the agent imports meanwhile).
+
+    libbpf prints nothing until wait() (a print call would need the GIL); the object must not
+    be touched, nor closed, before wait() returns.
+    """
+
+    def __init__(self, ptr: int) -> None:
+        self._ptr = ptr
+        self._rc: int | None = None
+        lib().libbpf_set_print(_NO_PRINT)
+        self._thread = threading.Thread(target=self._run, name="bpf-load", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        self._rc = lib().bpf_object__load(self._ptr)
+
+    def wait(self) -> None:
+        """Until the load is over; raises LibbpfError as load() would."""
+        self._thread.join()
+        lib().libbpf_set_print(_print)
+        _check(-errno.EIO if self._rc is None else self._rc, "load")
 
 
 def possible_cpus() -> int:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from collector import cli
+from collector.agent import early
 from collector.agent import main as agent
 
 
@@ -30,16 +31,27 @@ def test_young_threshold_raised_older_ones_kept() -> None:
 
 def test_an_operators_malloc_arena_max_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
-    assert agent.limit_malloc_arenas() is False
+    assert early.limit_malloc_arenas() is False
 
 
 def test_only_the_command_sets_up_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[bool] = []
 
-    def run(cfg: object, web: object, stop: object = None, *, own_process: bool = False) -> int:
+    def run(
+        cfg: object,
+        web: object,
+        stop: object = None,
+        *,
+        own_process: bool = False,
+        blockio_core: early.CoreLoad | None = None,
+    ) -> int:
         seen.append(own_process)
+        if blockio_core is not None:
+            blockio_core.close()
         return 0
 
     monkeypatch.setattr(agent, "run", run)
+    # the unit tier loads no BPF program (the real start: tests/integration)
+    monkeypatch.setattr(early, "start", lambda *args: None)
     assert cli.main(["agent", "--listen", "127.0.0.1:19731"]) == 0
     assert seen == [True]

@@ -3,6 +3,7 @@ against the running kernel's BTF; no LLVM and no kernel headers at run time."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import struct
@@ -132,11 +133,14 @@ class CoreBackend:
         stamps: int = STAMP_DEVICE | STAMP_QUEUE,
         max_queues: int | None = None,
         stats_entries: int = STATS_ENTRIES,
+        beside: bool = False,
     ) -> None:
         """stamps: the kernel timestamps to use; tests clear bits to exercise the queue clock
         and the issue-side timing on devices that carry both. max_queues: queue ids with an
         array slot (default: queue_slots(); 0 sends everything through the hash map).
-        stats_entries: the hash map's size (tests fill a small one)."""
+        stats_entries: the hash map's size (tests fill a small one). beside: the object's
+        load (the verifier) goes on in a thread of its own and finish() completes the
+        backend (collector/agent/early.py: while the agent imports the rest)."""
         missing = caps.bpf_tracing_missing(caps.current().effective)
         if missing:
             raise BackendUnavailable(
@@ -167,7 +171,21 @@ class CoreBackend:
         if not 0 < stats_entries <= STATS_ENTRIES:
             raise ValueError(f"stats_entries: 1 to {STATS_ENTRIES}")
         self.stats_entries = stats_entries
-        self.obj = self._load(obj_path, bounds, size_histogram, stamps)
+        self._roots = (sys_root, proc_root)
+        self._reopen = (obj_path, bounds, size_histogram, stamps)
+        self.obj = self._open(obj_path, bounds, size_histogram, stamps)
+        self._loading: libbpf.Loading | None = self.obj.start_load() if beside else None
+        self._finished = False
+        if not beside:
+            self.finish()
+
+    def finish(self) -> None:
+        """The load waited for (or run now), the program attached, the reads set up."""
+        if self._finished:
+            return
+        loading, self._loading = self._loading, None
+        self.obj = self._loaded(self.obj, loading)
+        sys_root, proc_root = self._roots
         self.ncpus = libbpf.possible_cpus()
         self._stats = self.obj.map("stats")
         self._slots = self.obj.map("slots")
@@ -195,10 +213,35 @@ class CoreBackend:
         # (unseen.py; docs/exporters/blockio.md).
         self.unseen = Unseen()
         self.unseen.start(self.diskstats.read())
+        self._finished = True
 
-    def _load(
+    def _loaded(self, obj: libbpf.Object, loading: libbpf.Loading | None) -> libbpf.Object:
+        """obj loaded (its load waited for, if started); a failed load is run again with
+        libbpf's messages on, for the verifier's log in the error."""
+        try:
+            if loading is None:
+                obj.load(messages=False)  # quiet: libbpf's ~170 debug lines cost the GIL each
+            else:
+                loading.wait()
+            return obj
+        except OSError:
+            obj.close()
+        obj_path = self._reopen[0]
+        obj = self._open(*self._reopen)
+        try:
+            obj.load()
+        except OSError as exc:
+            obj.close()
+            tail = libbpf.last_messages()
+            raise BackendUnavailable(
+                "bpf load failed", f"loading {obj_path.name} failed ({exc}); libbpf said:\n{tail}"
+            ) from exc
+        return obj
+
+    def _open(
         self, obj_path: Path, bounds: list[int], size_histogram: bool, stamps: int
     ) -> libbpf.Object:
+        """The object opened, its configuration and map sizes set: ready to load."""
         try:
             obj = libbpf.Object(obj_path)
         except OSError as exc:
@@ -225,15 +268,13 @@ class CoreBackend:
                 stats.set_flags(0)
                 stats.set_max_entries(min(self.stats_entries, _PREALLOC_ENTRIES))
             obj.program("empty").set_autoload(False)
-            obj.load()
         except BackendUnavailable:
             obj.close()
             raise
         except OSError as exc:
             obj.close()
-            tail = libbpf.last_messages()
             raise BackendUnavailable(
-                "bpf load failed", f"loading {obj_path.name} failed ({exc}); libbpf said:\n{tail}"
+                "bpf load failed", f"preparing {obj_path.name} failed ({exc})"
             ) from exc
         return obj
 
@@ -431,6 +472,11 @@ class CoreBackend:
         return prog_stats(self._programs())
 
     def close(self) -> None:
-        """Detach the programs and free the maps."""
+        """Detach the programs and free the maps (after a load still going on: finished)."""
+        if self._loading is not None:
+            with contextlib.suppress(OSError):
+                self._loading.wait()
+            self._loading = None
         self.obj.close()
-        self.disks.close()
+        if self._finished:
+            self.disks.close()
