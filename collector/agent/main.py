@@ -48,7 +48,7 @@ def build_exporters(
     Another machine's captured /sys and /proc, a recorded ethtool, a recorded smartctl and
     recorded sock_diag answers can be given instead (tests/unit/test_agent_golden.py).
     start=False: no exporter starts a thread yet (start_exporters() does, after the
-    capabilities are dropped; the tcp exporter starts its sampling thread at the first scrape).
+    capabilities are dropped: the tcp sampler and the smart reads).
     blockio_core: blockio's core backend being built in a thread (early.start), taken when
     the configured backend tries it.
     """
@@ -188,14 +188,19 @@ SMART_FIRST_READ = 1.0
 
 
 def start_exporters(exporters: list[Exporter], smart_delay: float = SMART_FIRST_READ) -> None:
-    """Start the exporters' background threads (the smart reads, the first after smart_delay)."""
-    if not any(e.name == "smart" for e in exporters):
-        return
-    from exporters.smart.exporter import SmartExporter
-
+    """Start the exporters' background threads: the tcp sampler now (its first sample is
+    ready by the first scrape, which would wait for it), the smart reads after smart_delay."""
     for e in exporters:
-        if isinstance(e, SmartExporter):
-            e.start(delay=smart_delay)
+        if e.name == "tcp":
+            from exporters.tcp.exporter import TcpExporter
+
+            if isinstance(e, TcpExporter):
+                e.start()
+        elif e.name == "smart":
+            from exporters.smart.exporter import SmartExporter
+
+            if isinstance(e, SmartExporter):
+                e.start(delay=smart_delay)
 
 
 # The cyclic GC's first threshold: container objects allocated (net) before a young

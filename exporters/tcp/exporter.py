@@ -436,16 +436,23 @@ class TcpExporter(Exporter):
             if self._stop.wait(self.interval):
                 return
 
+    def start(self) -> None:
+        """Start sampling in the background (the agent: once its capabilities are dropped,
+        as threads inherit the starting thread's sets); a no-op on recorded answers."""
+        if self.background and self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="tcp-sample", daemon=True)
+            self._thread.start()
+
     def collect(self) -> Iterator[Metric]:
         """The last sample's flow table and the host's tuning."""
         if not self.background:
             if self.snapshot is None:
                 self.sample_once()  # recorded answers: sampled when asked
-        elif self._thread is None:
-            # Started at the first scrape, after the agent dropped its capabilities (threads
-            # inherit the thread's sets); the first scrape waits for the first sample a while.
-            self._thread = threading.Thread(target=self._loop, name="tcp-sample", daemon=True)
-            self._thread.start()
+        else:
+            # Started by the agent before it listens (its first sample runs while the server
+            # starts and waits for the first scrape), else here; the first scrape waits for
+            # the first sample a while.
+            self.start()
             self._first.wait(FIRST_SAMPLE_WAIT)
         with self._lock:
             snap, owners = self.snapshot, dict(self.owners)

@@ -156,3 +156,23 @@ def test_scitags_from_the_flow_label_and_for_the_closed_unseen(tmp_path: Path) -
     assert got == {(PEER, "5201", "", "", "3", "2"): 50 + 70, (PEER, "80", "", "", "", ""): 60}
     text = "".join(f"{m.name} {s.labels}\n" for m in exp.collect() for s in m.samples)
     assert "wattbit_tcp_flow_label_info {'source': 'bpf_iter', 'reason': 'test'}" in text
+
+
+def test_the_agent_starts_sampling_before_the_first_scrape(tmp_path: Path) -> None:
+    """start_exporters starts the sampler (the first scrape then finds a sample, issue 35's
+    ready); a scrape after it starts no second thread; close stops it."""
+    from collector.agent.main import start_exporters
+
+    ids = cgroups(tmp_path)
+    steps = [([diag(1, 40000, 5201, 100, ids["/"])], [])] * 3
+    exp = TcpExporter(reader=Steps(steps), sys_root=tmp_path, key=KeyConfig(("peer", "port")),
+                      top_k=50)  # fmt: skip
+    exp.background = True  # as with the live reader: sampled by its own thread
+    start_exporters([exp])
+    thread = exp._thread
+    assert thread is not None and thread.name == "tcp-sample"
+    assert exp._first.wait(10.0) and exp.snapshot is not None  # before any collect
+    names = {m.name for m in exp.collect()}
+    assert exp._thread is thread and "wattbit_tcp_sockets" in names
+    exp.close()
+    assert not thread.is_alive()
