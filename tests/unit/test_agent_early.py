@@ -16,14 +16,11 @@ from collector.agent.config import AgentConfig
 from collector.agent.main import StartupError, build_exporters
 from exporters.blockio.diskstats import DiskstatsBackend
 from exporters.blockio.exporter import open_backend
-from exporters.blockio.model import BackendUnavailable, DeviceStats
+from exporters.blockio.model import BackendUnavailable
 
 
 class _Begun:
-    """A stand-in backend, begun: counts its finishes and closes."""
-
-    name = "core"
-    size_histogram = False
+    """A stand-in for a backend begun (early.Pending): counts its finishes and closes."""
 
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
@@ -34,18 +31,6 @@ class _Begun:
         self.finished += 1
         if self.fail:
             raise BackendUnavailable("bpf load failed", "the verifier said no")
-
-    def read(self) -> dict[str, DeviceStats]:
-        return {}
-
-    def missed_events(self) -> dict[str, int] | None:
-        return None
-
-    def prog_stats(self) -> dict[str, tuple[int, int]] | None:
-        return None
-
-    def map_full(self) -> dict[str, int] | None:
-        return None
 
     def close(self) -> None:
         self.closed += 1
