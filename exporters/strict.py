@@ -11,11 +11,39 @@ imports collector/, and the PDU profiles the poller runs on are Strict models to
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from types import MappingProxyType
+import sys
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType, ModuleType
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
+
+
+def _no_pydantic_plugins() -> None:
+    """Load no pydantic plugins, without importing pydantic's plugin loader.
+
+    pydantic looks plugins up when it builds its first model: its loader
+    (``pydantic.plugin._loader``, imported there, not with pydantic) imports importlib.metadata
+    and scans the entry points of every installed distribution, ~15 ms of a start with the
+    system's site-packages on the path (issue 35, docs/benchmarks.md "pydantic's plugin
+    scan"). wattbit uses no plugin: this stand-in answers as pydantic's loader does under
+    ``PYDANTIC_DISABLE_PLUGINS=__all__`` (https://docs.pydantic.dev/latest/concepts/plugins/),
+    minus the import and the scan. Left alone where the loader is already imported.
+    """
+    name = "pydantic.plugin._loader"
+    if name in sys.modules:
+        return
+    loader = ModuleType(name, "wattbit: no pydantic plugins (exporters.strict)")
+
+    def get_plugins() -> Iterable[object]:
+        """No plugins, as pydantic's loader under PYDANTIC_DISABLE_PLUGINS=__all__."""
+        return ()
+
+    loader.get_plugins = get_plugins  # type: ignore[attr-defined]
+    sys.modules[name] = loader
+
+
+_no_pydantic_plugins()  # before the first model below is built
 
 
 class Strict(BaseModel):

@@ -175,8 +175,9 @@ def _block_entries(root: Path) -> Iterator[tuple[str, Rel]]:
         names = sorted(os.listdir(root.joinpath(*cls)))
     except OSError:
         return
+    known: set[str] = set()  # the directories the devices' links lead through, each once
     for name in names:
-        path = resolve_in(root, (name,), cls)
+        path = resolve_in(root, (name,), cls, known)
         if path is not None:
             yield name, path
 
@@ -188,10 +189,13 @@ def _disk_attrs(root: Path, disk: Rel) -> tuple[str, str, str, str, str]:
     """(model, serial, controller, numa_node, rotational) of the whole disk at disk."""
     # device/model: SCSI/ATA (16 space-padded bytes, truncated ATA model), NVMe controller or
     # subsystem. dm's dm/name and md's md/ are names of volumes, not models: never read them.
-    model = attr_in(root, disk, "device", "model")
+    # device/ resolved once: a disk reads up to six things under it, and loop, zram, dm and md
+    # disks have none (issue 35: each was a readlink per disk and attribute).
+    device = resolve_in(root, ("device",), disk)
+    model = "" if device is None else attr_in(root, device, "model")
     controller = ""
     numa_node = ""
-    pci = _controller_dir(root, disk)
+    pci = _controller_dir(root, disk, device)
     if pci is not None:
         controller = pci[-1]
         # numa_node is -1 when the firmware gave no affinity; a kernel without CONFIG_NUMA has
@@ -202,19 +206,19 @@ def _disk_attrs(root: Path, disk: Rel) -> tuple[str, str, str, str, str]:
             or "-1"
         )
     rotational = attr_in(root, disk, "queue", "rotational")
-    return model, _serial(root, disk), controller, numa_node, rotational
+    return model, _serial(root, disk, device), controller, numa_node, rotational
 
 
-def _serial(root: Path, disk: Rel) -> str:
+def _serial(root: Path, disk: Rel, device: Rel | None) -> str:
     """The serial number: NVMe device/serial, virtio serial, SCSI VPD page 0x80, else wwid."""
-    for rel in (("device", "serial"), ("serial",)):
-        value = attr_in(root, disk, *rel)
-        if value:
-            return value
+    value = "" if device is None else attr_in(root, device, "serial")
+    value = value or attr_in(root, disk, "serial")
+    if value or device is None:
+        return value
     # VPD page 0x80 (Unit Serial Number, SPC-4 7.8.15): byte 1 is the page code, bytes 2-3 the
     # big-endian length of the ASCII serial that follows. libata emulates it from IDENTIFY,
     # whose serial is space-padded on either side depending on the vendor.
-    page = bytes_in(root, disk, "device", "vpd_pg80")
+    page = bytes_in(root, device, "vpd_pg80")
     if page is not None and len(page) > 4 and page[1] == 0x80:
         length = int.from_bytes(page[2:4], "big")
         value = page[4 : 4 + length].decode("ascii", "replace").strip(_STRIP)
@@ -222,10 +226,10 @@ def _serial(root: Path, disk: Rel) -> str:
             return value
     # wwid (from VPD page 0x83) names the unit uniquely: the best stand-in on older kernels
     # without the vpd_pg80 attribute, or devices that do not implement page 0x80.
-    return attr_in(root, disk, "device", "wwid")
+    return attr_in(root, device, "wwid")
 
 
-def _controller_dir(root: Path, disk: Rel) -> Rel | None:
+def _controller_dir(root: Path, disk: Rel, device: Rel | None) -> Rel | None:
     """The resolved directory of the PCI function the disk hangs off, None for virtual disks."""
     own = last_pci(disk)
     if own is not None:
@@ -240,7 +244,7 @@ def _controller_dir(root: Path, disk: Rel) -> Rel | None:
         found = last_pci(resolve_in(root, ("multipath", name), disk))
         if found is not None:
             return found
-    subsystem = resolve_in(root, ("device",), disk)
+    subsystem = device
     if subsystem is None or len(subsystem) < 2 or subsystem[-2] != "nvme-subsystem":
         return None  # dm, md, loop, zram ...: deliberately no controller (slaves not followed)
     for name in sorted(filter(_NVME_CTRL.match, entries_in(root, subsystem)), key=_natural):

@@ -107,10 +107,15 @@ def read_attr(path: str | os.PathLike[str], limit: int = ATTR_MAX, *, follow: bo
     try:
         data = read_bytes(path, limit, follow=follow)
     except (TooLarge, NotAFile) as exc:
-        _note(exc)
+        note(exc)
         return ""
     except (OSError, ValueError):  # ValueError: a NUL in the path
         return ""
+    return attr_text(data)
+
+
+def attr_text(data: bytes) -> str:
+    """An attribute's bytes as read_attr gives them: decoded, stripped of blanks and NULs."""
     return data.decode("utf-8", "replace").strip(_STRIP)
 
 
@@ -123,14 +128,14 @@ def read_proc(path: str | os.PathLike[str], limit: int = PROC_MAX) -> str:
     try:
         data = read_bytes(path, limit)
     except (TooLarge, NotAFile) as exc:
-        _note(exc)
+        note(exc)
         return ""
     except (OSError, ValueError):
         return ""
     return data.decode("utf-8", "replace")
 
 
-def _note(exc: OSError) -> None:
+def note(exc: OSError) -> None:
     """Warn once per path and reason about a file refused for its size or kind."""
     key = (str(exc.filename), exc.strerror or "")
     if key in _noted:
@@ -197,7 +202,7 @@ class HeldAttrs:
                 return ""
         if len(data) > ATTR_MAX:
             self._drop(key)
-            _note(TooLarge(key, ATTR_MAX))
+            note(TooLarge(key, ATTR_MAX))
             return ""
         return data.decode("utf-8", "replace").strip(_STRIP)
 
@@ -213,7 +218,7 @@ class HeldAttrs:
             return None
         if not stat.S_ISREG(mode):
             os.close(fd)
-            _note(NotAFile(key, _kind(mode)))
+            note(NotAFile(key, _kind(mode)))
             return None
         self._fds[key] = fd
         return fd

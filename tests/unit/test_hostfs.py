@@ -30,7 +30,7 @@ from exporters.hostfs.read import (
     read_bytes,
     read_proc,
 )
-from exporters.hostfs.tree import attr_in, entries_in, resolve_in
+from exporters.hostfs.tree import attr_in, bytes_in, entries_in, is_file_in, resolve_in
 from tests.support.env import require
 from tests.support.tree import sys_link, write_file
 
@@ -122,6 +122,47 @@ def test_the_tree_never_leaves_its_root(tmp_path: Path) -> None:
     for name in ("abs", "up", "loop"):
         assert resolve_in(root, ("class", "x", name)) is None
         assert attr_in(root, ("class", "x"), name, "numa_node") == ""
+
+
+def test_a_last_name_that_is_a_link_is_resolved_inside_the_root(tmp_path: Path) -> None:
+    """The last name is opened with O_NOFOLLOW, not resolved first (issue 35): a link there is
+    refused by the kernel, then resolved as any other component, never followed by the OS."""
+    root = tmp_path / "sys"
+    write_file(root / "devices" / "d" / "model", "real\n")
+    (root / "devices" / "d" / "inside").symlink_to("model")
+    (root / "devices" / "d" / "abs").symlink_to("/etc/hostname")  # a real file outside
+    (root / "devices" / "d" / "up").symlink_to("../../../../../../../../etc/hostname")
+    (root / "devices" / "d" / "loop").symlink_to("loop")
+    (root / "devices" / "d" / "dir").mkdir()
+    assert Path("/etc/hostname").is_file()  # what an escape would read
+    assert attr_in(root, ("devices", "d"), "inside") == "real"
+    assert bytes_in(root, ("devices",), "d", "inside") == b"real\n"
+    assert is_file_in(root, ("devices", "d"), "inside")
+    for name in ("abs", "up", "loop", "dir", "absent", "a\0b"):
+        assert attr_in(root, ("devices", "d"), name) == "", name
+        assert bytes_in(root, ("devices", "d"), name) is None, name
+        assert not is_file_in(root, ("devices", "d"), name), name
+
+
+def test_a_walk_shares_what_it_found_no_link(tmp_path: Path) -> None:
+    """resolve_in's known: the directories found no link are skipped by the walk's next calls,
+    and what is a link is never taken for one that is not."""
+    root = tmp_path / "sys"
+    for disk in ("a", "b"):
+        write_file(root / "devices" / "virtual" / "block" / disk / "size", "8\n")
+        sys_link(root / "class" / "block" / disk, root / "devices" / "virtual" / "block" / disk)
+    (root / "class" / "block" / "gone").symlink_to("../../devices/virtual/block/gone")
+    known: set[str] = set()
+    for disk in ("a", "b", "gone"):
+        alone = resolve_in(root, (disk,), ("class", "block"))
+        assert resolve_in(root, (disk,), ("class", "block"), known) == alone
+    top = str(root)
+    assert {
+        top + "/devices",
+        top + "/devices/virtual/block",
+        top + "/devices/virtual/block/b",
+    } <= known
+    assert not {top + "/class/block/a", top + "/devices/virtual/block/gone"} & known
 
 
 def test_an_absolute_part_stays_inside_the_root(tmp_path: Path) -> None:
