@@ -170,3 +170,32 @@ def test_the_web_config_models_load_only_with_a_web_config(tmp_path: Path) -> No
     assert lines[1] == "with: True {'X-Frame-Options': 'deny'}", out
     assert lines[2] == "bad: 2", out  # a bad web config still exits 2 before anything starts
     assert "no_such_key" in out.stderr
+
+
+def test_the_config_models_load_no_pydantic_plugins() -> None:
+    """pydantic's plugin loader (importlib.metadata, a scan of every installed distribution's
+    entry points: ~15 ms of a start) is never imported for wattbit's models (exporters.strict);
+    a config still validates and still refuses an unknown key."""
+    script = textwrap.dedent(
+        """
+        import sys
+        from collector.agent.config import AgentConfig
+        cfg = AgentConfig.model_validate({"blockio": {"backend": "core"}})
+        assert cfg.blockio.backend == "core"
+        try:
+            AgentConfig.model_validate({"blokio": {}})
+        except Exception as exc:
+            assert "blokio" in str(exc), exc
+        else:
+            raise AssertionError("an unknown key passed")
+        loader = sys.modules["pydantic.plugin._loader"]
+        assert list(loader.get_plugins()) == []
+        print("metadata:", "importlib.metadata" in sys.modules, loader.__doc__)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    assert out.strip().splitlines()[-1] == (
+        "metadata: False wattbit: no pydantic plugins (exporters.strict)"
+    ), out
