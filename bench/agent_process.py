@@ -49,6 +49,7 @@ from bench.harness import (
     cpu_seconds,
     fio_load,
     free_port,
+    git_tree,
     load_average,
     median,
     print_command,
@@ -117,11 +118,7 @@ def revision(rev: str) -> Iterator[Path]:
     """A temporary tree of the revision, with this checkout's built BPF object."""
     d = Path(tempfile.mkdtemp(prefix="wattbit-bench-rev-"))
     try:
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(d)], input=archive, check=True)
-        shutil.copy2(ROOT / OBJECT, d / OBJECT)
+        shutil.copy2(ROOT / OBJECT, git_tree(rev, d) / OBJECT)
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)

@@ -29,6 +29,7 @@ from bench.harness import (
     alternate,
     bench_lock,
     commit,
+    git_tree,
     load_average,
     median,
     print_command,
@@ -64,11 +65,7 @@ atexit.register(_hwm)
 
 def _tree(rev: str, into: Path) -> Path:
     """`rev` of this repository extracted into `into`, its bytecode compiled."""
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True
-    )
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    _compile(into)
+    _compile(git_tree(rev, into))
     return into
 
 

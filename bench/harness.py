@@ -296,6 +296,17 @@ def bench_lock(
         os.close(fd)  # releases the lock
 
 
+def git_tree(rev: str, into: Path) -> Path:
+    """`rev` of this repository (git archive) extracted into `into` (made if missing): the
+    tree a bench compares this checkout with. Built files git does not hold (the BPF object,
+    bytecode) are the caller's to add."""
+    into.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True)
+    archive.check_returncode()
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
 # --- ebpf_exporter, the exporter compared with (issue 35) -------------------------------------
 
 

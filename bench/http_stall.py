@@ -40,6 +40,7 @@ from bench.harness import (  # noqa: E402
     alternate,
     bench_lock,
     free_port,
+    git_tree,
     load_average,
     machine,
     median,
@@ -53,15 +54,6 @@ from tests.support.stalledhttp import HEADS, KeptAliveScraper, header_flood  # n
 from tests.support.tlsstall import make_cert  # noqa: E402
 
 TOKEN = "bench-http-stall-token-0123"
-
-
-def export(rev: str, into: Path) -> Path:
-    """The tree of `rev` (git archive), to run the baseline's daemons from."""
-    into.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True)
-    archive.check_returncode()
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into
 
 
 @contextlib.contextmanager
@@ -195,7 +187,7 @@ def main() -> int:
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4096)), hard))
     results: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="wattbit-http-stall-") as tmp, bench_lock():
-        trees = {"now": ROOT, a.baseline_rev: export(a.baseline_rev, Path(tmp) / "base")}
+        trees = {"now": ROOT, a.baseline_rev: git_tree(a.baseline_rev, Path(tmp) / "base")}
         for r, name in alternate(list(trees), a.rounds):
             work = Path(tmp) / f"{name}-{r}"
             run = header_run if a.header_flood else scrape_run

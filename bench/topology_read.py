@@ -16,21 +16,22 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.agent_process import revision
 from bench.harness import (
+    ROOT,
     alternate,
+    bench_lock,
+    git_tree,
     load_average,
     median,
     print_command,
     ratio,
     table,
 )
-
-ROOT = Path(__file__).resolve().parent.parent
 
 # Run in each tree's own interpreter: the modules of one tree never meet the other's.
 _CHILD = """
@@ -85,8 +86,12 @@ def main() -> None:
     print("load average before:", load_average())
     results: dict[str, list[dict[str, object]]] = {"this": [], args.against: []}
     described: dict[str, object] = {}
-    with revision(args.against) as old, loop_disks(args.disks, 4, prefix="wattbit-bench-topo-"):
-        trees = {"this": ROOT, args.against: old}
+    with (
+        tempfile.TemporaryDirectory(prefix="wattbit-bench-topo-") as tmp,
+        loop_disks(args.disks, 4, prefix="wattbit-bench-topo-"),
+        bench_lock(),
+    ):
+        trees = {"this": ROOT, args.against: git_tree(args.against, Path(tmp))}
         for _, name in alternate(list(trees), args.rounds):
             r = one(trees[name], args.reads)
             described[name] = r.pop("described")
