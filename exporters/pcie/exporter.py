@@ -214,10 +214,11 @@ class PcieExporter(Exporter):
         roles: dict[str, str] = {}
         paths: dict[str, tuple[str, ...]] = {}
         disk_links: list[DiskLink] = []
+        known: set[str] = set()  # the directories the devices' links lead through, each once
         for name, disk in self._disks.read().items():
             if excluded(self.block_exclude, disk):
                 continue
-            path = resolve_in(self.sys_root, ("class", "block", name))
+            path = resolve_in(self.sys_root, ("class", "block", name), (), known)
             if disk.controller:
                 roles[disk.controller] = "controller"
                 hint = _cut(path, disk.controller)
@@ -230,7 +231,7 @@ class PcieExporter(Exporter):
         for name in wanted_interfaces(self.sys_root, self.nic_exclude):
             # The PCI function nearest above the interface's device (virtio-net's device is
             # the virtio device under it), as nic_info finds it, but resolved inside the tree.
-            hint = last_pci(resolve_in(self.sys_root, ("class", "net", name, "device")))
+            hint = last_pci(resolve_in(self.sys_root, ("class", "net", name, "device"), (), known))
             if hint is not None and hint[-1] not in roles:
                 roles[hint[-1]] = "nic"
                 paths[hint[-1]] = hint
