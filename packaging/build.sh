@@ -14,8 +14,15 @@ WHEELHOUSE=build/wheelhouse
 
 bash scripts/build-bpf.sh
 mkdir -p dist
-# a stale build/lib could carry modules deleted since: build from scratch
-rm -rf build/lib build/bdist.* ./*.egg-info dist/wattbit-* dist/wattbit_*
+# a stale build/lib could carry modules deleted since: build from scratch. Of dist/, only
+# what this run builds again is removed: PACKAGES="wheel deb" leaves an RPM built before.
+rm -rf build/lib build/bdist.* ./*.egg-info dist/wattbit-*.whl
+for p in $PACKAGES; do
+  case $p in
+    deb) rm -f dist/wattbit_*.deb ;;
+    rpm) rm -f dist/wattbit-*.rpm ;;
+  esac
+done
 $PY -m pip wheel -q --no-deps -w dist .
 $PY - "$WHEEL" <<'PYEOF'
 import sys, zipfile
