@@ -2,7 +2,7 @@
 another revision of wattbit, or head to head with ebpf_exporter (issue 35).
 
 Run (root): PYTHONPATH=. .venv/bin/python bench/agent_process.py [--against main]
-     [--disks 48] [--rounds 5] [--scrapes 40] [--fio-iops 200]
+     [--disks 48] [--rounds 5] [--scrapes 40] [--fio-iops 200] [--package dist/wattbit_*.deb]
 or:  ... bench/agent_process.py --ebpf-exporter /path/to/ebpf_exporter [--libbpf-include DIR]
 Started alternately (A B, B A, ...) on the same loop disks (``--disks`` of them, named
 ``wattbit-bench-h2h-*`` in /dev/shm, each given reads and writes after every start so each
@@ -14,7 +14,8 @@ Medians, and ratios to the last contender.
 
 Without ``--ebpf-exporter``: this checkout against another revision (``--against``, extracted
 with git archive into a temporary directory, the BPF object copied from here), both with
-every exporter on. With it: this checkout twice (blockio alone; every exporter on) against
+every exporter on; ``--package`` adds this checkout's .deb, extracted and run in place, as a
+third. With it: this checkout twice (blockio alone; every exporter on) against
 ebpf_exporter with its ``biolatency`` example (per-disk, per-operation latency histograms: the
 closest equivalent), whose BPF object is built here into a temporary directory with clang as
 its examples/Makefile does, from the source tree beside the binary (``--ebpf-exporter-src``)
@@ -106,11 +107,27 @@ class Contender:
         return [a.format(port=port, config=config) for a in self.argv]
 
 
-def wattbit(name: str, tree: Path, config: str) -> Contender:
-    """`wattbit agent` of `tree` with that configuration."""
-    argv = [sys.executable, "-m", "collector.cli", "agent", "--config", "{config}"]
+def wattbit(name: str, tree: Path, config: str, python: str = sys.executable) -> Contender:
+    """`wattbit agent` of `tree` with that configuration (a source tree: on PYTHONPATH; an
+    extracted package: its own venv's ``python``, its installed modules, no PYTHONPATH)."""
+    argv = [python, "-m", "collector.cli", "agent", "--config", "{config}"]
     argv += ["--listen", "127.0.0.1:{port}", "--log-level", "warning"]
-    return Contender(name, argv, tree, MARK, config, {"PYTHONPATH": str(tree)})
+    env = {"PYTHONPATH": str(tree)} if python == sys.executable else {}
+    return Contender(name, argv, tree, MARK, config, env)
+
+
+@contextlib.contextmanager
+def package(deb: Path) -> Iterator[Contender]:
+    """The agent of a built .deb (packaging/build.sh), extracted (dpkg-deb -x) into a
+    temporary directory and run in place: its venv finds its pyvenv.cfg wherever it lies, and
+    runs the shipped bytecode and dependencies' wheels (docs/install.md)."""
+    d = Path(tempfile.mkdtemp(prefix="wattbit-bench-deb-"))
+    try:
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(d)], check=True)
+        python = d / "opt" / "wattbit" / "bin" / "python"
+        yield wattbit("this, packaged", d, CONFIG, str(python))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -241,6 +258,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--scrapes", type=int, default=40)
     ap.add_argument("--fio-iops", type=int, default=200, help="per disk, while scraping busy")
+    ap.add_argument(
+        "--package",
+        type=Path,
+        help="a .deb of this checkout (PACKAGES=deb packaging/build.sh): its agent as a third",
+    )
     args = ap.parse_args()
     with contextlib.ExitStack() as stack:
         if args.ebpf_exporter:
@@ -253,10 +275,12 @@ def main() -> None:
         else:
             other = stack.enter_context(revision(args.against))
             contenders = [wattbit("this", ROOT, CONFIG), wattbit(args.against, other, CONFIG)]
+            if args.package:
+                contenders.insert(0, stack.enter_context(package(args.package)))
         disks = stack.enter_context(loop_disks(args.disks, 4, prefix="wattbit-bench-h2h-"))
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wattbit-bench-h2h-")))
         stack.enter_context(bench_lock())
-        for tree in {c.cwd for c in contenders if c.mark == MARK}:
+        for tree in {c.cwd for c in contenders if "PYTHONPATH" in c.env}:  # a package has its own
             _compile(tree)
         print(f"load average before: {load_average()}")
         results: dict[str, list[dict[str, float]]] = {c.name: [] for c in contenders}
