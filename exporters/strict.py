@@ -26,9 +26,10 @@ def _no_pydantic_plugins() -> None:
     (``pydantic.plugin._loader``, imported there, not with pydantic) imports importlib.metadata
     and scans the entry points of every installed distribution: ~18 ms of importing the
     agent's config models, with the system's site-packages on the path (issue 35,
-    docs/benchmarks.md "pydantic's plugin scan"). wattbit uses no plugin: this stand-in answers as pydantic's loader does under
-    ``PYDANTIC_DISABLE_PLUGINS=__all__`` (https://docs.pydantic.dev/latest/concepts/plugins/),
-    minus the import and the scan. Left alone where the loader is already imported.
+    docs/benchmarks.md "pydantic's plugin scan"). wattbit uses no plugin: this stand-in
+    answers as pydantic's loader does under ``PYDANTIC_DISABLE_PLUGINS=__all__``
+    (https://docs.pydantic.dev/latest/concepts/plugins/), minus the import and the scan. Left
+    alone where the loader is already imported.
     """
     name = "pydantic.plugin._loader"
     if name in sys.modules:

@@ -174,8 +174,8 @@ def test_the_web_config_models_load_only_with_a_web_config(tmp_path: Path) -> No
 
 def test_the_config_models_load_no_pydantic_plugins() -> None:
     """pydantic's plugin loader (importlib.metadata, a scan of every installed distribution's
-    entry points: ~18 ms of importing the config models) is never imported for wattbit's models (exporters.strict);
-    a config still validates and still refuses an unknown key."""
+    entry points: ~18 ms of importing the config models) is never imported for wattbit's
+    models (exporters.strict); a config still validates and still refuses an unknown key."""
     script = textwrap.dedent(
         """
         import sys
