@@ -13,7 +13,7 @@ scrapes), idle and again while fio reads and writes every disk (``--fio-iops`` p
 Medians, and ratios to the last contender.
 
 Without ``--ebpf-exporter``: this checkout against another revision (``--against``, extracted
-with git archive into a temporary directory, the BPF object copied from here), both with
+with git archive into a temporary directory, its BPF objects built there), both with
 every exporter on; ``--package`` adds this checkout's .deb, extracted and run in place, as a
 third. With it: this checkout twice (blockio alone; every exporter on) against
 ebpf_exporter with its ``biolatency`` example (per-disk, per-operation latency histograms: the
@@ -87,7 +87,6 @@ cpu:
 MARK = 'wattbit_blockio_backend_info{backend="core"'
 # ebpf_exporter listens only once its configs' programs are attached (cmd/ebpf_exporter)
 EBPFX_MARK = 'ebpf_exporter_enabled_configs{name="biolatency"} 1'
-OBJECT = Path("exporters/blockio/core/blockio.bpf.o")
 KEYS = ("ready_s", "idle_cpu_ms", "fio_cpu_ms", "rss_mb", "series")
 
 
@@ -132,11 +131,13 @@ def package(deb: Path) -> Iterator[Contender]:
 
 @contextlib.contextmanager
 def revision(rev: str) -> Iterator[Path]:
-    """A temporary tree of the revision, with this checkout's built BPF object."""
+    """A temporary tree of the revision, its BPF objects built from its own sources (its
+    scripts/build-bpf.sh: an object and the backend that loads it change together)."""
     d = Path(tempfile.mkdtemp(prefix="wattbit-bench-rev-"))
     try:
-        shutil.copy2(ROOT / OBJECT, git_tree(rev, d) / OBJECT)
-        yield d
+        tree = git_tree(rev, d)
+        subprocess.run(["bash", str(tree / "scripts" / "build-bpf.sh")], check=True)
+        yield tree
     finally:
         shutil.rmtree(d, ignore_errors=True)
 

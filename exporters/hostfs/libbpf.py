@@ -64,6 +64,7 @@ def _load() -> ctypes.CDLL:
         "bpf_link__fd": (ctypes.c_int, [_c_p]),
         "bpf_iter_create": (ctypes.c_int, [ctypes.c_int]),
         "bpf_program__fd": (ctypes.c_int, [_c_p]),
+        "bpf_prog_test_run_opts": (ctypes.c_int, [ctypes.c_int, _c_p]),
         "bpf_link__destroy": (ctypes.c_int, [_c_p]),
         "bpf_map_lookup_batch": (
             ctypes.c_int,
@@ -72,6 +73,7 @@ def _load() -> ctypes.CDLL:
         "bpf_map_get_next_key": (ctypes.c_int, [ctypes.c_int, _c_p, _c_p]),
         "bpf_map_lookup_elem": (ctypes.c_int, [ctypes.c_int, _c_p, _c_p]),
         "bpf_map_delete_elem": (ctypes.c_int, [ctypes.c_int, _c_p]),
+        "bpf_map_update_elem": (ctypes.c_int, [ctypes.c_int, _c_p, _c_p, ctypes.c_uint64]),
     }
     for fn, (restype, argtypes) in sig.items():
         f = getattr(lib, fn)
@@ -177,6 +179,12 @@ class Map:
         _check(rc, f"{self.name}: lookup")
         return value.raw
 
+    def update(self, key: bytes, value: bytes) -> None:
+        """Write one entry (BPF_ANY; a per-CPU map's value: every possible CPU's copy)."""
+        k = ctypes.create_string_buffer(key, len(key))
+        v = ctypes.create_string_buffer(value, len(value))
+        _check(lib().bpf_map_update_elem(self.fd, k, v, 0), f"{self.name}: update")
+
     def delete(self, key: bytes) -> bool:
         """Delete one entry; False if there was none."""
         k = ctypes.create_string_buffer(key, len(key))
@@ -268,6 +276,28 @@ class Map:
                 yield bytes(key.raw), memoryview(bytes(value.raw))
 
 
+class _TestRunOpts(ctypes.Structure):
+    """struct bpf_test_run_opts (libbpf's bpf.h, as of libbpf 1.0; sz says which)."""
+
+    _fields_ = [
+        ("sz", ctypes.c_size_t),
+        ("data_in", _c_p),
+        ("data_out", _c_p),
+        ("data_size_in", ctypes.c_uint32),
+        ("data_size_out", ctypes.c_uint32),
+        ("ctx_in", _c_p),
+        ("ctx_out", _c_p),
+        ("ctx_size_in", ctypes.c_uint32),
+        ("ctx_size_out", ctypes.c_uint32),
+        ("retval", ctypes.c_uint32),
+        ("repeat", ctypes.c_int),
+        ("duration", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("cpu", ctypes.c_uint32),
+        ("batch_size", ctypes.c_uint32),
+    ]
+
+
 class Program:
     """One program of a loaded object."""
 
@@ -301,6 +331,13 @@ class Program:
         if self._link is None:
             ptr = lib().bpf_program__attach_iter(self._ptr, None)
             self._link = _check_ptr(ptr, f"attach {self.name}")
+
+    def run(self) -> int:
+        """Run a syscall program (SEC("syscall")) once, with no context: its return value
+        (BPF_PROG_TEST_RUN; like a map read, it needs no capability on Linux 6.5+)."""
+        opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts))
+        _check(lib().bpf_prog_test_run_opts(self.fd, ctypes.byref(opts)), f"{self.name}: run")
+        return int(opts.retval)
 
     def iterate(self, max_bytes: int) -> bytes:
         """One walk of an attached iterator (bpf_iter_create, then read to its end): what it

@@ -9,14 +9,19 @@ drive the other paths on the same real requests.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import struct
 import subprocess
 from collections.abc import Iterator
 
 import pytest
 
+from exporters.blockio.bpfshared import kernel_at_least
+from exporters.blockio.core import backend as core
 from exporters.blockio.core.backend import OBJECT, STAMP_DEVICE, STAMP_QUEUE, CoreBackend
 from exporters.blockio.model import OpStats
+from exporters.hostfs import libbpf
 from tests.support.env import require
 from tests.support.realparts import (
     LoopDisk,
@@ -126,12 +131,20 @@ def test_requests_without_stamps_are_timed_at_issue(disk: LoopDisk) -> None:
     assert 0 < r.lat_sum_seconds / N < 1.0
 
 
-@pytest.mark.parametrize("max_queues", [0, None], ids=["hash-map", "array-slots"])
-def test_both_paths_count_exactly(disk: LoopDisk, max_queues: int | None) -> None:
+@pytest.mark.parametrize(
+    ("max_queues", "kernel_sums"),
+    [(0, True), (None, True), (None, False)],
+    ids=["hash-map", "array-slots", "array-slots-summed-by-userspace"],
+)
+def test_both_paths_count_exactly(
+    disk: LoopDisk, max_queues: int | None, kernel_sums: bool
+) -> None:
     """The array slots (by request queue id) and the hash map they fall back to count the
-    same: exactly what /proc/diskstats counts, every request timed."""
-    backend = CoreBackend(BOUNDS, max_queues=max_queues)
+    same: exactly what /proc/diskstats counts, every request timed; the slots' copies summed
+    by the kernel (`sum`) or by userspace alike."""
+    backend = CoreBackend(BOUNDS, max_queues=max_queues, kernel_sums=kernel_sums)
     try:
+        assert backend.kernel_sums == (kernel_sums and kernel_at_least(5, 19))
         k0 = diskstats()[disk.name]
         job = _reads(disk)
         k1 = diskstats()[disk.name]
@@ -193,3 +206,112 @@ def test_every_completion_counted_or_unseen_under_cpu_load(exact_disk: LoopDisk)
         assert s.ios <= kernel and s.ios + s.unseen == kernel, (op, s.ios, s.unseen, kernel)
         assert sum(s.lat_slots or []) == s.ios  # every completion it saw is timed
         print(f"{op}: {s.ios} counted + {s.unseen} unseen = {kernel}")
+
+
+# A dev_t no disk has (major 4095, minor 2^20 - 1): a real completion in the slot written
+# below would reset it, never add to it.
+NO_DEV = (4095 << 20) | ((1 << 20) - 1)
+
+
+def _claim(backend: CoreBackend, copies: list[tuple[int, int, int]]) -> tuple[int, list[list[int]]]:
+    """The last array slot written from userspace, one copy per CPU: (op, diskseq, scale) each,
+    claimed for NO_DEV (scale 0: unclaimed), every counter word distinct; the slot marked
+    used. Its index and the copies' words."""
+    idx = backend.max_queues * core.NOPS - 1
+    words = []
+    for op, seq, scale in copies:
+        w = [scale * (i + 1) for i in range(core.WORDS)]
+        w[core.KEY], w[core.SEQ] = ((NO_DEV << 8) | (op + 1), seq) if scale else (0, 0)
+        words.append(w)
+    key = struct.pack("=I", idx)
+    backend._slots.update(key, b"".join(struct.pack(f"={core.WORDS}Q", *w) for w in words))
+    used = bytearray(backend._used.lookup(b"\0" * 4, core.MAX_SLOTS * 8) or b"")
+    assert used[idx * 8 : idx * 8 + 8] == bytes(8), "the last slot is a real queue's"
+    used[idx * 8 : idx * 8 + 8] = struct.pack("=Q", (NO_DEV << 8) | 1)
+    backend._used.update(b"\0" * 4, bytes(used))
+    return idx, words
+
+
+def _sums(backend: CoreBackend) -> dict[tuple[int, int, int], list[int]]:
+    """The kernel's sums of the claimed slots, checked against userspace's over the same
+    copies (nothing completes between: the disks are idle)."""
+    kernel = backend._kernel_summed()
+    user = list(backend._user_summed((None, v) for v in backend._slot_values()))
+    assert sorted(kernel) == sorted(user)
+    assert len(dict(kernel)) == len(kernel)  # one record per (disk, op)
+    return dict(kernel)
+
+
+def test_the_kernel_sums_every_cpus_copy_as_userspace_does(disk: LoopDisk) -> None:
+    """`sum`'s records equal userspace's sums of the same per-CPU copies, word for word: a
+    real disk's after real I/O, and a slot whose every CPU's copy holds other counts."""
+    backend = CoreBackend(BOUNDS)
+    try:
+        assert backend.kernel_sums == kernel_at_least(5, 19)
+        require(backend.kernel_sums, "needs Linux 5.19 (bpf_map_lookup_percpu_elem)")
+        require(backend.ncpus >= 2, "needs two CPUs: one copy per CPU")
+        k0 = diskstats()[disk.name]
+        _reads(disk, n=1009)
+        k1 = diskstats()[disk.name]
+        _, words = _claim(backend, [(0, 7, cpu + 1) for cpu in range(backend.ncpus)])
+        got = _sums(backend)
+        assert backend.read()[disk.name].ops["read"].ios == k1[0] - k0[0] == 1009
+    finally:
+        backend.close()
+    mine = got[(NO_DEV, 0, 7)]
+    pick = backend._pick
+    assert mine == [sum(w[i] for w in words) for i in pick]
+    assert mine[0] == sum(range(1, backend.ncpus + 1)) * (core.IOS + 1)
+
+
+def test_a_slot_whose_copies_claim_two_disks_gives_each_its_own(disk: LoopDisk) -> None:
+    """A queue id gone to another disk while some CPUs still hold the former's copies: `sum`
+    leaves that slot to userspace, which gives each disk only its own copies; a CPU that
+    never claimed it adds nothing."""
+    backend = CoreBackend(BOUNDS)
+    try:
+        require(backend.kernel_sums, "needs Linux 5.19 (bpf_map_lookup_percpu_elem)")
+        require(backend.ncpus >= 2, "needs two CPUs: one copy per CPU")
+        copies = [(0, 1, 1), (0, 2, 3)] + [(0, 1, 5), (0, 0, 0)] * (backend.ncpus // 2)
+        _, words = _claim(backend, copies[: backend.ncpus])
+        got = _sums(backend)
+    finally:
+        backend.close()
+    for seq in (1, 2):
+        own = [w for w, (_, s, scale) in zip(words, copies, strict=False) if s == seq and scale]
+        assert got[(NO_DEV, 0, seq)] == [sum(w[i] for w in own) for i in backend._pick]
+
+
+@pytest.mark.parametrize("refused", ["load", "run"])
+def test_a_kernel_that_refuses_sum_leaves_the_sums_to_userspace(
+    disk: LoopDisk, monkeypatch: pytest.MonkeyPatch, refused: str
+) -> None:
+    """`sum` refused by the verifier (the object loads again without it) or at its first run
+    (BPF_PROG_TEST_RUN refused): userspace sums, the counts still exact."""
+    if refused == "load":
+        real_load = libbpf.Object.load
+        calls: list[int] = []
+
+        def load(self: libbpf.Object, messages: bool = True) -> None:
+            calls.append(1)
+            if len(calls) == 1:
+                raise libbpf.LibbpfError(errno.EINVAL, "load: refused (the test)")
+            real_load(self, messages)
+
+        monkeypatch.setattr(libbpf.Object, "load", load)
+    else:
+
+        def run(self: libbpf.Program) -> int:
+            raise libbpf.LibbpfError(errno.EPERM, f"{self.name}: run: refused (the test)")
+
+        monkeypatch.setattr(libbpf.Program, "run", run)
+    backend = CoreBackend(BOUNDS)
+    try:
+        assert not backend.kernel_sums
+        k0 = diskstats()[disk.name]
+        _reads(disk, n=1009)
+        k1 = diskstats()[disk.name]
+        r = backend.read()[disk.name].ops["read"]
+    finally:
+        backend.close()
+    assert r.ios + r.unseen == k1[0] - k0[0] == 1009 and sum(r.lat_slots or []) == r.ios

@@ -197,3 +197,25 @@ def test_claimed_slots_are_read_in_runs() -> None:
     assert core._runs([0, 1, 4, 5], 6) == [(0, 5)]
     assert core._runs([0, 1, 20, 21, 29], 6) == [(0, 1), (20, 21), (29, 29)]
     assert core._runs([3, 10], 6) == [(3, 10)] and core._runs([3, 11], 6) == [(3, 3), (11, 11)]
+
+
+def _record(key: int, seq: int, ios: int) -> bytes:
+    import struct
+
+    v = [0] * core.WORDS
+    v[core.KEY], v[core.SEQ], v[core.IOS], v[core.BYTES] = key, seq, ios, ios * 512
+    return struct.pack(f"={core.WORDS}Q", *v)
+
+
+def test_the_kernels_records_are_parsed_per_disk_and_op() -> None:
+    """`sum`'s records: key dev << 8 | (op + 1) and seq say whose; key 0 names a slot whose
+    copies claim two disks (its index in seq); a partial record and a key naming no op are
+    dropped, never guessed at."""
+    pick = [core.IOS, core.BYTES]
+    data = _record(7 << 8 | 1, 42, 3) + _record(0, 17, 0) + _record(9 << 8 | 2, 43, 5)
+    data += _record(9 << 8 | 0, 44, 1) + _record(9 << 8 | 5, 45, 1)  # op bytes 0 and 5: none
+    summed, mixed = core.parse_sums(data + _record(8 << 8 | 1, 46, 9)[:100], pick)
+    assert summed == [((7, 0, 42), [3, 1536]), ((9, 1, 43), [5, 2560])]
+    assert mixed == [17]
+    assert core.parse_sums(b"", pick) == ([], [])
+    assert core.parse_sums(b"\xff" * 7, pick) == ([], [])

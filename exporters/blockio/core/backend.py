@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import operator
 import struct
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from ...hostfs import caps, libbpf
@@ -47,13 +49,16 @@ HEAD = (IOS, BYTES, ERRORS, UNTIMED, LSUM_DEV, LSUM_Q, SSUM)
 P_IOS, P_BYTES, P_ERRORS, P_UNTIMED, P_LSUM_DEV, P_LSUM_Q, P_SSUM = range(len(HEAD))
 _Key = tuple[int, int, int]  # (dev, op, diskseq)
 _KEY = struct.Struct("=IIQ")  # struct stat_key: dev, op, seq (diskseq)
-# the .rodata cfg: bounds, size_histogram, max_queues, stamps
-_CFG = struct.Struct(f"={MAX_LAT_BOUNDS}QQQQ")
+# the .rodata cfg: bounds, size_histogram, max_queues, stamps, ncpus
+_CFG = struct.Struct(f"={MAX_LAT_BOUNDS}QQQQQ")
 STAMP_DEVICE, STAMP_QUEUE = 1, 2
 NOPS = 4  # slots per queue id in `slots`
 MAX_SLOTS = 4096  # blockio.bpf.c's `used`
 MAP_FULL = ("stats", "start")  # blockio.bpf.c's map_full[], by index
 STATS_ENTRIES = 4096  # the hash map's max_entries in blockio.bpf.c
+# The syscall program that sums the claimed slots' per-CPU copies in the kernel
+# (blockio.bpf.c): bpf_map_lookup_percpu_elem is Linux 5.19; before, userspace sums.
+SUM_PROGRAM = "sum"
 
 
 def queue_slots(sys_root: Path = Path("/sys")) -> int:
@@ -112,6 +117,26 @@ def _by_key(value: bytes | memoryview, pick: list[int]) -> list[tuple[tuple[int,
     return out
 
 
+def parse_sums(data: bytes, pick: Sequence[int]) -> tuple[list[tuple[_Key, list[int]]], list[int]]:
+    """The records `sum` wrote (struct stat_val each, its key and seq words saying whose):
+    ((dev, op, diskseq), the words in pick order) per record, and the array slots whose
+    copies claim different disks (key 0, the slot's index in seq), for userspace to sum
+    itself. A trailing partial record, or a key naming no op, is dropped."""
+    size = WORDS * 8
+    flat = memoryview(data)[: len(data) // size * size].cast("Q")
+    get = operator.itemgetter(*pick)
+    out: list[tuple[_Key, list[int]]] = []
+    mixed: list[int] = []
+    for at in range(0, len(flat), WORDS):
+        rec = flat[at : at + WORDS]
+        c = rec[KEY]
+        if not c:
+            mixed.append(rec[SEQ])
+        elif 0 < c & 0xFF <= NOPS:
+            out.append(((c >> 8, (c & 0xFF) - 1, rec[SEQ]), list(get(rec))))
+    return out, mixed
+
+
 def _ns(bounds_seconds: Sequence[float]) -> list[int]:
     return [round(b * 1e9) for b in bounds_seconds]
 
@@ -134,13 +159,16 @@ class CoreBackend:
         max_queues: int | None = None,
         stats_entries: int = STATS_ENTRIES,
         beside: bool = False,
+        kernel_sums: bool = True,
     ) -> None:
         """stamps: the kernel timestamps to use; tests clear bits to exercise the queue clock
         and the issue-side timing on devices that carry both. max_queues: queue ids with an
         array slot (default: queue_slots(); 0 sends everything through the hash map).
         stats_entries: the hash map's size (tests fill a small one). beside: the object's
         load (the verifier) goes on in a thread of its own and finish() completes the
-        backend (collector/agent/early.py: while the agent imports the rest)."""
+        backend (collector/agent/early.py: while the agent imports the rest). kernel_sums:
+        the array slots' per-CPU copies summed in the kernel (`sum`) where it can (tests
+        compare with userspace's sums)."""
         missing = caps.bpf_tracing_missing(caps.current().effective)
         if missing:
             raise BackendUnavailable(
@@ -171,6 +199,11 @@ class CoreBackend:
         if not 0 < stats_entries <= STATS_ENTRIES:
             raise ValueError(f"stats_entries: 1 to {STATS_ENTRIES}")
         self.stats_entries = stats_entries
+        self.ncpus = libbpf.possible_cpus()
+        # Whether `sum` sums the slots: decided before the load, undone where its load or
+        # its first run fails (then userspace sums, as before Linux 5.19).
+        self.kernel_sums = kernel_sums and kernel_at_least(5, 19)
+        self._sum_lock = threading.Lock()  # a run of `sum` and the read of what it wrote
         self._roots = (sys_root, proc_root)
         self._reopen = (obj_path, bounds, size_histogram, stamps)
         self.obj = self._open(obj_path, bounds, size_histogram, stamps)
@@ -186,7 +219,6 @@ class CoreBackend:
         loading, self._loading = self._loading, None
         self.obj = self._loaded(self.obj, loading)
         sys_root, proc_root = self._roots
-        self.ncpus = libbpf.possible_cpus()
         self._stats = self.obj.map("stats")
         self._slots = self.obj.map("slots")
         self._used = self.obj.map(".data.used")
@@ -200,6 +232,14 @@ class CoreBackend:
             raise BackendUnavailable(
                 "attach failed", f"attaching tp_btf/block_rq_complete failed ({exc})"
             ) from exc
+        self._sum = self.obj.program(SUM_PROGRAM)
+        self._sums = self.obj.map("sums")
+        if self.kernel_sums:
+            try:
+                self._sum.run()
+            except OSError as exc:  # a kernel or a seccomp filter refusing BPF_PROG_TEST_RUN
+                self.kernel_sums = False
+                log.info("blockio: running `sum` failed (%s): userspace sums", exc)
         self.disks = LiveDisks(sys_root)
         self.diskstats = DiskstatsBackend(proc_root)
         # The clock each disk's histogram is in, fixed at its first timed request (a disk's
@@ -216,8 +256,9 @@ class CoreBackend:
         self._finished = True
 
     def _loaded(self, obj: libbpf.Object, loading: libbpf.Loading | None) -> libbpf.Object:
-        """obj loaded (its load waited for, if started); a failed load is run again with
-        libbpf's messages on, for the verifier's log in the error."""
+        """obj loaded (its load waited for, if started); a failed load is tried again without
+        `sum`, then run again with libbpf's messages on, for the verifier's log in the
+        error."""
         try:
             if loading is None:
                 obj.load(messages=False)  # quiet: libbpf's ~170 debug lines cost the GIL each
@@ -226,6 +267,15 @@ class CoreBackend:
             return obj
         except OSError:
             obj.close()
+        if self.kernel_sums:
+            self.kernel_sums = False
+            obj = self._open(*self._reopen)
+            try:
+                obj.load(messages=False)
+                log.info("blockio: `sum` did not load: userspace sums")
+                return obj
+            except OSError:
+                obj.close()
         obj_path = self._reopen[0]
         obj = self._open(*self._reopen)
         try:
@@ -253,7 +303,7 @@ class CoreBackend:
                     "bpf load failed", f"{obj_path.name}: .rodata is not the expected config"
                 )
             padded = bounds + [_NO_BOUND] * (MAX_LAT_BOUNDS - len(bounds))
-            cfg = _CFG.pack(*padded, int(size_histogram), self.max_queues, stamps)
+            cfg = _CFG.pack(*padded, int(size_histogram), self.max_queues, stamps, self.ncpus)
             ctypes.memmove(rodata, cfg, _CFG.size)
             if obj.map("slots").value_size() != WORDS * 8:
                 raise BackendUnavailable(
@@ -268,6 +318,8 @@ class CoreBackend:
                 stats.set_flags(0)
                 stats.set_max_entries(min(self.stats_entries, _PREALLOC_ENTRIES))
             obj.program("empty").set_autoload(False)
+            obj.program(SUM_PROGRAM).set_autoload(self.kernel_sums)
+            obj.map("sums").set_max_entries(max(1, self.max_queues * NOPS))
         except BackendUnavailable:
             obj.close()
             raise
@@ -291,6 +343,11 @@ class CoreBackend:
     def values(self) -> Iterator[tuple[tuple[int, int, int] | None, bytes | memoryview]]:
         """The raw per-CPU values: each claimed array slot (key None: its copies say whose
         they are), then the hash map's entries by (dev, op, diskseq)."""
+        yield from ((None, v) for v in self._slot_values())
+        yield from self._entry_values()
+
+    def _slot_values(self) -> Iterator[bytes | memoryview]:
+        """Each claimed array slot's per-CPU copies."""
         value_size = WORDS * 8 * self.ncpus
         used = self._used.lookup(b"\0\0\0\0", MAX_SLOTS * 8) or b""
         # queue ids are dense from 0: past the last claimed slot (a few hundred on a large
@@ -310,30 +367,62 @@ class CoreBackend:
                 for idx in range(first, last + 1):
                     slot = self._slots.lookup(struct.pack("=I", idx), value_size)
                     if slot and idx in claimed:
-                        yield None, slot
+                        yield slot
                 continue
             for idx in claimed:
                 if first <= idx <= last:
                     at = (idx - first) * value_size
-                    yield None, run[at : at + value_size]
-        for raw_key, value in self._stats.lookup_batch(_KEY.size, value_size):
+                    yield run[at : at + value_size]
+
+    def _entry_values(self) -> Iterator[tuple[_Key, memoryview]]:
+        """The hash map's entries' per-CPU copies, by (dev, op, diskseq)."""
+        for raw_key, value in self._stats.lookup_batch(_KEY.size, WORDS * 8 * self.ncpus):
             yield _KEY.unpack(raw_key), value
 
     def _raw(self) -> dict[tuple[int, int, int], list[int]]:
         """(dev, op, diskseq) -> summed words in _pick order, added up where both the array
         and the hash map hold one."""
         out: dict[tuple[int, int, int], list[int]] = {}
-
-        def add(k: tuple[int, int, int], val: list[int]) -> None:
+        if self.kernel_sums:
+            summed = self._kernel_summed() + list(self._user_summed(self._entry_values()))
+        else:
+            summed = list(self._user_summed(self.values()))
+        for k, val in summed:
             have = out.get(k)
             if have is not None:
                 val = [a + b for a, b in zip(have, val, strict=True)]
             out[k] = val
+        return out
 
+    def _kernel_summed(self) -> list[tuple[_Key, list[int]]]:
+        """The claimed slots, summed by `sum` and read in one batch; a slot whose copies
+        claim different disks read and summed here."""
+        size = WORDS * 8
+        with self._sum_lock:
+            n = self._sum.run()
+            data = self._sums.lookup_array_run(0, n, size) if n else b""
+            if data is None:  # no batch lookups of arrays (before 5.6, so never with `sum`)
+                data = b"".join(
+                    self._sums.lookup(struct.pack("=I", i), size) or b"" for i in range(n)
+                )
+            summed, mixed = parse_sums(bytes(data), self._pick)
+        for idx in mixed:
+            slot = self._slots.lookup(struct.pack("=I", idx), size * self.ncpus)
+            if slot:
+                summed += [
+                    ((c >> 8, (c & 0xFF) - 1, seq), v) for (c, seq), v in _by_key(slot, self._pick)
+                ]
+        return summed
+
+    def _user_summed(
+        self, values: Iterable[tuple[_Key | None, bytes | memoryview]]
+    ) -> Iterator[tuple[_Key, list[int]]]:
+        """Each value's per-CPU copies summed here (key None: an array slot's, whose copies
+        say whose they are)."""
         memo = self._memo
         self._memo = {}
         budget = MEMO_BYTES
-        for key, value in self.values():
+        for key, value in values:
             # A value whose bytes are those of the last read (an idle disk's, most of a large
             # host's between two scrapes) has the same sums: compared whole, never guessed
             # from a counter (a completion on another CPU may be half-written at a read).
@@ -350,9 +439,7 @@ class CoreBackend:
             if budget >= len(raw):  # bounded: at most MEMO_BYTES of copies kept
                 budget -= len(raw)
                 self._memo[(key, raw)] = sums
-            for k, val in sums:
-                add(k, val)
-        return out
+            yield from sums
 
     def _forget(self, dead: list[tuple[int, int, int]]) -> None:
         """Delete the hash map entries of disks that are gone (no more completions can come
@@ -366,8 +453,15 @@ class CoreBackend:
 
     def bpf_read_keep(self) -> frozenset[int]:
         """The capability the map reads need after the drop (caps.bpf_read_keep), found by one
-        real read of the .data.full map without it."""
-        return caps.bpf_read_keep(lambda: self._full.lookup(b"\0\0\0\0", 8 * len(MAP_FULL)))
+        real read of the .data.full map (and a run of `sum`, where the kernel sums) without
+        it."""
+
+        def read() -> None:
+            self._full.lookup(b"\0\0\0\0", 8 * len(MAP_FULL))
+            if self.kernel_sums:
+                self._sum.run()
+
+        return caps.bpf_read_keep(read)
 
     def map_full(self) -> dict[str, int]:
         """Updates that failed because a map was full, by map: stats (completions not
@@ -393,7 +487,7 @@ class CoreBackend:
         self._forget([k for k in raw if (k[0], k[2]) not in live])
         by_disk: dict[Identity, dict[int, list[int]]] = {}
         for (dev, op, seq), val in raw.items():
-            if op < len(OPS) and (dev, seq) in live:
+            if 0 <= op < len(OPS) and (dev, seq) in live:
                 by_disk.setdefault((dev, seq), {})[op] = val
         self.clocks = {k: v for k, v in self.clocks.items() if k in live}
         out: dict[str, DeviceStats] = {}
