@@ -362,6 +362,8 @@ packet = PacketLabels(64)
 out["attached"] = [flows.source, packet.attached]
 out["keep"] = {"core": sorted(core.bpf_read_keep()), "iter": sorted(flows.bpf_read_keep()),
                "packet": sorted(packet.bpf_read_keep())}
+out["sums"] = core.kernel_sums
+out["sum_needs"] = caps.needs(caps.BPF_CAPABLE, core._sum.run)  # BPF_PROG_TEST_RUN
 out["same_after_reads"] = caps.current() == before
 out["eff"] = caps.current().effective
 for x in (core, flows, packet):
@@ -378,9 +380,9 @@ def test_the_probe_sees_eperm_and_this_kernels_map_reads_need_no_capability() ->
     """(a) caps.needs really detects EPERM: a map CREATE, which wants CAP_BPF on every kernel
     while kernel.unprivileged_bpf_disabled is set, is reported as needing it, and the
     effective set afterwards is the one before. (b) On this kernel (6.5+: the check moved
-    into map_create, commit 1d28635abcf1) the blockio map read, the flow-label iterator's walk
-    and the packet map's lookup need none: nothing is kept. Linux 5.8 to 6.4, where they do,
-    cannot be run here."""
+    into map_create, commit 1d28635abcf1) the blockio map read, the run of its summing
+    program, the flow-label iterator's walk and the packet map's lookup need none: nothing is
+    kept. Linux 5.8 to 6.4, where they do, cannot be run here."""
     _need()
     require(_unprivileged_bpf_disabled() != 0, "needs kernel.unprivileged_bpf_disabled set")
     out = subprocess.run(
@@ -396,6 +398,7 @@ def test_the_probe_sees_eperm_and_this_kernels_map_reads_need_no_capability() ->
     assert got["eff"] == caps.mask([caps.CAP_BPF, caps.CAP_PERFMON])
     assert got["attached"] == ["bpf_iter", True]
     assert got["keep"] == {"core": [], "iter": [], "packet": []}
+    assert got["sums"] is True and got["sum_needs"] is False
 
 
 _KEEP_EFFECTIVE = """

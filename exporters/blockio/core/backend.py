@@ -319,7 +319,9 @@ class CoreBackend:
                 stats.set_max_entries(min(self.stats_entries, _PREALLOC_ENTRIES))
             obj.program("empty").set_autoload(False)
             obj.program(SUM_PROGRAM).set_autoload(self.kernel_sums)
-            obj.map("sums").set_max_entries(max(1, self.max_queues * NOPS))
+            # one record per slot, not per CPU (377 KB for 128 queue ids); none without `sum`
+            sums = max(1, self.max_queues * NOPS) if self.kernel_sums else 1
+            obj.map("sums").set_max_entries(sums)
         except BackendUnavailable:
             obj.close()
             raise
@@ -399,7 +401,7 @@ class CoreBackend:
         claim different disks read and summed here."""
         size = WORDS * 8
         with self._sum_lock:
-            n = self._sum.run()
+            n = min(self._sum.run(), self.max_queues * NOPS)  # never more than `sums` holds
             data = self._sums.lookup_array_run(0, n, size) if n else b""
             if data is None:  # no batch lookups of arrays (before 5.6, so never with `sum`)
                 data = b"".join(
@@ -407,6 +409,8 @@ class CoreBackend:
                 )
             summed, mixed = parse_sums(bytes(data), self._pick)
         for idx in mixed:
+            if idx >= self.max_queues * NOPS:  # not a slot: never written so
+                continue
             slot = self._slots.lookup(struct.pack("=I", idx), size * self.ncpus)
             if slot:
                 summed += [
