@@ -171,6 +171,9 @@ class BlockioExporter(Exporter):
         # place) and its families, yielded again while the inputs are equal (issue 35)
         self._last: tuple[tuple[object, ...], tuple[Metric, ...]] | None = None
         self._lines = Lines(self.lat_le)
+        # wattbit_disk_info and the DiskInfo it was built from (frozen: compared whole), yielded
+        # again while they are equal: a host's disks rarely change, its scrapes come often
+        self._info: tuple[tuple[DiskInfo, ...], Metric] | None = None
 
     def startup_note(self) -> str:
         """The backend in use, and why not eBPF if it is not ("backend: diskstats (missing
@@ -234,11 +237,15 @@ class BlockioExporter(Exporter):
             )
             self._last = (key, reusable(families))
         yield from self._last[1]
-        yield disk_info_metric(
-            info
-            for info in infos.values()
-            if info.size_bytes > 0 and not excluded(self.exclude, info)
+        shown = tuple(
+            sorted(
+                (i for i in infos.values() if i.size_bytes > 0 and not excluded(self.exclude, i)),
+                key=lambda i: i.device,
+            )
         )
+        if self._info is None or self._info[0] != shown:
+            self._info = (shown, reusable([disk_info_metric(shown)])[0])
+        yield self._info[1]
 
 
 def _items(d: Mapping[str, object] | None) -> tuple[tuple[str, object], ...] | None:

@@ -11,9 +11,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 from collector.web.exposition import TextRenderer
-from exporters.base import ExportersCollector, reusable
+from exporters.base import REUSED, ExportersCollector, reusable
 from exporters.blockio import exporter as blockio
 from exporters.blockio.model import DeviceStats, OpStats
+from exporters.hostfs.blockdevs import DiskInfo
 from tests.support.synthetic import synthetic_devices
 
 
@@ -72,8 +73,8 @@ def test_the_key_covers_every_field_of_the_stats() -> None:
 def test_same_inputs_same_families_any_change_new_ones(tmp_path: Path) -> None:
     devices = synthetic_devices(4, ("read", "write"), True)
     e = _exporter(tmp_path, devices)
-    first = list(e.collect())[:-1]  # wattbit_disk_info is built every time
-    again = list(e.collect())[:-1]
+    first = list(e.collect())
+    again = list(e.collect())
     assert all(a is b for a, b in zip(first, again, strict=True))
     name = sorted(devices)[2]
     changes = [
@@ -136,3 +137,28 @@ def test_a_new_object_of_a_reused_name_is_rendered_afresh() -> None:
         b'x{a="b"} 1.0',
         b'x{a="b"} 2.0',
     ]
+
+
+def test_disk_info_is_the_same_object_while_the_topology_is_equal(tmp_path: Path) -> None:
+    """wattbit_disk_info is built again only when a disk's /sys facts changed, came or went."""
+    devices = synthetic_devices(2, ("read",), False)
+    e = _exporter(tmp_path, devices)
+    a, b = sorted(devices)
+    infos = {
+        n: DiskInfo(n, 7, i, "m", f"s{i}", "0000:00:01.0", "0", "0", "", 1 << 30)
+        for i, n in enumerate((a, b))
+    }
+    e.topology.get = lambda names: dict(infos)  # type: ignore[method-assign]
+
+    def info() -> GaugeMetricFamily:
+        (family,) = [f for f in e.collect() if f.name == "wattbit_disk_info"]
+        return family  # type: ignore[return-value]
+
+    first = info()
+    assert info() is first and getattr(first, REUSED)
+    assert [s.labels["serial"] for s in first.samples] == ["s0", "s1"]
+    infos[b] = dataclasses.replace(infos[b], serial="new")  # a disk swapped in that bay
+    second = info()
+    assert second is not first and [s.labels["serial"] for s in second.samples] == ["s0", "new"]
+    del infos[a]
+    assert [s.labels["device"] for s in info().samples] == [b]
