@@ -282,12 +282,13 @@ def test_a_slot_whose_copies_claim_two_disks_gives_each_its_own(disk: LoopDisk) 
         assert got[(NO_DEV, 0, seq)] == [sum(w[i] for w in own) for i in backend._pick]
 
 
-@pytest.mark.parametrize("refused", ["load", "run"])
+@pytest.mark.parametrize("refused", ["load", "run", "later"])
 def test_a_kernel_that_refuses_sum_leaves_the_sums_to_userspace(
     disk: LoopDisk, monkeypatch: pytest.MonkeyPatch, refused: str
 ) -> None:
-    """`sum` refused by the verifier (the object loads again without it) or at its first run
-    (BPF_PROG_TEST_RUN refused): userspace sums, the counts still exact."""
+    """`sum` refused by the verifier (the object loads again without it), at its first run
+    (BPF_PROG_TEST_RUN refused) or at a later one, at a scrape: userspace sums, the counts
+    still exact."""
     if refused == "load":
         real_load = libbpf.Object.load
         calls: list[int] = []
@@ -299,19 +300,22 @@ def test_a_kernel_that_refuses_sum_leaves_the_sums_to_userspace(
             real_load(self, messages)
 
         monkeypatch.setattr(libbpf.Object, "load", load)
-    else:
 
-        def run(self: libbpf.Program) -> int:
-            raise libbpf.LibbpfError(errno.EPERM, f"{self.name}: run: refused (the test)")
+    def run(self: libbpf.Program) -> int:
+        raise libbpf.LibbpfError(errno.EPERM, f"{self.name}: run: refused (the test)")
 
+    if refused == "run":
         monkeypatch.setattr(libbpf.Program, "run", run)
     backend = CoreBackend(BOUNDS)
     try:
-        assert not backend.kernel_sums
+        if refused == "later":
+            assert backend.kernel_sums == kernel_at_least(5, 19)
+            monkeypatch.setattr(libbpf.Program, "run", run)
         k0 = diskstats()[disk.name]
         _reads(disk, n=1009)
         k1 = diskstats()[disk.name]
         r = backend.read()[disk.name].ops["read"]
+        assert not backend.kernel_sums
     finally:
         backend.close()
     assert r.ios + r.unseen == k1[0] - k0[0] == 1009 and sum(r.lat_slots or []) == r.ios

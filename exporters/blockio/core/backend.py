@@ -385,9 +385,14 @@ class CoreBackend:
         """(dev, op, diskseq) -> summed words in _pick order, added up where both the array
         and the hash map hold one."""
         out: dict[tuple[int, int, int], list[int]] = {}
+        summed = None
         if self.kernel_sums:
-            summed = self._kernel_summed() + list(self._user_summed(self._entry_values()))
-        else:
+            try:
+                summed = self._kernel_summed() + list(self._user_summed(self._entry_values()))
+            except OSError as exc:  # refused now (never seen): this read and the next by hand
+                self.kernel_sums = False
+                log.warning("blockio: running `sum` failed (%s): userspace sums from now", exc)
+        if summed is None:
             summed = list(self._user_summed(self.values()))
         for k, val in summed:
             have = out.get(k)
