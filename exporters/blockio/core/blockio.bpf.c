@@ -290,15 +290,15 @@ int BPF_PROG(complete, struct request *rq, blk_status_t error, unsigned int nr_b
 /* The per-CPU copies of the claimed slots summed in the kernel, for userspace to read in one
  * batch (issue 35).
  *
- * Why: summed in Python, a 48-disk host's 96 values cost ~1.1 ms per scrape at 2 CPUs and
- * ~0.2 ms per value at 128 (a strided sum per word), after the kernel had copied every CPU's
- * copy out (96 x 128 x 736 B: 9 MB). Here `sum` (a syscall program: userspace runs it with
- * BPF_PROG_TEST_RUN, Linux 5.14) reads each CPU's copy in place (bpf_map_lookup_percpu_elem,
- * 5.19) and writes one struct stat_val per claimed slot into `sums`; its key and seq words
- * say whose. It returns how many it wrote. bpf_loop (5.17) runs the loops, so the verifier
- * checks each body once, however many CPUs and slots. Userspace holds a lock around a run
- * and its read: `sums` is one buffer. The hash map (queue ids beyond the slots: rare) is
- * still summed by userspace. */
+ * Why: summed in Python (a strided sum per word), a 48-disk host's 96 values cost 0.5 ms of
+ * each read at 2 CPUs and an estimated 2.9 ms at 128 (bench/blockio_read.py), after the
+ * kernel had copied every CPU's copy out (96 x 128 x 736 B: 9 MB). Here ~100 ns per copy, in
+ * place: `sum` (a syscall program: userspace runs it with BPF_PROG_TEST_RUN, Linux 5.14)
+ * reads each CPU's copy (bpf_map_lookup_percpu_elem, 5.19) and writes one struct stat_val
+ * per claimed slot into `sums`; its key and seq words say whose. It returns how many it
+ * wrote. bpf_loop (5.17) runs the loops, so the verifier checks each body once, however many
+ * CPUs and slots. Userspace holds a lock around a run and its read: `sums` is one buffer.
+ * The hash map (queue ids beyond the slots: rare) is still summed by userspace. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 256);	/* set by backend.py: one per slot */
