@@ -3,7 +3,6 @@ per-CPU values, naming devices and telling present disks from gone ones."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -21,11 +20,15 @@ BPF_STATS_SYSCTL = Path("/proc/sys/kernel/bpf_stats_enabled")
 def fdinfo(fd: int) -> dict[str, int]:
     """The numeric fields of /proc/self/fdinfo/FD (a BPF program's run_time_ns, run_cnt,
     recursion_misses)."""
+    # os-level and bounded: read at every scrape for each program (a Path and a text file
+    # cost 21 us here, this a third of it); a BPF program's fdinfo is ~300 bytes
     out = {}
-    for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines():
+    for line in _small(f"/proc/self/fdinfo/{fd}").splitlines():
         key, _, value = line.partition(":")
-        with contextlib.suppress(ValueError):
-            out[key.strip()] = int(value.strip())
+        try:
+            out[key.strip()] = int(value)  # int() takes the blanks around a number
+        except ValueError:  # prog_tag (hex) and the like
+            continue
     return out
 
 
@@ -33,9 +36,18 @@ def bpf_stats_enabled(path: Path = BPF_STATS_SYSCTL) -> bool:
     """Whether the kernel counts BPF programs' run time (kernel.bpf_stats_enabled, or a
     process holding a BPF_ENABLE_STATS descriptor: both turn the same static key on)."""
     try:
-        return path.read_text().strip() == "1"
+        return _small(path).strip() == "1"
     except OSError:
         return False
+
+
+def _small(path: str | Path) -> str:
+    """A small /proc file's text (its first 4 KiB), os-level: both are read at every scrape."""
+    f = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(f, 4096).decode("ascii", "replace")
+    finally:
+        os.close(f)
 
 
 def prog_stats(fds: Iterable[tuple[str, int]]) -> dict[str, tuple[int, int]] | None:

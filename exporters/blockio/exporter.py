@@ -85,6 +85,9 @@ LAT_NAME = "wattbit_disk_io_latency_seconds"
 SIZE_NAME = "wattbit_disk_io_size_bytes"
 
 
+CLOCK_NAME = "wattbit_disk_io_latency_clock_info"
+
+
 class Lines:
     """The busiest families' lines (every disk's, changed at every scrape under load), kept
     between renders (issue 35: lines.py)."""
@@ -98,8 +101,10 @@ class Lines:
         self.errors = SeriesLines("wattbit_disk_io_errors", "counter", by_op)
         self.busy = SeriesLines("wattbit_disk_busy_seconds", "counter", ("device",))
         self.inflight = SeriesLines("wattbit_disk_inflight_requests", "gauge", ("device",))
+        # one series per disk, the same scrape after scrape: its line kept, not re-built
+        self.clock = SeriesLines(CLOCK_NAME, "gauge", ("device", "clock"))
         self.all: tuple[HistogramLines | SeriesLines, ...] = (self.lat, self.size, self.bytes)
-        self.all += (self.ios, self.errors, self.busy, self.inflight)
+        self.all += (self.ios, self.errors, self.busy, self.inflight, self.clock)
 
     def begin(self) -> None:
         """Start every family afresh."""
@@ -327,12 +332,6 @@ def render(
     labels = ["device", "op"]
     w = Lines(lat_le) if lines is None else lines
     w.begin()
-    clock = GaugeMetricFamily(
-        "wattbit_disk_io_latency_clock_info",
-        "What the device's latency histogram measures: device (issue to the device until "
-        "completion) or queue (queueing until completion, as iostat's await).",
-        labels=["device", "clock"],
-    )
     untimed = CounterMetricFamily(
         "wattbit_disk_io_untimed",
         "Completions counted but not in the latency histogram (no timestamp of the "
@@ -355,7 +354,7 @@ def render(
         w.busy.add((name,), dev.busy_seconds)
         w.inflight.add((name,), float(dev.inflight))
         if dev.clock is not None:
-            clock.add_metric([name, dev.clock], 1.0)
+            w.clock.add((name, dev.clock), 1.0)
         for op in OPS:
             s = dev.ops.get(op)
             # An op a device never did has no series: 48 disks x 4 ops of zeros cost
@@ -388,6 +387,10 @@ def render(
         "wattbit_disk_io_latency_clock_info says clock=queue, from queueing."
     )
     size = w.size.family("Size of block I/O requests.")
+    clock = w.clock.family(
+        "What the device's latency histogram measures: device (issue to the device until "
+        "completion) or queue (queueing until completion, as iostat's await)."
+    )
     yield from (
         lat,
         w.bytes.family("Bytes completed by the device."),
@@ -399,7 +402,7 @@ def render(
     )
     if size.count:
         yield size
-    if clock.samples:
+    if clock.count:
         yield clock
     if untimed.samples:
         yield untimed

@@ -139,6 +139,14 @@ def _check_ptr(ptr: int | None, what: str) -> int:
     return ptr
 
 
+# lookup_batch's buffers: the first call's at most this many bytes, then at most _BATCH_MAX
+# entries a call; a hash bucket never holds more entries than _BUCKET_MAX (a map's whole
+# max_entries in one bucket: the agent's maps are far smaller).
+_BATCH_BYTES = 64 * 1024
+_BATCH_MAX = 256
+_BUCKET_MAX = 1 << 20
+
+
 class Map:
     """One map of a loaded object."""
 
@@ -195,23 +203,33 @@ class Map:
         return True
 
     def lookup_batch(
-        self, key_size: int, value_size: int, chunk: int = 256
+        self, key_size: int, value_size: int, chunk: int | None = None
     ) -> Iterator[tuple[bytes, memoryview]]:
         """Every (key, value) in a few syscalls (BPF_MAP_LOOKUP_BATCH, kernel 5.6+).
 
         value_size is the size of the value as the syscall returns it (times the possible CPUs
-        for a per-CPU map). Falls back to get_next_key + lookup per entry where the kernel or
-        the map type has no batch operation (EINVAL/ENOTSUPP).
+        for a per-CPU map). chunk: the entries asked for by the first call (default: what
+        fits in 64 KiB, 1 to 256); each full batch doubles it for the next, up to 256, and a
+        first hash bucket larger than it (ENOSPC, kernel/bpf/hashtab.c) doubles it at once.
+        Why small first: a per-CPU value is 94 KB on a 128-CPU host, so 256 of them would be
+        24 MB allocated and zeroed at every read of a map that is mostly empty (issue 35).
+        Falls back to get_next_key + lookup per entry where the kernel or the map type has
+        no batch operation (EINVAL/ENOTSUPP).
         """
         fd = self.fd
-        keys = ctypes.create_string_buffer(key_size * chunk)
-        values = ctypes.create_string_buffer(value_size * chunk)
+        n = chunk or max(1, min(_BATCH_MAX, _BATCH_BYTES // (key_size + value_size)))
+        size = 0
+        keys = values = ctypes.create_string_buffer(0)
         in_b = ctypes.create_string_buffer(key_size)
         out_b = ctypes.create_string_buffer(key_size)
         opts = _BatchOpts(ctypes.sizeof(_BatchOpts), 0, 0)
         first = True
         while True:
-            count = ctypes.c_uint32(chunk)
+            if n != size:
+                keys = ctypes.create_string_buffer(key_size * n)
+                values = ctypes.create_string_buffer(value_size * n)
+                size = n
+            count = ctypes.c_uint32(n)
             rc = lib().bpf_map_lookup_batch(
                 fd,
                 None if first else in_b,
@@ -225,6 +243,9 @@ class Map:
             if err in (errno.EINVAL, 524, errno.EOPNOTSUPP) and first and count.value == 0:
                 yield from self._lookup_each(key_size, value_size)  # 524: ENOTSUPP
                 return
+            if err == errno.ENOSPC and count.value == 0 and n < _BUCKET_MAX:
+                n = min(2 * n, _BUCKET_MAX)  # the next bucket alone holds more: ask again
+                continue
             if err not in (0, errno.ENOENT):
                 raise LibbpfError(err, f"{self.name}: lookup_batch: {os.strerror(err)}")
             kv, vv = memoryview(keys), memoryview(values)
@@ -237,6 +258,8 @@ class Map:
                 return
             ctypes.memmove(in_b, out_b, key_size)
             first = False
+            if count.value == n and n < _BATCH_MAX:
+                n = min(2 * n, _BATCH_MAX)
 
     def lookup_array_run(self, first: int, count: int, value_size: int) -> memoryview | None:
         """Values of array indices first..first+count-1 in one BPF_MAP_LOOKUP_BATCH (5.6+),

@@ -197,6 +197,10 @@ def test_claimed_slots_are_read_in_runs() -> None:
     assert core._runs([0, 1, 4, 5], 6) == [(0, 5)]
     assert core._runs([0, 1, 20, 21, 29], 6) == [(0, 1), (20, 21), (29, 29)]
     assert core._runs([3, 10], 6) == [(3, 10)] and core._runs([3, 11], 6) == [(3, 3), (11, 11)]
+    # at most `most` indices a run (a 128-CPU host's slots: 1 MiB a batch at most)
+    assert core._runs(list(range(10)), 6, 4) == [(0, 3), (4, 7), (8, 9)]
+    assert core._runs([0, 2, 4, 6], 6, 3) == [(0, 2), (4, 6)]
+    assert core._runs([0, 1, 2], 6, 1) == [(0, 0), (1, 1), (2, 2)]
 
 
 def _record(key: int, seq: int, ios: int) -> bytes:

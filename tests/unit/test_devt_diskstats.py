@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from exporters.blockio import devt
-from exporters.blockio.diskstats import DiskstatsBackend, device_stats, parse_diskstats
+from exporters.blockio.diskstats import (
+    DiskstatsBackend,
+    device_stats,
+    line_stats,
+    parse_diskstats,
+)
 
 
 @pytest.mark.parametrize(
@@ -98,3 +103,27 @@ def test_diskstats_backend_reuses_a_line_only_while_it_is_unchanged(
     path.write_text(text.replace(line + "\n", ""))  # loop0 removed
     assert "loop0" not in backend.read()
     assert all(changed not in k and line not in k for k in backend._lines)
+
+
+@pytest.mark.parametrize("kernel", ["4.15", "5.4", "6.18"])
+def test_line_stats_is_device_stats_of_the_row(fixtures: Path, kernel: str) -> None:
+    """Issue 35: the backend's one-line parse gives what the row and device_stats() give,
+    for each kernel's field count (11, 15, 17 and 20 counters), and skips what parse skips."""
+    text = (fixtures / "proc" / f"diskstats-{kernel}").read_text()
+    lines = text.splitlines()
+    for n in (11, 12, 13, 14, 15, 16, 17, 20):  # every cut of a real line
+        head = lines[0].split()
+        lines.append(" ".join([*head[:2], f"cut{n}", *head[3 : 3 + n]]))
+    lines += [
+        "garbage",
+        "8 0 sdz " + " ".join(["1"] * 10),  # 10 counters: too few
+        "8 0 sdy " + " ".join(["1"] * 13 + [str(1 << 64)]),  # a counter past 2^64
+        str(1 << 64) + " 0 sdx " + " ".join(["1"] * 17),  # a major past 2^64
+        "8 0 sdw " + " ".join(["1"] * 12 + ["-1", "2"]),  # a sign
+        "8 0 sdv " + " ".join(["1"] * 12 + ["\u0661", "2"]),  # a digit, not ASCII
+    ]
+    for line in lines:
+        rows = parse_diskstats(line)
+        want = [(n, device_stats(r)) for n, r in rows.items()]
+        got = line_stats(line)
+        assert (got is None and not want) or [got] == want, line

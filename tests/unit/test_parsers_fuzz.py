@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from collector.agent.config import AgentConfig
 from collector.config import ConfigError, load_model
 from collector.site.config import CollectorConfig
-from exporters.blockio.diskstats import device_stats, parse_diskstats
+from exporters.blockio.diskstats import device_stats, line_stats, parse_diskstats
 from exporters.hostfs.blockdevs import devt_names, read_topology
 from exporters.hostfs.interrupts import irq_affinity, parse_interrupts
 from exporters.nic.links import read_link
@@ -101,6 +101,10 @@ def test_diskstats(text: str) -> None:
         assert _u64(row.major) and _u64(row.minor)
         assert all(_u64(f) for f in row.fields)
         device_stats(row)
+    for line in text.splitlines():  # the backend's one-line parse: the same, or skipped alike
+        want = [(n, device_stats(r)) for n, r in parse_diskstats(line).items()]
+        got = line_stats(line)
+        assert [got] == want if want else got is None
 
 
 @BOUNDED

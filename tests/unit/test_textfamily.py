@@ -67,6 +67,17 @@ _SERIES = st.lists(
 )
 
 
+def test_a_percent_in_a_device_name_is_written_as_is() -> None:
+    """The bucket lines are a %-format of the counts: a label's own % stays a character."""
+    series = [
+        ("a%b", "read", [1, 2, 3, 4], 0.5),
+        ("%d%%", "write", [0, 0, 7, 1], 2.0),
+        ("%(x)s", "read", [5, 0, 0, 0], 1.25),
+        ("%", "flush", [2_000_000, 0, 0, 1], 3.0),  # past 10^6: the other way of writing
+    ]
+    assert _text(_written(HistogramLines(NAME, LE), series)) == _exposition(_library(series))
+
+
 @settings(max_examples=300, deadline=None)
 @given(_SERIES)
 def test_lines_are_generate_latests(series: list[tuple[str, str, list[int], float]]) -> None:

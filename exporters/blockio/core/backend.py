@@ -85,11 +85,18 @@ _GAP = 6
 MEMO_BYTES = 2 << 20
 
 
-def _runs(indices: list[int], gap: int) -> list[tuple[int, int]]:
-    """Sorted indices as (first, last) runs, joining runs at most gap indices apart."""
+# The most bytes one batch of slots may return: 96 slots of a 128-CPU host's copies are 9 MB,
+# which glibc then keeps in the heap after the second read (its mmap threshold rises to the
+# size of a freed mapping), so the agent would hold them for good (issue 35).
+_RUN_BYTES = 1 << 20
+
+
+def _runs(indices: list[int], gap: int, most: int | None = None) -> list[tuple[int, int]]:
+    """Sorted indices as (first, last) runs, joining runs at most gap indices apart, each
+    at most `most` indices long."""
     runs: list[tuple[int, int]] = []
     for i in indices:
-        if runs and i - runs[-1][1] <= gap + 1:
+        if runs and i - runs[-1][1] <= gap + 1 and (most is None or i - runs[-1][0] < most):
             runs[-1] = (runs[-1][0], i)
         else:
             runs.append((i, i))
@@ -356,7 +363,7 @@ class CoreBackend:
         # host) the 4096 words are zeros, not worth unpacking one by one
         used = used[: (len(used.rstrip(b"\0")) + 7) // 8 * 8]
         claimed = [i for i, c in enumerate(struct.unpack(f"={len(used) // 8}Q", used)) if c]
-        for first, last in _runs(claimed, _GAP):
+        for first, last in _runs(claimed, _GAP, max(1, _RUN_BYTES // value_size)):
             # One syscall per run of claimed slots (BPF_MAP_LOOKUP_BATCH) instead of one per
             # slot: a 48-disk host's 96 slots in a few calls.
             run = (
