@@ -10,7 +10,11 @@ exporter has them in its maps): per start, seconds from spawn to the first /metr
 that shows the BPF program attached, VmRSS after the scrapes, the series of a scrape, and the
 CPU seconds the process spends per scrape (utime + stime over ``--scrapes`` sequential
 scrapes), idle and again while fio reads and writes every disk (``--fio-iops`` per disk).
-Medians, and ratios to the last contender.
+Medians, and ratios to the last contender. ``--interleave``: each round starts every contender
+(one after the other: each's ready time alone), then scrapes them in turns of 20 (A B, B A,
+...) within one idle phase and one fio phase, so that the machine's moment-to-moment drift,
+larger on a shared VM than the differences compared, falls on each alike; CPU per scrape is
+each one's threads' CPU over its own turns (schedstat, in ns).
 
 Without ``--ebpf-exporter``: this checkout against another revision (``--against``, extracted
 with git archive into a temporary directory, its BPF objects built there), both with
@@ -51,6 +55,7 @@ from bench.harness import (
     fio_load,
     free_port,
     git_tree,
+    in_turn,
     load_average,
     median,
     print_command,
@@ -217,6 +222,78 @@ def one_start(
         stop(proc)
 
 
+def _cpu_ns(pid: int) -> int:
+    """CPU ns of a process's live threads so far (schedstat: ns, not utime's 10 ms ticks)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):  # a thread gone meanwhile
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+    return total
+
+
+def interleaved_round(
+    contenders: list[Contender],
+    r: int,
+    workdir: Path,
+    scrapes: int,
+    devices: list[str],
+    fio_iops: int,
+    batch: int = 20,
+) -> dict[str, dict[str, float]]:
+    """Every contender started (one after the other, each's ready time alone), then scraped in
+    turns of `batch` (A B, B A, ...) in the same phase, idle and under the same fio: the
+    machine's moment-to-moment drift falls on each alike. CPU per scrape: each one's threads'
+    CPU over its own batches only (schedstat, ns)."""
+    order = list(in_turn(contenders, r))
+    procs: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
+    out: dict[str, dict[str, float]] = {c.name: {} for c in contenders}
+    try:
+        for c in order:
+            cfg = workdir / f"exporter-{len(procs)}.yaml"
+            cfg.write_text(c.config)
+            port = free_port()
+            url = f"http://127.0.0.1:{port}/metrics"
+            log = workdir / f"{c.name.replace(' ', '-')}.log"
+            with log.open("ab") as o:
+                proc = spawn(
+                    c.command(port, cfg),
+                    cwd=c.cwd,
+                    env=dict(os.environ, **c.env),
+                    stdout=o,
+                    stderr=subprocess.STDOUT,
+                )
+            procs[c.name] = (proc, url)
+            out[c.name]["ready_s"] = _wait_ready(proc, url, c.mark.encode(), log)
+        _load_disks(devices)
+        phases: list[tuple[str, contextlib.AbstractContextManager[None]]] = [
+            ("idle_cpu_ms", contextlib.nullcontext()),
+            ("fio_cpu_ms", fio_load(devices, fio_iops)),
+        ]
+        body = b""
+        for key, ctx in phases:
+            spent = dict.fromkeys(procs, 0)
+            with ctx:
+                for b in range(max(1, scrapes // batch)):
+                    for c in in_turn(order, b):
+                        proc, url = procs[c.name]
+                        c0 = _cpu_ns(proc.pid)
+                        for _ in range(batch):
+                            body = _get(url)
+                        spent[c.name] += _cpu_ns(proc.pid) - c0
+            for name in procs:
+                out[name][key] = spent[name] / (max(1, scrapes // batch) * batch) / 1e6
+        for name, (proc, url) in procs.items():
+            out[name]["rss_mb"] = proc_status(proc.pid).get("VmRSS", 0) / 1000
+            body = _get(url)
+            out[name]["series"] = sum(
+                1 for line in body.splitlines() if line and not line.startswith(b"#")
+            )
+    finally:
+        for proc, _ in procs.values():
+            stop(proc)
+    return out
+
+
 def _compile(tree: Path) -> None:
     """Both trees' bytecode written before the first start, as a package install does (pip,
     dpkg): with PYTHONDONTWRITEBYTECODE set, every start would compile the sources again."""
@@ -260,6 +337,13 @@ def main() -> None:
     ap.add_argument("--scrapes", type=int, default=40)
     ap.add_argument("--fio-iops", type=int, default=200, help="per disk, while scraping busy")
     ap.add_argument(
+        "--interleave",
+        action="store_true",
+        help="run the contenders side by side in each round, scraped in turns of 20 in the "
+        "same phase (CPU from schedstat, ns): for differences smaller than the machine's "
+        "drift between two starts",
+    )
+    ap.add_argument(
         "--package",
         type=Path,
         help="a .deb of this checkout (PACKAGES=deb packaging/build.sh): its agent as a third",
@@ -286,10 +370,18 @@ def main() -> None:
         print(f"load average before: {load_average()}")
         results: dict[str, list[dict[str, float]]] = {c.name: [] for c in contenders}
         devices = [d.device for d in disks]
-        for r, c in alternate(contenders, args.rounds):
-            res = one_start(c, work, args.scrapes, devices, args.fio_iops)
-            results[c.name].append(res)
-            print(f"round {r} {c.name}: {res}", flush=True)
+        if args.interleave:
+            for r in range(args.rounds):
+                for name, res in interleaved_round(
+                    contenders, r, work, args.scrapes, devices, args.fio_iops
+                ).items():
+                    results[name].append(res)
+                    print(f"round {r} {name}: {res}", flush=True)
+        else:
+            for r, c in alternate(contenders, args.rounds):
+                res = one_start(c, work, args.scrapes, devices, args.fio_iops)
+                results[c.name].append(res)
+                print(f"round {r} {c.name}: {res}", flush=True)
         print(f"load average after: {load_average()}")
     _report(results)
     print_command()

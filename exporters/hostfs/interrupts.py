@@ -200,8 +200,8 @@ def _irq_row(label: str, tail: str, cpus: tuple[int, ...]) -> IrqRow | None:
 
 def irq_affinity(proc_root: Path, irq: str) -> tuple[str, str]:
     """(allowed CPUs, effective CPUs) of an IRQ as cpu lists like "0-3,8"; "" if unknown."""
-    d = Path(proc_root) / "irq" / irq
-    return read_attr(d / "smp_affinity_list"), read_attr(d / "effective_affinity_list")
+    d = f"{proc_root}/irq/{irq}"  # a string: read for each NIC and PCIe IRQ at every scrape
+    return read_attr(f"{d}/smp_affinity_list"), read_attr(f"{d}/effective_affinity_list")
 
 
 def cpu_interrupts(

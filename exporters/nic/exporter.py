@@ -143,6 +143,10 @@ _TCP: dict[str, tuple[str, list[str], list[tuple[str, str, list[str]]]]] = {
 }
 
 
+# The groups _TCP reads: only they are parsed at a scrape.
+TCP_GROUPS = frozenset(section for _, _, sources in _TCP.values() for section, _, _ in sources)
+
+
 def _add(family: CounterMetricFamily, labels: list[str], *counters: int | None) -> None:
     """One sample, the sum of counters; none at all when any of them is unknown (None)."""
     known = [c for c in counters if c is not None]
@@ -425,8 +429,8 @@ class NicExporter(Exporter):
         infos = {link.name: self._info(link.name, now) for link in links}
         qstats = self._all_qstats()
         interrupts = self._interrupts.parse(self._text("interrupts"))
-        snmp = parse_snmp(self._text("net/snmp"))
-        snmp.update(parse_snmp(self._text("net/netstat")))
+        snmp = parse_snmp(self._text("net/snmp"), TCP_GROUPS)
+        snmp.update(parse_snmp(self._text("net/netstat"), TCP_GROUPS))
         return NicSnapshot(
             links=links,
             infos=infos,

@@ -224,8 +224,10 @@ def _signed(token: str) -> int:
     return value
 
 
-def parse_snmp(text: str) -> dict[str, dict[str, int]]:
-    """Parse /proc/net/snmp or /proc/net/netstat into {"Tcp": {"RetransSegs": n, ...}, ...}."""
+def parse_snmp(text: str, groups: frozenset[str] | None = None) -> dict[str, dict[str, int]]:
+    """Parse /proc/net/snmp or /proc/net/netstat into {"Tcp": {"RetransSegs": n, ...}, ...};
+    only these groups where given (the others' lines are not parsed: the nic exporter reads
+    Tcp and TcpExt of ~10 groups at every scrape)."""
     # Both files print each group as a header line of names and a line of values with the same
     # "Proto:" prefix (net/ipv4/proc.c snmp_seq_show / netstat_seq_show). Values are signed in
     # places (Tcp MaxConn is -1 under dynamic limits), so they are kept as plain ints.
@@ -235,7 +237,7 @@ def parse_snmp(text: str) -> dict[str, dict[str, int]]:
     for line in text.splitlines():
         proto, sep, tail = line.partition(":")
         proto = proto.strip()
-        if not sep or not proto or " " in proto:
+        if not sep or not proto or " " in proto or (groups is not None and proto not in groups):
             continue
         tokens = tail.split()
         if not tokens:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from exporters.hostfs.interrupts import Interrupts, InterruptsParser, IrqRow, parse_interrupts
+from exporters.nic.exporter import TCP_GROUPS
 from exporters.nic.procfs import (
     SoftnetRow,
     irq_queue,
@@ -350,6 +351,19 @@ def test_netstat_6_18(fixtures: Path) -> None:
     assert netstat["TcpExt"]["TCPSynRetrans"] == 0
     assert netstat["TcpExt"]["TCPOrigDataSent"] == 4536
     assert netstat["IpExt"]["InOctets"] == 187953697
+
+
+@pytest.mark.parametrize(
+    "name", ["snmp-4.18", "netstat-4.18", "snmp-6.18-virtio", "netstat-6.18-virtio"]
+)
+def test_snmp_of_some_groups_is_the_whole_parse_of_those(fixtures: Path, name: str) -> None:
+    """The groups the nic exporter asks for (the others' lines are skipped unparsed): the same
+    as the whole file's parse, restricted to them."""
+    text = _read(fixtures, name)
+    whole = parse_snmp(text)
+    for groups in (TCP_GROUPS, frozenset({"Ip", "TcpExt"}), frozenset({"Nope"}), frozenset()):
+        assert parse_snmp(text, groups) == {g: v for g, v in whole.items() if g in groups}
+    assert parse_snmp(text, TCP_GROUPS)  # this file has one of them
 
 
 def test_snmp_odd_lines() -> None:
