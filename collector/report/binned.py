@@ -110,5 +110,5 @@ def counter_rates(
             counter = C.bin_counter(raw(prom, selector(metric, labels), grid, interval), grid.edges)
         else:
             counter = C.counter_from_last(last_values(points, grid))
-        out.append((labels, counter.window_rates(grid.edges, over)))
+        out.append((labels, counter.window_rates(grid.edges, over, interval)))
     return out

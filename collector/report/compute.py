@@ -64,26 +64,35 @@ class CounterBins:
         """The counter's increase over the whole grid."""
         return math.fsum(v for v in self.increase if v is not None)
 
-    def rates(self, edges: Sequence[float]) -> list[float | None]:
-        """Per-second rate in each bin whose increase spans exactly that bin, else None."""
+    def rates(self, edges: Sequence[float], interval: float = 0.0) -> list[float | None]:
+        """Per-second rate in each bin whose increase spans exactly that bin, else None.
+
+        The increase is taken over the bin's length, or over ``interval`` (the series' scrape
+        interval) where the bin is shorter: two samples are never closer than that. A window's
+        last bin is as long as what is left of it, often a few hundredths of a second; when a
+        scrape falls in it, its increase is a whole interval's, and over the bin's own length
+        it read as 30 times the real rate (a NIC found to "move 685 %" of its shaped link).
+        """
         out: list[float | None] = []
         for k, inc in enumerate(self.increase):
             if inc is None or not self.single[k]:
                 out.append(None)
             else:
-                out.append(inc / (edges[k + 1] - edges[k]))
+                out.append(inc / max(edges[k + 1] - edges[k], interval))
         return out
 
-    def window_rates(self, edges: Sequence[float], bins: int) -> list[float | None]:
+    def window_rates(
+        self, edges: Sequence[float], bins: int, interval: float = 0.0
+    ) -> list[float | None]:
         """Per-second rate over the ``bins`` bins ending with each bin (fewer at the start).
 
         The increase from the last sample before the window's bins, or the first sample in
         them, to the last sample in the bin, over that span (as in :meth:`rates`, a sample
-        stands at its bin's end); None where the bin has no sample or no span starts inside
-        the window. ``bins`` 1 is :meth:`rates`.
+        stands at its bin's end, and the bin counts at least ``interval`` long); None where the
+        bin has no sample or no span starts inside the window. ``bins`` 1 is :meth:`rates`.
         """
         if bins <= 1:
-            return self.rates(edges)
+            return self.rates(edges, interval)
         # the edge each bin's increase counts from: its own start, or after a gap the end of
         # the last bin with a sample (None: unknown, before the first increase)
         base: list[int | None] = []
@@ -104,7 +113,7 @@ class CounterBins:
                 out.append(None)
                 continue
             total = math.fsum(v for v in self.increase[start : k + 1] if v is not None)
-            out.append(total / (edges[k + 1] - edges[start]))
+            out.append(total / (edges[k] - edges[start] + max(edges[k + 1] - edges[k], interval)))
         return out
 
 

@@ -252,7 +252,7 @@ class _Gatherer:
         for tr in tracks.values():
             tr.longest_gap = C.longest_gap(tr.present, grid.edges)
             if tr.counter is not None:
-                tr.rates = tr.counter.rates(grid.edges)
+                tr.rates = tr.counter.rates(grid.edges, tr.interval or 0.0)
                 tr.total = tr.counter.total()
         self._raw_power_coarse(grid, outlets, integrate)
         return grid, tracks, outlets

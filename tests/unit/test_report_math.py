@@ -93,6 +93,27 @@ def test_window_rates_span_several_bins_and_gaps() -> None:
     assert cb.window_rates(edges, 4) == [None, 0.1, None, None, 3.0 / 40.0]
 
 
+def test_a_short_last_bin_is_taken_as_one_scrape_interval_long() -> None:
+    """A window's last bin is what is left of it (here 0.03 s); a scrape that falls in it
+    carries a whole interval's increase (1 s at 24 MB/s). Over the bin's own length that read
+    as 33 times the rate; over the interval it is the rate (a clean-clone run's NIC-bound
+    scenario saw its shaped veth "move 685 %" of its link this way)."""
+    edges = [0.0, 1.0, 2.0, 3.0, 3.03]
+    samples = [(t + 0.01, 24e6 * t) for t in (-1.0, 0.0, 1.0, 2.0, 3.0)]  # 10 ms past edges
+    cb = C.bin_counter(samples, edges)
+    assert cb.increase == [24e6, 24e6, 24e6, 24e6] and all(cb.single)
+    assert cb.rates(edges, 1.0) == [24e6, 24e6, 24e6, 24e6]
+    assert cb.rates(edges)[-1] == pytest.approx(24e6 / 0.03)  # the bin's own length: no
+    assert cb.window_rates(edges, 3, 1.0) == [24e6, 24e6, 24e6, 24e6]
+    assert cb.window_rates(edges, 3)[-1] == pytest.approx(3 * 24e6 / 2.03)
+    # a full bin is its own length whatever the interval below it (step >= interval)
+    assert cb.rates(edges, 0.5)[:3] == [24e6, 24e6, 24e6]
+    # and a last bin longer than the interval is its own length
+    edges = [0.0, 10.0, 20.0, 25.0]
+    cb = C.counter_from_last([0.0, 10.0, 20.0, 25.0])
+    assert cb.rates(edges, 1.0) == [1.0, 1.0, 1.0]
+
+
 def test_counter_from_last_equals_bin_counter_on_edges() -> None:
     edges = [0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
     # base 100; bins: 110, -, 130, 5 (reset), 9; and a window with no base
