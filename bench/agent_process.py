@@ -186,15 +186,12 @@ def _cpu_per_scrape(pid: int, url: str, scrapes: int) -> tuple[float, bytes]:
     return (cpu_seconds(pid) - c0) / scrapes * 1e3, body
 
 
-def one_start(
-    c: Contender, workdir: Path, scrapes: int, devices: list[str], fio_iops: int
-) -> dict[str, float]:
-    """Start the contender, wait for it, scrape it idle and under fio; its figures."""
-    cfg = workdir / "exporter.yaml"
+def _start(c: Contender, cfg: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """The contender spawned with its configuration in cfg: the process, its /metrics URL and
+    its log."""
     cfg.write_text(c.config)
     port = free_port()
-    url = f"http://127.0.0.1:{port}/metrics"
-    log = workdir / f"{c.name.replace(' ', '-')}.log"
+    log = cfg.parent / f"{c.name.replace(' ', '-')}.log"
     with log.open("ab") as out:
         proc = spawn(
             c.command(port, cfg),
@@ -203,6 +200,19 @@ def one_start(
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+    return proc, f"http://127.0.0.1:{port}/metrics", log
+
+
+def _series(body: bytes) -> int:
+    """Samples in an exposition (lines that are not comments)."""
+    return sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+
+
+def one_start(
+    c: Contender, workdir: Path, scrapes: int, devices: list[str], fio_iops: int
+) -> dict[str, float]:
+    """Start the contender, wait for it, scrape it idle and under fio; its figures."""
+    proc, url, log = _start(c, workdir / "exporter.yaml")
     try:
         ready = _wait_ready(proc, url, c.mark.encode(), log)
         _load_disks(devices)  # after the start: the programs count only what completes then
@@ -210,7 +220,7 @@ def one_start(
         with fio_load(devices, fio_iops):
             busy, body = _cpu_per_scrape(proc.pid, url, scrapes)
         rss = proc_status(proc.pid).get("VmRSS", 0) / 1000  # MB
-        series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+        series = _series(body)
         return {
             "ready_s": ready,
             "idle_cpu_ms": idle,
@@ -249,19 +259,7 @@ def interleaved_round(
     out: dict[str, dict[str, float]] = {c.name: {} for c in contenders}
     try:
         for c in order:
-            cfg = workdir / f"exporter-{len(procs)}.yaml"
-            cfg.write_text(c.config)
-            port = free_port()
-            url = f"http://127.0.0.1:{port}/metrics"
-            log = workdir / f"{c.name.replace(' ', '-')}.log"
-            with log.open("ab") as o:
-                proc = spawn(
-                    c.command(port, cfg),
-                    cwd=c.cwd,
-                    env=dict(os.environ, **c.env),
-                    stdout=o,
-                    stderr=subprocess.STDOUT,
-                )
+            proc, url, log = _start(c, workdir / f"exporter-{len(procs)}.yaml")
             procs[c.name] = (proc, url)
             out[c.name]["ready_s"] = _wait_ready(proc, url, c.mark.encode(), log)
         _load_disks(devices)
@@ -269,7 +267,6 @@ def interleaved_round(
             ("idle_cpu_ms", contextlib.nullcontext()),
             ("fio_cpu_ms", fio_load(devices, fio_iops)),
         ]
-        body = b""
         for key, ctx in phases:
             spent = dict.fromkeys(procs, 0)
             with ctx:
@@ -278,16 +275,13 @@ def interleaved_round(
                         proc, url = procs[c.name]
                         c0 = _cpu_ns(proc.pid)
                         for _ in range(batch):
-                            body = _get(url)
+                            _get(url)
                         spent[c.name] += _cpu_ns(proc.pid) - c0
             for name in procs:
                 out[name][key] = spent[name] / (max(1, scrapes // batch) * batch) / 1e6
         for name, (proc, url) in procs.items():
             out[name]["rss_mb"] = proc_status(proc.pid).get("VmRSS", 0) / 1000
-            body = _get(url)
-            out[name]["series"] = sum(
-                1 for line in body.splitlines() if line and not line.startswith(b"#")
-            )
+            out[name]["series"] = _series(_get(url))
     finally:
         for proc, _ in procs.values():
             stop(proc)

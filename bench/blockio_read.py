@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -77,6 +77,18 @@ def _ms(ts: list[float]) -> str:
     return (
         f"{statistics.median(ts) * 1e3:.2f} ms (p90 {statistics.quantiles(ts, n=10)[-1] * 1e3:.2f})"
     )
+
+
+def _alternated(calls: Mapping[str, Callable[[], object]], repeat: int) -> dict[str, list[float]]:
+    """Seconds of each call, `repeat` times, alternately (AB BA ...): the machine's drift falls
+    on each alike."""
+    times: dict[str, list[float]] = {k: [] for k in calls}
+    for r in range(repeat):
+        for k in in_turn(list(calls), r):
+            t0 = time.perf_counter()
+            calls[k]()
+            times[k].append(time.perf_counter() - t0)
+    return times
 
 
 def main() -> int:
@@ -157,12 +169,7 @@ def main() -> int:
                 "sum": kernel._kernel_summed,
                 "lookups": lambda: list(backend.values()),
             }
-            times: dict[str, list[float]] = {k: [] for k in first}
-            for r in range(args.repeat):
-                for k in in_turn(list(first), r):
-                    t0 = time.perf_counter()
-                    first[k]()
-                    times[k].append(time.perf_counter() - t0)
+            times = _alternated(first, args.repeat)
             read_t, lookup_t = times["read"], times["lookups"]
             with bpf_stats():  # `sum`'s own time in the kernel, per run
                 t0, n0 = prog_runs(kernel._sum.fd)
@@ -191,14 +198,8 @@ def main() -> int:
                 dst[:] = src
 
             second = {"sum": lambda: sums(big), "copy": copy, "small": lambda: sums(small)}
-            twice = {"copy": 2.0}  # the kernel copies each byte in and out
-            for k in second:
-                times[k] = []
-            for r in range(args.repeat):
-                for k in in_turn(list(second), r):
-                    t0 = time.perf_counter()
-                    second[k]()
-                    times[k].append(twice.get(k, 1.0) * (time.perf_counter() - t0))
+            times |= _alternated(second, args.repeat)
+            times["copy"] = [2.0 * t for t in times["copy"]]  # the kernel copies in and out
             sum_t, copy_t, small_t = times["sum"], times["copy"], times["small"]
             # The hash map's batch read (the kernel's sums leave it to userspace) with the
             # buffers a --cpus host's values need: 256 entries' worth at every read (as until
@@ -211,13 +212,7 @@ def main() -> int:
                 "batch now": lambda: list(kernel._stats.lookup_batch(_KEY.size, wide)),
                 "batch here": lambda: list(kernel._entry_values()),
             }
-            for k in third:
-                times[k] = []
-            for r in range(args.repeat):
-                for k in in_turn(list(third), r):
-                    t0 = time.perf_counter()
-                    third[k]()
-                    times[k].append(time.perf_counter() - t0)
+            times |= _alternated(third, args.repeat)
             b256_t, bnow_t, bhere_t = times["batch 256"], times["batch now"], times["batch here"]
     finally:
         backend.close()
