@@ -45,6 +45,11 @@ def _load(model: type[P], args: argparse.Namespace) -> tuple[P, WebConfig | None
 
 
 def _agent(args: argparse.Namespace) -> int:
+    from collector.agent import early
+
+    # before the imports that would load them (pydantic's of hashlib, the exporters' of
+    # prometheus_client, asyncio's of ssl): what the agent never uses
+    kept = early.lean_imports()
     from collector.agent.config import AgentConfig
 
     cfg, web = _load(AgentConfig, args)
@@ -55,7 +60,9 @@ def _agent(args: argparse.Namespace) -> int:
         _logging(args.log_level or "error")
         return _report(check_agent(cfg), args.json)
     _logging(args.log_level or cfg.log_level)
-    from collector.agent import early
+    if web is None or not web.tls_enabled:
+        kept += early.without_tls()
+    logging.getLogger("collector.agent").debug("not loaded: %s", ", ".join(kept) or "-")
     from exporters.hostfs.read import PROC_ROOT, SYS_ROOT
 
     # blockio's BPF program loads in a thread while the rest of the agent is imported below

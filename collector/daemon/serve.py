@@ -21,7 +21,8 @@ import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import CollectorRegistry
 
 from collector.daemon.config import ProcessConfig
 from collector.web.exposition import metrics_app

@@ -4,10 +4,10 @@ aiohttp/__init__.py imports the client too, and aiohttp.connector builds two TLS
 contexts at import (loading the system's CA bundle): 40 ms of an idle 2-vCPU machine's
 start, 170 ms of a busy one's, about half of the agent's import of aiohttp, for a client
 the agent never uses (issue 35: the agent ready sooner). The server needs only web_protocol,
-web_server, web_request and web_response. The package is stood in by a bare module for the
-import only; whoever imports `aiohttp` itself
-afterwards (the collector's Redfish client) gets the real package as usual, the submodules
-shared through sys.modules. The stand-in carries the real __version__ (aiohttp.http puts it
+web_server, web_request and web_response. The package is stood in by a bare module
+(collector.imports) for the import only; whoever imports `aiohttp` itself afterwards (the
+collector's Redfish client) gets the real package as usual, the submodules shared through
+sys.modules. The stand-in carries the real __version__ (aiohttp.http puts it
 into the Server header), read from the package's first line; where it is not there, or
 anything fails, the package is imported whole.
 """
@@ -18,8 +18,9 @@ import importlib
 import importlib.util
 import re
 import sys
-import types
 from typing import Any
+
+from collector.imports import bare_package
 
 MODULES = ("web_protocol", "web_server", "http_exceptions", "web_request", "web_response")
 _VERSION = re.compile(rb'__version__ = "([0-9A-Za-z.+-]{1,40})"')
@@ -44,12 +45,9 @@ def load() -> tuple[Any, ...]:
         return tuple(importlib.import_module(n) for n in names)
     spec = importlib.util.find_spec("aiohttp")
     version = _version(spec.origin) if spec else None
-    if spec is None or not spec.submodule_search_locations or version is None:
+    stub = bare_package("aiohttp", __version__=version) if version is not None else None
+    if stub is None:
         return tuple(importlib.import_module(n) for n in names)
-    stub = types.ModuleType("aiohttp")
-    stub.__path__ = list(spec.submodule_search_locations)
-    stub.__spec__ = spec
-    stub.__version__ = version  # type: ignore[attr-defined]
     sys.modules["aiohttp"] = stub
     try:
         return tuple(importlib.import_module(n) for n in names)

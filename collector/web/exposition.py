@@ -17,7 +17,6 @@ from array import array
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from prometheus_client import generate_latest
 from prometheus_client.openmetrics import exposition as om
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
@@ -42,8 +41,8 @@ class TextRenderer:
         # per series: its "name{labels} " prefix, and its last value and line
         self._prefixes: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[str, float, str]] = {}
         # per family an exporter marked REUSED (exporters/base.py): the object last handed
-        # over, its text and its samples' count, reused while the same object comes again
-        self._reused: dict[str, tuple[Any, str, int]] = {}
+        # over, its text's pieces and its samples' count, reused while the same object comes
+        self._reused: dict[str, tuple[Any, tuple[str, ...], int]] = {}
         # per family name (any other family): what it was last rendered from and its text,
         # reused while a new family's are equal (issue 35: pcie, smart, power, cpu info and
         # idle counters are the same scrape after scrape; _Rendered says what "equal" is)
@@ -56,6 +55,9 @@ class TextRenderer:
             return self._render(self.registry.collect())
 
     def _render(self, metrics: Iterable[Any]) -> bytes:
+        # the pieces of the text, joined once: a TextFamily's lines go in as its exporter
+        # wrote them, never copied behind their header (issue 35: blockio's histograms, ~170 KB
+        # of a 48-disk host's text, were copied twice a scrape, and kept twice while reused)
         out: list[str] = []
         reused = self._reused
         seen = 0
@@ -63,14 +65,14 @@ class TextRenderer:
             if getattr(metric, REUSED, False):
                 entry = reused.get(metric.name)
                 if entry is None or entry[0] is not metric:
-                    text, n = self._family(metric)
-                    entry = reused[metric.name] = (metric, text, n)
-                out.append(entry[1])
+                    parts, n = self._parts(metric)
+                    entry = reused[metric.name] = (metric, parts, n)
+                out += entry[1]
                 seen += entry[2]
-            elif isinstance(metric, TextFamily):
-                text, n = self._family(metric)  # its lines are written: nothing to compare
-                out.append(text)
-                seen += n
+            elif isinstance(metric, TextFamily):  # its lines are written: nothing to compare
+                out.append(_header(metric))
+                out.append(metric.lines)
+                seen += metric.count
             else:
                 text, n = self._equal_family(metric)
                 out.append(text)
@@ -93,25 +95,29 @@ class TextRenderer:
         if last is not None and now is not None and last.same(now):
             return last.text, last.count
         text, n = self._family(metric)
-        if now is not None and n:  # n == 0: left to generate_latest (OpenMetrics samples)
+        if now is not None and n:  # n == 0: written whole (timestamps, OpenMetrics samples)
             now.text, now.count = text, n
             self._families[metric.name] = now
         else:
             self._families.pop(metric.name, None)
         return text, n
 
-    def _family(self, metric: Any) -> tuple[str, int]:
-        """One family's text, and its samples' count."""
+    def _parts(self, metric: Any) -> tuple[tuple[str, ...], int]:
+        """One family's text in pieces, and its samples' count."""
         if isinstance(metric, TextFamily):  # its exporter wrote its samples' lines
-            return _header(metric) + metric.lines, metric.count
+            return (_header(metric), metric.lines), metric.count
+        text, n = self._family(metric)
+        return (text,), n
+
+    def _family(self, metric: Any) -> tuple[str, int]:
+        """One family's text (no TextFamily), and its samples' count."""
         cache = self._prefixes
         lines = [_header(metric)]
         for s in metric.samples:
             # Sample: (name, labels, value, timestamp, ...), read by index (no property)
             name, labels, value, timestamp = s[0], s[1], s[2], s[3]
             if timestamp is not None or name.endswith(_OM_SUFFIXES):
-                # OpenMetrics-only samples and timestamps: rare here, left to the library
-                return generate_latest(_One(metric)).decode(), 0
+                return _whole(metric), 0  # rare here: no exporter of wattbit writes these
             key = (name, tuple(labels.items()))
             entry = cache.get(key)
             if entry is not None and written_alike(value, entry[1]):
@@ -124,6 +130,31 @@ class TextRenderer:
                 cache[key] = (prefix, value, line)
                 lines.append(line)
         return "".join(lines), len(lines) - 1
+
+
+def _whole(metric: Any) -> str:
+    """A family with timestamps or OpenMetrics-only samples, as generate_latest writes it.
+
+    Not generate_latest itself: its module imports the ssl module (OpenSSL), which the agent
+    without TLS never loads (collector.agent.early.lean_imports).
+    """
+    lines = [_header(metric)]
+    extra: dict[str, list[str]] = {}  # _created, _gsum, _gcount: gauges of their own, after
+    for s in metric.samples:
+        name, labels, value, timestamp = s[0], s[1], s[2], s[3]
+        line = f"{series_prefix(name, labels)}{floatToGoString(value)}"
+        if timestamp is not None:
+            line += f" {int(float(timestamp) * 1000):d}"  # milliseconds
+        suffix = name[len(metric.name) :] if name.startswith(metric.name) else ""
+        if suffix in _OM_SUFFIXES:
+            extra.setdefault(suffix, []).append(line + "\n")
+        else:
+            lines.append(line + "\n")
+    for suffix, more in sorted(extra.items()):
+        esc = om.escape_metric_name(metric.name + suffix, om.UNDERSCORES)
+        lines.append(f"# HELP {esc} {_doc(metric.documentation)}\n# TYPE {esc} gauge\n")
+        lines.extend(more)
+    return "".join(lines)
 
 
 def _header(metric: Any) -> str:
@@ -166,14 +197,6 @@ class _Rendered:
     def same(self, other: _Rendered) -> bool:
         """Whether other's text is this one's: the same values' bits, type, help and samples."""
         return self.bits == other.bits and self.kind == other.kind and self.samples == other.samples
-
-
-class _One:
-    def __init__(self, metric: Any) -> None:
-        self.metric = metric
-
-    def collect(self) -> list[Any]:
-        return [self.metric]
 
 
 def metrics_app(registry: Collector) -> Callable[..., Iterable[bytes]]:

@@ -14,7 +14,6 @@ bounded pool plus a short-lived cache of successful logins. TLS and basic auth c
 from __future__ import annotations
 
 import asyncio
-import asyncio.sslproto
 import base64
 import binascii
 import concurrent.futures
@@ -33,7 +32,7 @@ import re
 import resource
 import secrets
 import socket
-import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -44,6 +43,8 @@ from collector.web import aiohttp_server
 from collector.web.limits import MAX_BODY_KEY, Limits
 
 if TYPE_CHECKING:
+    import ssl
+
     from aiohttp import web_protocol, web_server
     from aiohttp.http_exceptions import HttpProcessingError
     from aiohttp.web_request import BaseRequest
@@ -683,7 +684,10 @@ _RECLAIM_HEAD_BYTES = 4096
 def _exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     """Clients that vanish mid-handshake or mid-request are routine: debug, not error."""
     exc = context.get("exception")
-    if isinstance(exc, (ConnectionError, TimeoutError, ssl.SSLError)):
+    ssl = sys.modules.get("ssl")
+    if isinstance(exc, (ConnectionError, TimeoutError)) or (
+        ssl is not None and isinstance(exc, ssl.SSLError)
+    ):
         log.debug("%s: %s", context.get("message"), exc)
     else:
         loop.default_exception_handler(context)
@@ -1077,7 +1081,9 @@ def start_server(
     limits = limits or Limits()
     ssl_context = web.ssl_context() if web is not None else None
     if ssl_context is not None:  # the process's asyncio TLS: this server's, and clients'
-        asyncio.sslproto.SSLProtocol.max_size = SSL_READ_BUFFER
+        from asyncio import sslproto
+
+        sslproto.SSLProtocol.max_size = SSL_READ_BUFFER
     pool = concurrent.futures.ThreadPoolExecutor(limits.workers, thread_name_prefix="wattbit-http")
     pools = [pool]
     auth = None

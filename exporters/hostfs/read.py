@@ -30,7 +30,13 @@ ATTR_MAX = 1 << 16
 # /proc/interrupts is about 100 bytes per IRQ per 10 CPUs (1 MiB on a large host), /proc/stat
 # about 150 bytes per CPU; beyond 32 MiB a file is not one the kernel wrote.
 PROC_MAX = 32 << 20
-_CHUNK = 1 << 20  # one read() asks for at most this much
+# A read() asks for _FIRST_READ, then twice the last, up to _CHUNK: the bytes object each
+# read() allocates is that large until it is cut to what came. Always 1 MiB, as before, it
+# put ~0.6 MB into every scrape's peak (nic, pcie, cpu and blockio each read a few /proc files,
+# all far smaller) that glibc kept resident: ~0.9 MB of the agent's VmRSS at 48 disks under
+# load (issue 35, docs/benchmarks.md).
+_FIRST_READ = 1 << 16
+_CHUNK = 1 << 20
 
 _STRIP = " \t\r\n\x00"
 _noted: set[tuple[str, str]] = set()
@@ -82,8 +88,10 @@ def read_bytes(path: str | os.PathLike[str], limit: int, *, follow: bool = True)
         # comes back short: kernfs hands an attribute's whole show() output to one read.
         chunks: list[bytes] = []
         total = 0
+        ask = _FIRST_READ
         while total <= limit:
-            want = min(_CHUNK, limit + 1 - total)
+            want = min(ask, limit + 1 - total)
+            ask = min(2 * ask, _CHUNK)
             chunk = os.read(fd, want)
             if not chunk:
                 break

@@ -8,8 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Timestamp
 
 from collector.web.exposition import TextRenderer, metrics_app
 from exporters.base import ExportersCollector, clean_text
@@ -37,6 +41,43 @@ def test_byte_for_byte_generate_latest() -> None:
     renderer = TextRenderer(r)
     for _ in range(3):  # cold cache, then warm
         assert _stable(renderer.render()) == _stable(generate_latest(r))
+
+
+class _Families:
+    def __init__(self, families: list[Any]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Any]:
+        return self.families
+
+
+_NAMES = st.sampled_from(["a", "b_total", "c_created", "c_gsum", "c_gcount", "c", "c_bucket"])
+_SAMPLE = st.tuples(
+    _NAMES,
+    st.dictionaries(st.sampled_from(["le", "dev", "x-y"]), st.text(max_size=4), max_size=2),
+    st.floats(allow_nan=False) | st.sampled_from([float("nan"), -0.0]),
+    st.none()
+    | st.floats(0, 2e9)
+    | st.builds(Timestamp, st.integers(0, 2**31), st.integers(0, 999999999)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kind=st.sampled_from(["gauge", "counter", "gaugehistogram", "histogram", "info", "unknown"]),
+    samples=st.lists(_SAMPLE, max_size=6),
+)
+def test_families_with_timestamps_or_openmetrics_samples_as_generate_latest(
+    kind: str, samples: list[tuple[str, dict[str, str], float, Any]]
+) -> None:
+    """Those the renderer writes whole, itself: as the library does, in any mix."""
+    m = Metric("c", "doc \\ and\nline", kind)
+    for name, labels, value, ts in samples:
+        m.add_sample(name, labels, value, ts)
+    r = _Families([m])
+    renderer = TextRenderer(r)
+    assert renderer.render() == generate_latest(r)  # type: ignore[arg-type]
+    assert renderer.render() == generate_latest(r)  # type: ignore[arg-type]
 
 
 def test_values_change_prefixes_stay() -> None:

@@ -48,6 +48,41 @@ def test_a_file_up_to_the_cap_is_read_whole_past_it_refused(tmp_path: Path) -> N
     assert read_proc(f, limit=10) == ""
 
 
+@pytest.mark.parametrize(
+    "size", [0, 1, (1 << 16) - 1, 1 << 16, (1 << 16) + 1, 3 << 16, (3 << 16) + 1, 3 << 19]
+)
+def test_reads_that_grow_from_64_kib_meet_the_cap_exactly(tmp_path: Path, size: int) -> None:
+    """The reads ask for 64 KiB, then twice the last (up to 1 MiB): around each step, a file
+    of exactly the cap is read whole, one byte more is refused."""
+    f = tmp_path / "f"
+    data = os.urandom(size)
+    f.write_bytes(data)
+    assert read_bytes(f, size) == data
+    assert read_bytes(f, size + 1) == data
+    if size:
+        with pytest.raises(TooLarge):
+            read_bytes(f, size - 1)
+
+
+def test_a_large_seq_file_is_read_whole_in_growing_reads() -> None:
+    """procfs says size 0 and answers each read() in parts: /proc/kallsyms (megabytes) comes
+    whole, as Python's own reads of it just before and after give it. It changes only when a
+    module loads (another test's veth or netem may): then those two differ, and it is read
+    again."""
+
+    def python_read() -> str:
+        with open("/proc/kallsyms") as f:
+            return f.read()
+
+    for _ in range(10):
+        before, got, after = python_read(), read_proc("/proc/kallsyms"), python_read()
+        if before == after:
+            break
+    assert before == after, "/proc/kallsyms changed at every try"
+    assert len(before) > 4 << 20  # past every step of the growing reads
+    assert got == before
+
+
 def test_only_regular_files_are_read(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)  # with no writer: a blocking open would hang the scrape
