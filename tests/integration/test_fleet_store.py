@@ -845,22 +845,37 @@ def compare_rate(fleet: Fleet, site: Site, dash: dict[str, Any], q: dict[str, An
     inside it (https://docs.victoriametrics.com/metricsql/#rate). A counter that moves once in
     several scrapes -- a flow key whose sockets are rarely busy -- then has a rate > 0 at a
     step on VictoriaMetrics and 0, cut by a `> 0`, on Prometheus: a CI run saw a loopback
-    flow's limited share on the store alone. So every series the store alone answers must be
-    one Prometheus answers with each window widened by a few scrapes (the sample before it
-    then inside); a series Prometheus alone answers is a difference (the store sees every
+    flow's limited share on the store alone. That sample may lie far back: a flow key's series
+    stops while the key has no socket and comes back with its next connection (another CI run
+    saw one again past a window widened by 4 scrapes), and a series that begins inside the
+    window has no sample before it at all, where MetricsQL may count its first value from 0.
+    So every series the store alone answers must be one Prometheus answers with each window
+    reaching back over the whole range, or else one whose labels Prometheus holds samples of
+    in that range; a series Prometheus alone answers is a difference (the store sees every
     sample Prometheus does, and more).
     """
     p, v = series(prom, ("__name__",)), series(vm, ("site", "__name__"))
     only_p, only_v = p.keys() - v.keys(), v.keys() - p.keys()
+    window = dash["builtins"]["__rate_interval"]
+    reach = queries.seconds(window) + max(4 * site.scrape, int(dash["builtins"]["__range_s"]))
     if only_v:
-        window = dash["builtins"]["__rate_interval"]
-        wider = queries.fmt_seconds(queries.seconds(window) + 4 * site.scrape)
-        expr = q["expanded"].replace(f"[{window}]", f"[{wider}]")
+        expr = q["expanded"].replace(f"[{window}]", f"[{queries.fmt_seconds(reach)}]")
         only_v -= series(ask(fleet, site, dash, expr, q["instant"]), ("__name__",)).keys()
+    only_v = {k for k in only_v if not held(fleet, site, dash, k, reach)}
     if only_p or only_v:
         return [f"{where}: series only on Prometheus {sorted(only_p)[:3]}, only on "
                 f"VictoriaMetrics (even against wider windows) {sorted(only_v)[:3]}"]  # fmt: skip
     return []
+
+
+def held(fleet: Fleet, site: Site, dash: dict[str, Any], key: Key, reach: float) -> bool:
+    """Whether Prometheus holds samples, within `reach` seconds before the range's end, of a
+    series with these labels (of any name; an answer aggregated by them has no others)."""
+    if not key:
+        return False
+    matchers = ",".join(f"{k}={json.dumps(v)}" for k, v in key)
+    expr = f"count_over_time({{{matchers}}}[{queries.fmt_seconds(reach)}])"
+    return any(set(key) <= r["metric"].items() for r in ask(fleet, site, dash, expr, True))
 
 
 TOPK = re.compile(r"\s*topk\(\s*(\d+)\s*,(.*)\)\s*", re.DOTALL)
