@@ -7,10 +7,8 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
-import bcrypt
-
 from tests.integration.test_http_hardening import make_cert
-from tests.support.http import basic, request
+from tests.support.http import basic, request, tls_auth_web_file
 from tests.support.realparts import Agent, wait_for
 
 EVERY_EXPORTER = "blockio:\n  backend: core\ncpu:\n  enabled: true\nlog_level: debug\n"
@@ -43,12 +41,7 @@ def test_without_tls_no_openssl_is_loaded_and_every_exporter_answers(tmp_path: P
 
 def test_with_tls_and_basic_auth_the_agent_serves_both(tmp_path: Path) -> None:
     cert, _ = make_cert(tmp_path)
-    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
-    web = tmp_path / "web.yml"
-    web.write_text(
-        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
-        f"basic_auth_users:\n  prom: '{hashed}'\n"
-    )
+    web = tls_auth_web_file(tmp_path, "prom", "s3cret")
     a = Agent(EVERY_EXPORTER + f"web_config: {web}\n", tmp_path)
     a.url = f"https://127.0.0.1:{a.port}/metrics"
     ctx = ssl.create_default_context(cafile=str(cert))

@@ -23,10 +23,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import bcrypt
 import pytest
 
 from tests.support.env import require, sigint_default
+from tests.support.http import tls_auth_web_file
 from tests.support.realparts import ROOT, Collector, have, sample
 
 TOKEN = "Zr8tQ2wLx5vN9cK3mB7pH4"
@@ -362,12 +362,7 @@ def test_behind_tls_and_basic_auth(tmp_path: Path) -> None:
     """With basic auth in the web config, the token travels in X-Wattbit-Token."""
     require(have("openssl"), "openssl is not installed")
     cert, _ = _cert(tmp_path)
-    hashed = bcrypt.hashpw(b"scrape-pass", bcrypt.gensalt(rounds=4)).decode()
-    web = tmp_path / "web.yml"
-    web.write_text(
-        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
-        f"basic_auth_users:\n  ops: '{hashed}'\n"
-    )
+    web = tls_auth_web_file(tmp_path, "ops", "scrape-pass")
     c = Collector(config(tmp_path / "state", extra=f"web_config: {web}\n"), tmp_path)
     context = ssl.create_default_context(cafile=str(cert))
     url = f"https://127.0.0.1:{c.port}/api/v1/runs"

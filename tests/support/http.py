@@ -5,7 +5,10 @@ from __future__ import annotations
 import base64
 import http.client
 import ssl
+from pathlib import Path
 from typing import Protocol
+
+import bcrypt
 
 
 class _Endpoint(Protocol):
@@ -44,3 +47,15 @@ def basic(user: str, password: str | bytes) -> dict[str, str]:
     raw = password if isinstance(password, bytes) else password.encode()
     token = base64.b64encode(user.encode() + b":" + raw).decode()
     return {"Authorization": f"Basic {token}"}
+
+
+def tls_auth_web_file(directory: Path, user: str, password: str) -> Path:
+    """directory/web.yml: TLS with directory's server.crt and server.key, and basic auth for
+    user with password (bcrypt-hashed here, at the lowest cost)."""
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
+    web = directory / "web.yml"
+    web.write_text(
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+        f"basic_auth_users:\n  {user}: '{hashed}'\n"
+    )
+    return web
